@@ -1,0 +1,31 @@
+"""The checker interface: judge one iteration's artifact, return a Verdict."""
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any, Optional
+
+from strategies.base import Candidate, Verdict
+
+
+class Checker(abc.ABC):
+    """Judges each iteration. One module per checker in ``runner/checkers/``."""
+
+    def bind(self, cfg: Any, strategy: Any) -> None:
+        """Receive the run's config and strategy before the first check (default: nothing)."""
+
+    @abc.abstractmethod
+    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+        """Check one candidate.
+
+        Args:
+            artifact: the iteration artifact's path, or None when the mode writes none.
+            iteration: the 1-based iteration number.
+            candidate: the candidate (its ``payload`` may hold an in-memory model).
+
+        Returns:
+            The verdict; ``passed`` is False when the candidate shows the failure.
+        """
+
+    def close(self) -> None:
+        """Release resources (sessions, processes) at the end of the run."""

@@ -1,0 +1,46 @@
+"""User-facing error types: one per kind of bad input, each printed as one line at the entry point.
+
+Each message says what is wrong and how to fix it; the entry point prints it, writes it into
+``summary.json`` as ``status`` and exits with ``exit_code``.
+"""
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Base class of every error the entry point reports as one line (exit code 2)."""
+
+    exit_code = 2
+
+
+class ConfigError(RunnerError):
+    """A config value is missing, out of range or inconsistent with the chosen mode."""
+
+
+class ModelError(RunnerError):
+    """The model file is missing, unreadable, not ONNX, or not a well-formed graph."""
+
+
+class ShapeError(ModelError):
+    """A tensor that must become a graph input or output has no known dtype or shape."""
+
+
+class CheckStartError(RunnerError):
+    """The check could not be started (command not found, no terminal for interactive checks)."""
+
+
+class NothingToDoError(RunnerError):
+    """The starting point already gives the wanted verdict (e.g. the full model passes the check)."""
+
+
+class ArtifactError(RunnerError):
+    """An artifact or output location cannot be written."""
+
+
+class MissingExtraError(RunnerError):
+    """An optional dependency (e.g. TensorRT) is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the Python package '{package}', which is not installed: "
+            f"install the '{extra}' extra (pip install \".[{extra}]\")"
+        )

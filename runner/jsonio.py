@@ -1,0 +1,34 @@
+"""Atomic JSON writes: a reader (or a crash) never sees a half-written file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON to ``path`` through a temp file and ``os.replace``.
+
+    Args:
+        path: destination; its parent directory is created if missing.
+        data: a JSON-able object.
+
+    Raises:
+        OSError: when the directory cannot be created or written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,173 @@
+"""The iteration lifecycle shared by every mode: generate -> check -> sort -> advance, until done.
+
+One ``transitions.Machine`` owns the loop; a mode is a ``Strategy`` it calls. The machine is
+queued, so each state's ``on_enter_*`` callback fires the next trigger without recursion.
+A candidate whose key is already known (from a loaded replay, or checked earlier in this run)
+takes the ``reused`` path: its recorded verdict is used, no check runs and nothing is sorted.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from transitions import Machine
+
+from runner.artifacts import ArtifactSorter
+from runner.checkers.base import Checker
+from runner.jsonio import write_json_atomic
+from runner.progress import Progress
+from runner.replay import Replay
+from strategies.base import Candidate, Strategy, Verdict
+
+log = logging.getLogger(__name__)
+logging.getLogger("transitions").setLevel(logging.WARNING)
+
+STATES = ["ready", "generate", "check", "sort", "advance", "stopped", "failed"]
+
+TRANSITIONS = [
+    {"trigger": "start", "source": "ready", "dest": "generate"},
+    {"trigger": "generated", "source": "generate", "dest": "check"},
+    {"trigger": "exhausted", "source": "generate", "dest": "stopped"},
+    {"trigger": "checked", "source": "check", "dest": "sort"},
+    {"trigger": "reused", "source": "check", "dest": "advance"},
+    {"trigger": "sorted", "source": "sort", "dest": "advance"},
+    {"trigger": "advanced", "source": "advance", "dest": "generate"},
+    {"trigger": "abort", "source": "*", "dest": "failed"},
+]
+
+
+class Lifecycle:
+    """Drives one strategy to its end.
+
+    Args:
+        strategy: the mode's strategy.
+        checker: judges each candidate (may be None for modes that never check).
+        sorter: sorts the check's artifacts into good/ and bad/.
+        replay: records verdicts and supplies known ones.
+        iter_artifact: where each candidate is written before its check.
+        iter_info: path of the JSON file rewritten before each check, or None.
+        progress: the terminal progress bar, or None.
+
+    Attributes:
+        history: every state entered, in order (starting with "ready").
+        iteration: iterations so far (checked or reused).
+        checks: checks actually run.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        checker: Optional[Checker],
+        sorter: ArtifactSorter,
+        replay: Replay,
+        iter_artifact: Path,
+        iter_info: Optional[Path] = None,
+        progress: Optional[Progress] = None,
+    ):
+        self.strategy = strategy
+        self.checker = checker
+        self.sorter = sorter
+        self.replay = replay
+        self.iter_artifact = Path(iter_artifact)
+        self.iter_info = Path(iter_info) if iter_info else None
+        self.progress = progress
+        self.history: List[str] = ["ready"]
+        self.iteration = 0
+        self.checks = 0
+        self.reused_count = 0
+        self.candidate: Optional[Candidate] = None
+        self.verdict: Optional[Verdict] = None
+        self._reused = False
+        self.machine = Machine(
+            model=self,
+            states=STATES,
+            transitions=TRANSITIONS,
+            initial="ready",
+            queued=True,
+            auto_transitions=False,
+            after_state_change="_record_state",
+        )
+
+    def _record_state(self) -> None:
+        self.history.append(self.state)  # type: ignore[attr-defined]
+
+    def run(self) -> None:
+        """Run until the strategy is done.
+
+        Raises:
+            Whatever a callback raised (a RunnerError, KeyboardInterrupt, ...), after entering
+            the ``failed`` state; the replay written so far stays on disk.
+        """
+        try:
+            self.start()  # type: ignore[attr-defined]
+        except BaseException:
+            self.abort()  # type: ignore[attr-defined]
+            raise
+
+    def on_enter_generate(self) -> None:
+        """Ask the strategy for the next candidate; none left stops the run."""
+        candidate = self.strategy.next_candidate()
+        if candidate is None:
+            self.exhausted()  # type: ignore[attr-defined]
+            return
+        self.iteration += 1
+        self.candidate = candidate
+        self.generated()  # type: ignore[attr-defined]
+
+    def on_enter_check(self) -> None:
+        """Reuse a known verdict, or write the artifact and run the checker."""
+        assert self.candidate is not None
+        known = self.replay.lookup(self.candidate.key)
+        self._reused = known is not None
+        if known is not None:
+            log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, self.candidate.label, _word(known))
+            self.verdict = known
+            self.reused_count += 1
+            self.reused()  # type: ignore[attr-defined]
+            return
+        artifact = None
+        if self.candidate.write is not None:
+            self.iter_artifact.parent.mkdir(parents=True, exist_ok=True)
+            self.candidate.write(self.iter_artifact)
+            artifact = self.iter_artifact
+        self._write_info(None)
+        assert self.checker is not None, "a strategy that makes candidates needs a checker"
+        self.verdict = self.checker.check(artifact, self.iteration, self.candidate)
+        self.checks += 1
+        log.info("Iteration %d: %s -> %s (%s)", self.iteration, self.candidate.label, _word(self.verdict), self.verdict.reason)
+        self.checked()  # type: ignore[attr-defined]
+
+    def on_enter_sort(self) -> None:
+        """Sort the check's artifacts into good/ or bad/ and keep the intermediate if asked."""
+        assert self.verdict is not None
+        self.sorter.sort(self.iteration, self.verdict)
+        self.sorter.keep(self.iteration, self.iter_artifact if self.candidate and self.candidate.write else None, self.verdict)
+        self.sorted()  # type: ignore[attr-defined]
+
+    def on_enter_advance(self) -> None:
+        """Hand the verdict to the strategy, record it in the replay, update progress."""
+        assert self.candidate is not None and self.verdict is not None
+        self.strategy.take_verdict(self.candidate, self.verdict)
+        self.replay.record(self.iteration, self.candidate, self.verdict, self._reused)
+        self._write_info(self.verdict)
+        if self.progress is not None:
+            self.progress.update(self.iteration, _word(self.verdict), self.strategy.remaining(), self.checks)
+        self.advanced()  # type: ignore[attr-defined]
+
+    def _write_info(self, verdict: Optional[Verdict]) -> None:
+        if self.iter_info is None or self.candidate is None:
+            return
+        info: Dict[str, Any] = {
+            "iteration": self.iteration,
+            "artifact": str(self.iter_artifact) if self.candidate.write else None,
+            "candidate": {"key": self.candidate.key, "label": self.candidate.label, **self.candidate.info},
+            "state": self.strategy.state(),
+        }
+        if verdict is not None:
+            info["verdict"] = {"passed": verdict.passed, "returncode": verdict.returncode, "reason": verdict.reason, "details": verdict.details}
+        write_json_atomic(self.iter_info, info)
+
+
+def _word(verdict: Verdict) -> str:
+    return "pass" if verdict.passed else "FAIL"

@@ -1,0 +1,77 @@
+"""The interface between the lifecycle (``statemachine/``) and a mode's strategy.
+
+A strategy makes the next candidate, takes a verdict, says when it is done and estimates
+what remains; the lifecycle owns the loop, the checks, sorting and the replay.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+
+@dataclass
+class Verdict:
+    """The outcome of checking one candidate.
+
+    Attributes:
+        passed: True when the candidate passed the check (is "good").
+        returncode: the check command's exit code, when there was a command (None otherwise).
+        reason: one short line: why it failed, e.g. "exit code 1", "timeout after 5.0 s".
+        details: extra facts for the log, the iteration info and the replay (JSON-able).
+    """
+
+    passed: bool
+    returncode: Optional[int] = None
+    reason: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """One iteration's candidate.
+
+    Attributes:
+        key: identity for the replay cache; two candidates with the same key get the same verdict.
+        label: a short human description for the log and the progress bar.
+        write: writes the iteration artifact to the given path (None: the check makes its own).
+        info: the mode's state for the iteration info file and the replay (JSON-able).
+        payload: anything an in-process checker may use (e.g. the candidate's ``onnx.ModelProto``).
+    """
+
+    key: str
+    label: str
+    write: Optional[Callable[[Path], None]] = None
+    info: Dict[str, Any] = field(default_factory=dict)
+    payload: Any = None
+
+
+class Strategy(abc.ABC):
+    """What a mode generates and how it advances. Subclasses live in ``strategies/<mode>.py``."""
+
+    #: file suffix of the iteration artifact, e.g. ".onnx" or ".engine"
+    artifact_suffix: str = ".onnx"
+
+    @abc.abstractmethod
+    def next_candidate(self) -> Optional[Candidate]:
+        """Return the next candidate to check, or None when the search is over."""
+
+    @abc.abstractmethod
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Record ``verdict`` for ``candidate`` (the one ``next_candidate`` returned last)."""
+
+    def remaining(self) -> Optional[int]:
+        """Estimated number of iterations left, or None when unknown."""
+        return None
+
+    def state(self) -> Dict[str, Any]:
+        """The mode's state, JSON-able, written to ``artifacts.iter_info`` each iteration."""
+        return {}
+
+    def result(self) -> Dict[str, Any]:
+        """The mode's result for ``summary.json``; called once, after the loop ends normally."""
+        return {}
+
+    def finish(self) -> None:
+        """Write the mode's outputs (e.g. the reduced model); called after the loop ends normally."""
