@@ -123,7 +123,7 @@ class RunConfig:
     summary: str = RUN_DIR + "/summary.json"
     verbose: bool = False
     # ONNX loading and saving
-    model_input_shapes: Dict[str, List[int]] = field(default_factory=dict)
+    model_input_shapes: Any = None  # {input: [dims]}; validated in runner.graph.feeds
     external_data: bool = False
     external_data_threshold: int = 1024
     # reduce

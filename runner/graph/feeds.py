@@ -1,0 +1,108 @@
+"""Model inputs for in-process runs: generated from a seed and the input shapes, or loaded from .npz."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from runner.errors import ConfigError, ModelError
+
+log = logging.getLogger(__name__)
+
+Spec = Tuple[str, np.dtype, List[int]]
+
+
+def graph_inputs(model: onnx.ModelProto) -> List[onnx.ValueInfoProto]:
+    """The graph's real inputs (initializers listed as inputs, as in IR < 4 models, are left out)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> List[Spec]:
+    """Name, numpy dtype and concrete shape of each graph input.
+
+    Dynamic dimensions take their value from ``input_shapes`` (``model_input_shapes=``); a
+    dynamic dimension with no value there becomes 1, with a warning naming the option.
+
+    Args:
+        model: the model.
+        input_shapes: ``{input name: [dims]}``.
+
+    Returns:
+        One ``(name, dtype, shape)`` per input, in graph order.
+
+    Raises:
+        ConfigError: when ``input_shapes`` names an unknown input or has the wrong rank.
+        ModelError: when an input is not a tensor.
+    """
+    input_shapes = dict(input_shapes or {})
+    specs = []
+    names = [i.name for i in graph_inputs(model)]
+    for name in input_shapes:
+        if name not in names:
+            raise ConfigError(f"model_input_shapes names {name!r}, which is not a model input; inputs are {names}")
+    for vi in graph_inputs(model):
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(f"model input {vi.name!r} is not a tensor; only tensor inputs are supported")
+        tt = vi.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if vi.name in input_shapes:
+            given = [int(d) for d in input_shapes[vi.name]]
+            if tt.HasField("shape") and len(given) != len(dims):
+                raise ConfigError(f"model_input_shapes gives {vi.name} rank {len(given)} but the model says rank {len(dims)}; give {len(dims)} dims")
+            dims = given
+        elif any(d is None for d in dims):
+            log.warning("Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})", vi.name, dims, vi.name)
+            dims = [1 if d is None else d for d in dims]
+        specs.append((vi.name, dtype, [int(d) for d in dims]))
+    return specs
+
+
+def generate_feeds(specs: Sequence[Spec], seed: int = 0) -> Dict[str, np.ndarray]:
+    """Random inputs: floats uniform in [0, 1), integers in {0, 1}, booleans, from ``seed``."""
+    rng = np.random.default_rng(seed)
+    feeds: Dict[str, np.ndarray] = {}
+    for name, dtype, shape in specs:
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.random(shape, dtype=np.float64).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
+        else:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def load_npz(path: str | Path, option: str) -> Dict[str, np.ndarray]:
+    """Load every array of an .npz file.
+
+    Raises:
+        ConfigError: when the file is missing or not an .npz archive.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{option}={path}: no such file; give an .npz file (numpy.savez)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{option}={path}: not a readable .npz file ({e}); write it with numpy.savez") from None
+
+
+def model_feeds(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]], inputs: Optional[str], seed: int) -> Dict[str, np.ndarray]:
+    """Inputs for ``model``: loaded from ``inputs`` when given (all inputs must be there), else generated.
+
+    Raises:
+        ConfigError: when the loaded file lacks one of the model's inputs.
+    """
+    if inputs:
+        feeds = load_npz(inputs, "inputs")
+        missing = [i.name for i in graph_inputs(model) if i.name not in feeds]
+        if missing:
+            raise ConfigError(f"inputs={inputs} lacks model inputs {missing}; save every input with numpy.savez")
+        return {i.name: feeds[i.name] for i in graph_inputs(model)}
+    return generate_feeds(input_specs(model, input_shapes), seed)

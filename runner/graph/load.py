@@ -1,0 +1,113 @@
+"""Load and save ONNX models with clear errors; external data and models over 2 GB supported."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from runner.errors import ArtifactError, ModelError
+
+log = logging.getLogger(__name__)
+
+#: protobuf cannot serialize a message of 2 GiB or more into one string
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelProto:
+    """Load an ONNX model, with its external data if it has any.
+
+    Args:
+        path: the model file.
+        option: the config key that named it, for error messages.
+
+    Returns:
+        The model.
+
+    Raises:
+        ModelError: when no path is given, the file is missing or unreadable, or it is not ONNX.
+    """
+    if not path:
+        raise ModelError(f"no model given; pass {option}=path/to/model.onnx")
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{option}={path}: no such file; check the path")
+    if not os.access(path, os.R_OK):
+        raise ModelError(f"{option}={path}: the file is not readable; fix its permissions")
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except (DecodeError, RuntimeWarning, ValueError) as e:
+        raise ModelError(f"{option}={path}: not an ONNX model ({type(e).__name__}); give a .onnx file") from None
+    except FileNotFoundError as e:
+        raise ModelError(f"{option}={path}: its external data file is missing ({e.filename}); keep the data file beside the model") from None
+    except OSError as e:
+        raise ModelError(f"{option}={path}: cannot be read ({e.strerror}); check the file") from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise ModelError(f"{option}={path}: not an ONNX model (no graph or no opset); give a .onnx file")
+    return model
+
+
+def tensor_bytes(model: onnx.ModelProto) -> int:
+    """Total size in bytes of the model's initializers' raw data (a cheap size estimate)."""
+    total = 0
+    for init in model.graph.initializer:
+        total += len(init.raw_data) if init.HasField("raw_data") else 0
+    return total
+
+
+def save_model(
+    model: onnx.ModelProto,
+    path: str | Path,
+    external_data: bool = False,
+    threshold: int = 1024,
+) -> Path:
+    """Save a model; with external data when asked or when it would pass protobuf's 2 GB limit.
+
+    Args:
+        model: the model to save (not modified when saved inline).
+        path: destination file; the external data goes beside it as ``<name>.data``.
+        external_data: always write initializers of ``threshold`` bytes or more to the data file.
+        threshold: size in bytes from which an initializer goes to the data file.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ArtifactError: when the file cannot be written.
+    """
+    path = Path(path)
+    big = tensor_bytes(model) >= PROTOBUF_LIMIT - 64 * 2**20
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if external_data or big:
+            if big and not external_data:
+                log.info("%s is over 2 GB: writing its tensors to external data", path)
+            location = path.name + ".data"
+            data_file = path.parent / location
+            if data_file.exists():
+                data_file.unlink()
+            onnx.save_model(
+                model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                location=location, size_threshold=threshold,
+            )
+        else:
+            onnx.save_model(model, str(path))
+    except OSError as e:
+        raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
+    return path
+
+
+def check_saved(path: str | Path) -> None:
+    """Run ``onnx.checker`` on a saved model (by path, so external data and >2 GB work).
+
+    Raises:
+        ModelError: when the checker rejects the model.
+    """
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"{path} does not pass onnx.checker: {first}") from None

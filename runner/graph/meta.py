@@ -1,0 +1,93 @@
+"""Concrete dtype and shape of every tensor: ONNX shape inference first, ONNX Runtime as fallback."""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from runner.errors import ModelError
+from runner.graph.activations import run_all_tensors
+
+log = logging.getLogger(__name__)
+
+Meta = Tuple[np.dtype, List[int]]
+
+
+def _with_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        if vi.name in input_shapes:
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for d in input_shapes[vi.name]:
+                dims.add().dim_value = int(d)
+    return fixed
+
+
+def _complete(vi: onnx.ValueInfoProto) -> Optional[Meta]:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if tt.elem_type == onnx.TensorProto.UNDEFINED or not tt.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if any(d is None for d in dims):
+        return None
+    return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), [int(d) for d in dims]
+
+
+class TensorMeta:
+    """Dtype and concrete shape of the model's top-level tensors.
+
+    Shape inference runs on a copy of the model whose inputs carry ``input_shapes``; tensors it
+    leaves incomplete are filled from one ONNX Runtime run on ``feeds()`` (whose values are kept
+    in ``activations`` for reuse).
+
+    Args:
+        model: the model (not modified).
+        input_shapes: ``{input: [dims]}`` from ``model_input_shapes=``.
+        feeds: returns the inputs for the fallback run (called at most once).
+
+    Attributes:
+        meta: ``{tensor name: (numpy dtype, [dims])}``.
+        activations: the fallback run's values, or None when it was not needed or failed.
+        fallback_error: why the fallback run failed, or None.
+    """
+
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], feeds: Callable[[], Mapping[str, np.ndarray]]):
+        self.meta: Dict[str, Meta] = {}
+        self.activations: Optional[Dict[str, np.ndarray]] = None
+        self.fallback_error: Optional[str] = None
+        fixed = _with_input_shapes(model, input_shapes)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(fixed, strict_mode=False, data_prop=True)
+        except Exception as e:  # onnx raises InferenceError and others
+            log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", str(e).splitlines()[0])
+            inferred = fixed
+        g = inferred.graph
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            m = _complete(vi)
+            if m is not None:
+                self.meta[vi.name] = m
+        wanted = [o for n in model.graph.node for o in n.output if o]
+        missing = [name for name in wanted if name not in self.meta]
+        if missing:
+            log.info("%d of %d tensors have no static shape after inference; running ONNX Runtime once", len(missing), len(wanted))
+            try:
+                self.activations = run_all_tensors(model, feeds())
+            except ModelError as e:
+                self.fallback_error = str(e)
+                log.warning("Shape fallback failed: %s", e)
+            else:
+                for name in missing:
+                    value = self.activations.get(name)
+                    if value is not None:
+                        self.meta[name] = (value.dtype, list(value.shape))
+
+    def get(self, name: str) -> Optional[Meta]:
+        """The tensor's (dtype, shape), or None when unknown."""
+        return self.meta.get(name)

@@ -1,0 +1,235 @@
+"""Node-level view of a model, and extraction of the subgraph made of any set of nodes.
+
+Search units are the non-constant nodes: Constant nodes, and nodes whose inputs are all
+constant, travel with the units that use them and never become graph inputs; initializers
+stay initializers. A node with subgraphs (If, Loop, Scan) is one unit, and the outer-scope
+tensors its bodies read count as its inputs.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Dict, Iterable, List, Optional, Set
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from runner.errors import ModelError, ShapeError
+from runner.graph.meta import TensorMeta
+
+log = logging.getLogger(__name__)
+
+
+def _subgraphs(node: gs.Node) -> List[gs.Graph]:
+    found = []
+    for value in node.attrs.values():
+        if isinstance(value, gs.Graph):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, gs.Graph))
+    return found
+
+
+def _outer_reads(graph: gs.Graph) -> Set[str]:
+    """Names of tensors a (sub)graph body reads from enclosing scopes."""
+    produced = {t.name for n in graph.nodes for t in n.outputs} | {t.name for t in graph.inputs}
+    reads: Set[str] = set()
+    for n in graph.nodes:
+        for t in n.inputs:
+            if t.name and not isinstance(t, gs.Constant) and t.name not in produced:
+                reads.add(t.name)
+        for sub in _subgraphs(n):
+            reads |= {name for name in _outer_reads(sub) if name not in produced}
+    return reads
+
+
+class GraphIndex:
+    """Index of a model's nodes for subgraph extraction.
+
+    Args:
+        model: the model (not modified).
+        meta: dtype and concrete shape of tensors that may become graph inputs or outputs.
+        shape_hint: the option that supplies missing shapes, named in errors.
+
+    Attributes:
+        nodes: the graph's nodes in topological order (gs.Node).
+        units: indices of the non-constant nodes, in topological order.
+
+    Raises:
+        ModelError: empty graph, a cycle, or a tensor that nothing provides (missing initializer).
+    """
+
+    def __init__(self, model: onnx.ModelProto, meta: TensorMeta, shape_hint: str = "model_input_shapes"):
+        self.model = model
+        self.meta = meta
+        self.shape_hint = shape_hint
+        if not model.graph.node:
+            raise ModelError("the model's graph has no nodes; there is nothing to reduce")
+        self.graph = gs.import_onnx(model)
+        self._check_sorted()
+        self.nodes: List[gs.Node] = list(self.graph.nodes)
+        self.graph_inputs = {t.name for t in self.graph.inputs}
+        self.graph_outputs = [t.name for t in self.graph.outputs]
+        self.producer: Dict[str, int] = {}
+        self.consumers: Dict[str, List[int]] = {}
+        self.reads: List[List[str]] = []
+        for i, node in enumerate(self.nodes):
+            for t in node.outputs:
+                if t.name:
+                    self.producer[t.name] = i
+        for i, node in enumerate(self.nodes):
+            names = [t.name for t in node.inputs if t.name and not isinstance(t, gs.Constant)]
+            for sub in _subgraphs(node):
+                names += sorted(_outer_reads(sub) - set(names))
+            self.reads.append(names)
+            for name in names:
+                self.consumers.setdefault(name, []).append(i)
+                if name not in self.producer and name not in self.graph_inputs:
+                    raise ModelError(f"node {node.name or i} ({node.op}) reads tensor {name!r}, which no node, graph input or initializer provides; fix the model")
+        self.const: List[bool] = []
+        for i, node in enumerate(self.nodes):
+            reads = self.reads[i]
+            is_const = node.op == "Constant" or (
+                bool(node.inputs) and not _subgraphs(node)
+                and all(self.producer.get(n) is not None and self.const[self.producer[n]] for n in reads)
+            )
+            self.const.append(is_const)
+        self.const_deps: List[Set[int]] = []
+        for i in range(len(self.nodes)):
+            deps: Set[int] = set()
+            for name in self.reads[i]:
+                p = self.producer.get(name)
+                if p is not None and self.const[p]:
+                    deps |= {p} | self.const_deps[p]
+            self.const_deps.append(deps)
+        self.units: List[int] = [i for i in range(len(self.nodes)) if not self.const[i]]
+        if not self.units:
+            raise ModelError("every node of the model is constant; there is nothing to reduce")
+        self.fingerprint = hashlib.sha1("|".join(f"{n.name}:{n.op}" for n in self.nodes).encode()).hexdigest()[:8]
+
+    def _check_sorted(self) -> None:
+        seen = {t.name for t in self.graph.inputs}
+        later = {t.name for n in self.graph.nodes for t in n.outputs}
+        for n in self.graph.nodes:
+            for t in n.inputs:
+                if t.name and not isinstance(t, gs.Constant) and t.name not in seen and t.name in later:
+                    try:
+                        self.graph.toposort()
+                    except Exception:
+                        raise ModelError(f"the graph has a cycle through node {n.name or n.op!r}; fix the model") from None
+                    return
+            seen |= {t.name for t in n.outputs}
+
+    def unit_parents(self, i: int) -> Set[int]:
+        """Non-constant nodes whose outputs node ``i`` reads."""
+        return {self.producer[n] for n in self.reads[i] if n in self.producer and not self.const[self.producer[n]]}
+
+    def key(self, units: Iterable[int]) -> str:
+        """A stable identity of a unit set (model fingerprint + digest of the sorted indices)."""
+        text = ",".join(map(str, sorted(units)))
+        return f"{self.fingerprint}:{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+    def boundary(self, units: Iterable[int]) -> tuple[List[int], List[str], List[str]]:
+        """The nodes, graph inputs and graph outputs of the subgraph made of ``units``.
+
+        Returns:
+            (node indices with their constant dependencies, sorted; input tensor names;
+            output tensor names). Outputs are the units' tensors that are original graph
+            outputs or are read by a node outside the set.
+        """
+        keep = set(units)
+        nodes = set(keep)
+        for u in keep:
+            nodes |= self.const_deps[u]
+        order = sorted(nodes)
+        produced = {t.name for i in order for t in self.nodes[i].outputs if t.name}
+        inputs: List[str] = []
+        for i in order:
+            for name in self.reads[i]:
+                if name not in produced and name not in inputs:
+                    inputs.append(name)
+        graph_outputs = set(self.graph_outputs)
+        outputs: List[str] = []
+        dangling: List[str] = []
+        for i in sorted(keep):
+            for t in self.nodes[i].outputs:
+                if not t.name:
+                    continue
+                outside = [c for c in self.consumers.get(t.name, []) if c not in nodes]
+                if t.name in graph_outputs or outside:
+                    outputs.append(t.name)
+                elif not self.consumers.get(t.name):
+                    dangling.append(t.name)
+        if not outputs:
+            outputs = [n for n in dangling if self.meta.get(n) is not None]
+        return order, inputs, outputs
+
+    def extract(self, units: Iterable[int]) -> onnx.ModelProto:
+        """The subgraph made of ``units`` as a model, with original opsets, domains and metadata.
+
+        Boundary tensors that are not original graph inputs/outputs are declared with their
+        concrete dtype and shape (from ``meta``).
+
+        Raises:
+            ShapeError: when a boundary tensor has no known dtype or shape.
+        """
+        order, inputs, outputs = self.boundary(units)
+        tensors = self.graph.tensors()
+        original = set(self.graph_inputs) | set(self.graph_outputs)
+        saved = {}
+        try:
+            for name in inputs + outputs:
+                if name in original:
+                    continue
+                m = self.meta.get(name)
+                if m is None:
+                    why = f" and ONNX Runtime could not run the model ({self.meta.fallback_error})" if self.meta.fallback_error else ""
+                    raise ShapeError(
+                        f"tensor {name!r} has no known dtype/shape: shape inference could not infer it{why}; "
+                        f"give input shapes with {self.shape_hint}={{input:[dims]}} or real inputs with inputs=feeds.npz"
+                    )
+                t = tensors[name]
+                saved[name] = (t.dtype, t.shape)
+                t.dtype, t.shape = m[0], list(m[1])
+            sub = gs.Graph(
+                nodes=[self.nodes[i] for i in order],
+                inputs=[tensors[n] for n in inputs],
+                outputs=[tensors[n] for n in outputs],
+                name=self.graph.name,
+                doc_string=self.graph.doc_string,
+                opset=self.graph.opset,
+                import_domains=self.graph.import_domains,
+            )
+            out = gs.export_onnx(sub, do_type_check=False)
+        finally:
+            for name, (dtype, shape) in saved.items():
+                tensors[name].dtype, tensors[name].shape = dtype, shape
+        return self._restore_model_fields(out)
+
+    def _restore_model_fields(self, out: onnx.ModelProto) -> onnx.ModelProto:
+        src = self.model
+        out.ir_version = src.ir_version
+        del out.opset_import[:]
+        out.opset_import.extend(src.opset_import)
+        out.producer_name, out.producer_version = src.producer_name, src.producer_version
+        out.domain, out.model_version, out.doc_string = src.domain, src.model_version, src.doc_string
+        del out.metadata_props[:]
+        out.metadata_props.extend(src.metadata_props)
+        del out.functions[:]
+        out.functions.extend(src.functions)
+        return out
+
+    def describe(self, units: Iterable[int]) -> List[Dict[str, str]]:
+        """Name and op type of each unit, in topological order."""
+        return [{"name": self.nodes[i].name, "op": self.nodes[i].op} for i in sorted(units)]
+
+    def count_nodes(self, units: Iterable[int]) -> int:
+        """Number of nodes (constants included) in the subgraph made of ``units``."""
+        return len(self.boundary(units)[0])
+
+    def find(self, name: str) -> Optional[int]:
+        """Index of the node called ``name``, or None."""
+        for i, n in enumerate(self.nodes):
+            if n.name == name:
+                return i
+        return None
