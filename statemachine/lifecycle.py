@@ -126,11 +126,11 @@ class Lifecycle:
             self.reused_count += 1
             self.reused()  # type: ignore[attr-defined]
             return
-        artifact = None
+        # the path is passed even when the strategy writes nothing: the check may produce it
+        artifact = self.iter_artifact
+        self.iter_artifact.parent.mkdir(parents=True, exist_ok=True)
         if self.candidate.write is not None:
-            self.iter_artifact.parent.mkdir(parents=True, exist_ok=True)
             self.candidate.write(self.iter_artifact)
-            artifact = self.iter_artifact
         self._write_info(None)
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
         self.verdict = self.checker.check(artifact, self.iteration, self.candidate)
@@ -142,7 +142,7 @@ class Lifecycle:
         """Sort the check's artifacts into good/ or bad/ and keep the intermediate if asked."""
         assert self.verdict is not None
         self.sorter.sort(self.iteration, self.verdict)
-        self.sorter.keep(self.iteration, self.iter_artifact if self.candidate and self.candidate.write else None, self.verdict)
+        self.sorter.keep(self.iteration, self.iter_artifact, self.verdict)
         self.sorted()  # type: ignore[attr-defined]
 
     def on_enter_advance(self) -> None:
@@ -160,7 +160,7 @@ class Lifecycle:
             return
         info: Dict[str, Any] = {
             "iteration": self.iteration,
-            "artifact": str(self.iter_artifact) if self.candidate.write else None,
+            "artifact": str(self.iter_artifact),
             "candidate": {"key": self.candidate.key, "label": self.candidate.label, **self.candidate.info},
             "state": self.strategy.state(),
         }

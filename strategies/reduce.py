@@ -17,7 +17,7 @@ import onnx
 from hydra.utils import get_class
 
 from runner.errors import ConfigError, NothingToDoError
-from runner.graph.feeds import model_feeds
+from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
@@ -72,7 +72,7 @@ class ReduceStrategy(Strategy):
             ModelError: bad model file or graph. ConfigError: bad options.
         """
         model = load_model(cfg.model)
-        shapes = dict(cfg.model_input_shapes or {})
+        shapes = check_input_shapes(model, cfg.model_input_shapes)
         meta = TensorMeta(model, shapes, partial(model_feeds, model, shapes, cfg.inputs, cfg.seed))
         index = GraphIndex(model, meta)
         output = Path(cfg.output or "reduced.onnx")

@@ -19,7 +19,8 @@ class Checker(abc.ABC):
         """Check one candidate.
 
         Args:
-            artifact: the iteration artifact's path, or None when the mode writes none.
+            artifact: the iteration artifact's path (for modes that write none, where the check may
+                write one itself); None only when a caller has no path at all.
             iteration: the 1-based iteration number.
             candidate: the candidate (its ``payload`` may hold an in-memory model).
 

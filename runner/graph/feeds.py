@@ -22,6 +22,37 @@ def graph_inputs(model: onnx.ModelProto) -> List[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
+def check_input_shapes(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dict[str, List[int]]:
+    """Validate ``model_input_shapes`` against the model's inputs.
+
+    Returns:
+        ``{input name: [dims]}`` as plain ints.
+
+    Raises:
+        ConfigError: when it is not a mapping of lists of non-negative ints, names an unknown
+            input, or gives the wrong rank.
+    """
+    if not input_shapes:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise ConfigError(f"model_input_shapes={input_shapes!r} is not a mapping; write it as model_input_shapes={{x:[1,3,224,224]}}")
+    by_name = {i.name: i for i in graph_inputs(model)}
+    shapes: Dict[str, List[int]] = {}
+    for name, dims in input_shapes.items():
+        if name not in by_name:
+            raise ConfigError(f"model_input_shapes names {name!r}, which is not a model input; inputs are {sorted(by_name)}")
+        try:
+            shapes[name] = [int(d) for d in dims]
+        except (TypeError, ValueError):
+            raise ConfigError(f"model_input_shapes.{name}={dims!r} is not a list of integers; write e.g. {name}:[1,3,224,224]") from None
+        if any(d < 0 for d in shapes[name]):
+            raise ConfigError(f"model_input_shapes.{name}={shapes[name]} has a negative dimension; give concrete sizes")
+        tt = by_name[name].type.tensor_type
+        if tt.HasField("shape") and len(tt.shape.dim) != len(shapes[name]):
+            raise ConfigError(f"model_input_shapes gives {name} rank {len(shapes[name])} but the model says rank {len(tt.shape.dim)}; give {len(tt.shape.dim)} dims")
+    return shapes
+
+
 def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> List[Spec]:
     """Name, numpy dtype and concrete shape of each graph input.
 
@@ -39,12 +70,8 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
         ConfigError: when ``input_shapes`` names an unknown input or has the wrong rank.
         ModelError: when an input is not a tensor.
     """
-    input_shapes = dict(input_shapes or {})
+    input_shapes = check_input_shapes(model, input_shapes)
     specs = []
-    names = [i.name for i in graph_inputs(model)]
-    for name in input_shapes:
-        if name not in names:
-            raise ConfigError(f"model_input_shapes names {name!r}, which is not a model input; inputs are {names}")
     for vi in graph_inputs(model):
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"model input {vi.name!r} is not a tensor; only tensor inputs are supported")
@@ -52,10 +79,7 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         if vi.name in input_shapes:
-            given = [int(d) for d in input_shapes[vi.name]]
-            if tt.HasField("shape") and len(given) != len(dims):
-                raise ConfigError(f"model_input_shapes gives {vi.name} rank {len(given)} but the model says rank {len(dims)}; give {len(dims)} dims")
-            dims = given
+            dims = list(input_shapes[vi.name])
         elif any(d is None for d in dims):
             log.warning("Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})", vi.name, dims, vi.name)
             dims = [1 if d is None else d for d in dims]

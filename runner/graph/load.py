@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import onnx
+from onnx import numpy_helper
 from google.protobuf.message import DecodeError
 
 from runner.errors import ArtifactError, ModelError
@@ -89,6 +90,7 @@ def save_model(
             data_file = path.parent / location
             if data_file.exists():
                 data_file.unlink()
+            _to_raw_data(model, threshold)
             onnx.save_model(
                 model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                 location=location, size_threshold=threshold,
@@ -98,6 +100,15 @@ def save_model(
     except OSError as e:
         raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
     return path
+
+
+def _to_raw_data(model: onnx.ModelProto, threshold: int) -> None:
+    """Store large initializers as raw_data: onnx only moves raw_data tensors to external data."""
+    for init in model.graph.initializer:
+        if not init.HasField("raw_data") and init.data_location != onnx.TensorProto.EXTERNAL:
+            array = numpy_helper.to_array(init)
+            if array.nbytes >= threshold:
+                init.CopyFrom(numpy_helper.from_array(array, init.name))
 
 
 def check_saved(path: str | Path) -> None:

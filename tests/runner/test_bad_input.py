@@ -1,0 +1,107 @@
+"""Bad input: one-line error naming the problem and the fix, non-zero exit, nothing of the user's lost."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+
+from tests.conftest import DETECTOR, check_cmd, chain_model, need, write_script
+import onnx
+
+
+def _one_line_error(r, *words):
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture
+def ok_script(tmp_path):
+    return write_script(tmp_path / "ok.py", "import sys\nsys.exit(1)\n")
+
+
+def test_missing_model(run_cli, ok_script, tmp_path):
+    r = run_cli("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script))
+    _one_line_error(r, "no such file", "model=")
+    assert r.summary["status"].startswith("error: ")
+
+
+def test_not_onnx(run_cli, ok_script, tmp_path):
+    bad = tmp_path / "notes.onnx"
+    bad.write_text("this is not a model\n" * 20)
+    r = run_cli("mode=reduce", f"model={bad}", check_cmd(ok_script))
+    _one_line_error(r, "not an ONNX model")
+    assert bad.read_text() == "this is not a model\n" * 20
+
+
+def test_no_model_given(run_cli, ok_script):
+    _one_line_error(run_cli("mode=reduce", check_cmd(ok_script)), "no model given", "model=")
+
+
+def test_check_command_not_found(run_cli, tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(chain_model(3), model)
+    r = run_cli("mode=reduce", f"model={model}", 'checker.cmd="no-such-program-xyz {artifact}"')
+    _one_line_error(r, "no-such-program-xyz", "not found")
+
+
+def test_check_command_not_set(run_cli):
+    _one_line_error(run_cli("mode=repeat", "until=1"), "checker.cmd", "not set")
+
+
+def test_artifacts_dir_not_writable(run_cli, ok_script, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = run_cli("mode=repeat", "until=1", check_cmd(ok_script), "artifacts.paths=[a.txt]", f"artifacts.dir={blocker / 'sub'}")
+    _one_line_error(r, "artifacts.dir", "not a writable directory")
+
+
+@pytest.mark.parametrize("until, words", [("0", ["until=0", "positive"]), ("-3", ["until=-3", "positive"]), ("soon", ["until='soon'"])])
+def test_bad_until(run_cli, ok_script, until, words):
+    _one_line_error(run_cli("mode=repeat", f"until={until}", check_cmd(ok_script)), *words)
+
+
+def test_missing_until(run_cli, ok_script):
+    _one_line_error(run_cli("mode=repeat", check_cmd(ok_script)), "until=")
+
+
+def test_unknown_key_fails_before_work(run_cli, ok_script, tmp_path):
+    r = run_cli("mode=repeat", "until=1", check_cmd(ok_script), "colour=blue")
+    assert r.returncode != 0
+    assert "colour" in r.stderr
+    assert not (r.run_dir / "replay.json").exists()
+
+
+def test_bad_replay_file(run_cli, ok_script, tmp_path):
+    junk = tmp_path / "replay.json"
+    junk.write_text("{}")
+    _one_line_error(run_cli("mode=repeat", "until=1", check_cmd(ok_script), f"replay.load={junk}"), "not a replay file")
+
+
+def test_nothing_to_reduce_when_original_passes(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "m.onnx"
+    onnx.save(chain_model(4), model)
+    before = hashlib.sha256(model.read_bytes()).hexdigest()
+    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "not_a_node"))
+    _one_line_error(r, "passes on the unreduced model")
+    assert r.summary["checks"] == 1
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == before
+
+
+def test_both_reductions_off(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "m.onnx"
+    onnx.save(chain_model(4), model)
+    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "reduce_inputs=false", "reduce_outputs=false")
+    _one_line_error(r, "nothing to reduce")
+
+
+def test_unknown_input_in_model_input_shapes(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "m.onnx"
+    onnx.save(chain_model(4), model)
+    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "model_input_shapes={nope:[1]}")
+    _one_line_error(r, "nope", "not a model input")

@@ -1,0 +1,51 @@
+"""Every mode x marker x checker composes; wrong keys, types and choices fail before any work."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from hydra.utils import get_class, get_method
+
+import conf
+from runner.config import register_configs
+
+CONF = Path(conf.__file__).parent
+MODES = sorted(p.stem for p in (CONF / "mode").glob("*.yaml"))
+MARKERS = sorted(p.stem for p in (CONF / "marker").glob("*.yaml"))
+CHECKERS = sorted(p.stem for p in (CONF / "checker").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hydra_conf():
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        yield
+
+
+def test_groups_are_complete():
+    assert MODES == ["build", "diff_tactics", "precision", "reduce", "repeat"]
+    assert MARKERS == ["bisect", "linear", "minimal"]
+    assert {"command", "interactive", "python", "compare"} <= set(CHECKERS)
+
+
+@pytest.mark.parametrize("mode, marker, checker", list(itertools.product(MODES, MARKERS, CHECKERS)))
+def test_every_combination_composes(mode, marker, checker):
+    cfg = compose("config", overrides=[f"mode={mode}", f"marker={marker}", f"checker={checker}"], return_hydra_config=True)
+    assert cfg.mode.name == mode
+    assert get_method(cfg.mode._target_) is not None
+    assert get_class(cfg.marker._target_) is not None
+    assert get_class(cfg.checker._target_) is not None
+
+
+@pytest.mark.parametrize("override", ["nonsense=1", "checker.nonsense=1", "marker=nope", "seed=abc", "reduce_inputs=maybe", "direction=sideways", "artifacts.keep_intermediate=perhaps"])
+def test_bad_overrides_are_rejected(override):
+    with pytest.raises(ConfigCompositionException):
+        compose("config", overrides=[override])
+
+
+def test_model_input_shapes_take_a_dict():
+    cfg = compose("config", overrides=["model_input_shapes={x:[1,3,160,160]}"])
+    assert dict(cfg.model_input_shapes) == {"x": [1, 3, 160, 160]}

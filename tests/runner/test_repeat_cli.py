@@ -1,0 +1,227 @@
+"""mode=repeat through the real CLI: checker options, until forms, artifact sorting, timeouts, resume."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import check_cmd, write_script
+
+# Fails on the runs whose numbers are given on the command line; writes out.txt each run.
+FLAKY = '''
+import os, sys
+n = int(os.environ["RUNNER_ITERATION"])
+open("out.txt", "w").write(f"run {n}\\n")
+print(f"run {n} says hello")
+sys.exit(1 if str(n) in sys.argv[1:] else 0)
+'''
+
+EXIT_WITH = '''
+import sys
+print(sys.argv[2] if len(sys.argv) > 2 else "")
+sys.exit(int(sys.argv[1]))
+'''
+
+
+@pytest.fixture
+def flaky(tmp_path):
+    return write_script(tmp_path / "flaky.py", FLAKY)
+
+
+@pytest.fixture
+def exit_with(tmp_path):
+    return write_script(tmp_path / "exit_with.py", EXIT_WITH)
+
+
+@pytest.mark.parametrize("until, fails, expected_runs", [("bad", "3", 3), ("good", "1 2", 3), ("4", "2", 4), ("1", "", 1)])
+def test_until_forms(run_cli, flaky, until, fails, expected_runs):
+    r = run_cli("mode=repeat", f"until={until}", check_cmd(flaky, *fails.split()))
+    assert r.returncode == 0, r.stderr
+    s = r.summary
+    assert s["status"] == "ok"
+    assert s["iterations"] == s["checks"] == s["runs"] == expected_runs
+    assert s["bad"] == len([f for f in fails.split() if int(f) <= expected_runs])
+    assert [e["passed"] for e in r.replay["iterations"]] == [str(i) not in fails.split() for i in range(1, expected_runs + 1)]
+
+
+def test_artifacts_sorted_into_good_and_bad(run_cli, flaky, tmp_path):
+    art = tmp_path / "sorted"
+    r = run_cli("mode=repeat", "until=4", check_cmd(flaky, "2", "4"), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
+    assert r.returncode == 0, r.stderr
+    good = sorted(p.name for p in (art / "good").iterdir())
+    bad = sorted(p.name for p in (art / "bad").iterdir())
+    assert [n.split("_")[1] for n in good] == ["iter1", "iter3"]
+    assert [n.split("_")[1] for n in bad] == ["iter2", "iter4"]
+    assert all(n.startswith("out_iter") and n.endswith(".txt") for n in good + bad)
+    assert all("_rc0" in n for n in good) and all("_rc1" in n for n in bad)
+    assert (art / "bad" / bad[0]).read_text() == "run 2\n"
+    assert not (tmp_path / "out.txt").exists(), "artifacts are moved, not copied"
+
+
+def test_sorting_never_overwrites(run_cli, flaky, tmp_path):
+    art = tmp_path / "sorted"
+    for _ in range(2):
+        r = run_cli("mode=repeat", "until=1", check_cmd(flaky), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
+        assert r.returncode == 0, r.stderr
+    kept = list((art / "good").iterdir())
+    assert len(kept) == 2, kept
+
+
+def test_missing_artifact_is_a_warning(run_cli, exit_with, tmp_path):
+    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0"), "artifacts.paths=[never_made.bin]", f"artifacts.dir={tmp_path / 'a'}")
+    assert r.returncode == 0
+    assert "never_made.bin was not produced" in r.stdout
+
+
+def test_iter_info_written_each_iteration(run_cli, tmp_path):
+    script = write_script(tmp_path / "read_info.py", 'import json,sys\nd=json.load(open(sys.argv[1]))\nsys.exit(0 if d["iteration"]==int(__import__("os").environ["RUNNER_ITERATION"]) else 1)\n')
+    info = tmp_path / "info.json"
+    r = run_cli("mode=repeat", "until=3", check_cmd(script, str(info)), f"artifacts.iter_info={info}")
+    assert r.returncode == 0, r.stderr
+    assert r.summary["good"] == 3, "the check read its own iteration's info"
+    data = json.loads(info.read_text())
+    assert data["iteration"] == 3 and data["state"]["runs"] == 3 and data["verdict"]["passed"] is True
+
+
+@pytest.mark.parametrize("code, option, passed", [
+    (3, "checker.fail_codes=[2]", True),
+    (3, "checker.fail_codes=[3]", False),
+    (3, "checker.ignore_fail_codes=[3]", True),
+    (4, "checker.ignore_fail_codes=[3]", False),
+    (0, "checker.fail_codes=[0]", False),
+])
+def test_fail_codes(run_cli, exit_with, code, option, passed):
+    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, str(code)), option)
+    assert r.returncode == 0, r.stderr
+    assert r.replay["iterations"][0]["passed"] is passed
+    assert r.replay["iterations"][0]["returncode"] == code
+
+
+@pytest.mark.parametrize("code, text, extra, passed", [
+    (0, "CRASH", [], False),          # a regex match fails even with exit code 0
+    (1, "fine", [], True),            # no match passes even with exit code 1
+    (1, "CRASH", ["checker.fail_codes=[2]"], True),   # both must agree
+    (2, "CRASH", ["checker.fail_codes=[2]"], False),
+])
+def test_fail_regex(run_cli, exit_with, code, text, extra, passed):
+    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, str(code), text), "checker.fail_regex=[CRA.H]", *extra)
+    assert r.returncode == 0, r.stderr
+    assert r.replay["iterations"][0]["passed"] is passed
+
+
+def test_show_output_and_hide_fail_output(run_cli, exit_with):
+    quiet = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"))
+    assert "passing-words" not in quiet.stdout
+    shown = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"), "checker.show_output=true")
+    assert "passing-words" in shown.stdout
+    failing = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"))
+    assert "failing-words" in failing.stdout
+    hidden = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"), "checker.hide_fail_output=true")
+    assert "failing-words" not in hidden.stdout
+
+
+def test_timeout_kills_process_group(run_cli, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = write_script(tmp_path / "hang.py", f'''
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+open({str(pidfile)!r}, "w").write(str(child.pid))
+time.sleep(60)
+''')
+    start = time.monotonic()
+    r = run_cli("mode=repeat", "until=1", check_cmd(script), "checker.timeout_s=1.5")
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - start < 30
+    entry = r.replay["iterations"][0]
+    assert entry["passed"] is False and entry["reason"].startswith("timeout")
+    assert "timed out" in r.stdout
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    status = Path(f"/proc/{pid}/status")
+    # gone, or a zombie waiting for a reaper that this container may not run
+    assert not status.exists() or "State:\tZ" in status.read_text()
+
+
+def test_env_and_placeholder(run_cli, tmp_path):
+    script = write_script(tmp_path / "env.py", 'import os,sys\nsys.exit(0 if sys.argv[1]==os.environ["RUNNER_ARTIFACT"] and sys.argv[1].endswith("it.bin") else 1)\n')
+    r = run_cli("mode=repeat", "until=1", check_cmd(script, "{artifact}"), f"artifacts.iter_artifact={tmp_path / 'it.bin'}")
+    assert r.replay["iterations"][0]["passed"] is True
+
+
+def _wait_for_entries(replay: Path, n: int, proc: subprocess.Popen, limit: float = 60) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("run did not progress")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_kill_then_resume(run_cli, tmp_path, sig):
+    """A run stopped mid-way and resumed with its replay ends like an uninterrupted run, with fewer checks."""
+    script = write_script(tmp_path / "slow.py", 'import os,sys,time\ntime.sleep(0.3)\nsys.exit(1 if os.environ["RUNNER_ITERATION"] in ("5",) else 0)\n')
+    full = run_cli("mode=repeat", "until=bad", check_cmd(script))
+    assert full.summary["runs"] == 5 and full.summary["checks"] == 5
+
+    first_dir = tmp_path / "interrupted"
+    cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", check_cmd(script), f"hydra.run.dir={first_dir}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    _wait_for_entries(first_dir / "replay.json", 2, proc)
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    done = len(json.loads((first_dir / "replay.json").read_text())["iterations"])
+    assert 2 <= done < 5
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert json.loads((first_dir / "summary.json").read_text())["status"] == "interrupted"
+
+    resumed = run_cli("mode=repeat", "until=bad", check_cmd(script), f"replay.load={first_dir / 'replay.json'}")
+    assert resumed.returncode == 0, resumed.stderr
+    s = resumed.summary
+    assert s["runs"] == 5 and s["bad"] == 1
+    assert s["checks"] == 5 - done and s["reused"] == done
+    assert [e["passed"] for e in resumed.replay["iterations"]] == [e["passed"] for e in full.replay["iterations"]]
+
+
+def test_interactive_asks_on_a_terminal(tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", "checker=interactive", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdin=slave, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    seen = b""
+    answers = [b"maybe\n", b"y\n", b"n\n"]
+    end = time.monotonic() + 60
+    while answers and time.monotonic() < end:
+        if not select.select([master], [], [], 1.0)[0]:
+            continue
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        seen += chunk
+        while answers and seen.count(b"? [y/n]") > 3 - len(answers):
+            os.write(master, answers.pop(0))
+    try:
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        os.close(master)
+    assert b"Did iteration 1 pass" in seen and b"Did iteration 2 pass" in seen
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["runs"] == 2 and summary["bad"] == 1
+
+
+def test_interactive_without_terminal_is_an_error(run_cli):
+    r = run_cli("mode=repeat", "until=1", "checker=interactive")
+    assert r.returncode == 2
+    assert "needs a terminal" in r.stderr and "Traceback" not in r.stderr

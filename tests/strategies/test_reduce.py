@@ -1,0 +1,230 @@
+"""mode=reduce through the real CLI, on graphs built here and on the real models in ../shared/models."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from tests.conftest import (CLASSIFIER, DETECTOR, VAD, VAD_IF, branchy_model, chain_model, check_cmd, f32,
+                            make_model, need)
+
+
+def _names(path):
+    return [n.name for n in onnx.load(str(path)).graph.node]
+
+
+def _compute_names(path):
+    return [n.name for n in onnx.load(str(path)).graph.node if n.op_type != "Constant"]
+
+
+def _reduce(run_cli, model_path, script, culprits, *extra, out=None):
+    out = out or model_path.parent / "reduced.onnx"
+    r = run_cli("mode=reduce", f"model={model_path}", check_cmd(script, "{artifact}", *culprits), f"output={out}", *extra)
+    assert r.returncode == 0, r.stderr + r.stdout[-3000:]
+    onnx.checker.check_model(str(out))
+    return r, out
+
+
+@pytest.mark.parametrize("marker", ["bisect", "linear"])
+@pytest.mark.parametrize("culprit", ["n0", "n3", "n7"])
+def test_single_node_fault_in_a_chain(run_cli, tmp_path, has_nodes_script, marker, culprit):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(8), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, [culprit], f"marker={marker}")
+    assert _compute_names(out) == [culprit]
+    s = r.summary
+    assert s["nodes_before"] == 9 and s["compute_nodes_after"] == 1 and s["output"] == str(out)
+    assert s["checks"] <= (1 + math.ceil(math.log2(8)) + 1 if marker == "bisect" else 1 + 8 + 1)
+    assert onnx.load(str(out)).opset_import[0].version == 17
+
+
+@pytest.mark.parametrize("marker", ["bisect", "linear"])
+def test_two_node_fault_on_different_branches(run_cli, tmp_path, has_nodes_script, marker):
+    model = tmp_path / "branchy.onnx"
+    onnx.save(branchy_model(), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["a1", "b1"], f"marker={marker}")
+    assert sorted(_compute_names(out)) == ["a1", "b1"]
+    reduced = onnx.load(str(out))
+    assert {i.name for i in reduced.graph.input} == {"a0o", "b0o"}
+    assert [i.name for i in reduced.graph.initializer] == ["w"], "initializers stay initializers"
+
+
+def test_fault_at_a_second_graph_output(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "branchy.onnx"
+    onnx.save(branchy_model(), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["side_out"])
+    reduced = onnx.load(str(out))
+    assert _compute_names(out) == ["side_out"]
+    assert [o.name for o in reduced.graph.output] == ["side"]
+    assert [i.name for i in reduced.graph.input] == ["b2o"]
+    vi = reduced.graph.input[0].type.tensor_type
+    assert vi.elem_type == TensorProto.FLOAT and [d.dim_value for d in vi.shape.dim] == [1, 4]
+
+
+def test_reduce_inputs_off_keeps_graph_inputs(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(8), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["n3"], "reduce_inputs=false")
+    assert _compute_names(out) == ["n0", "n1", "n2", "n3"]
+    assert [i.name for i in onnx.load(str(out)).graph.input] == ["x"]
+
+
+def test_reduce_outputs_off_keeps_graph_outputs(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(8), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["n3"], "reduce_outputs=false")
+    assert _compute_names(out) == ["n3", "n4", "n5", "n6", "n7"]
+    assert [o.name for o in onnx.load(str(out)).graph.output] == ["y"]
+
+
+def test_dynamic_shapes_become_concrete_at_boundaries(run_cli, tmp_path, has_nodes_script):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=[1, 0]),
+             helper.make_node("Sigmoid", ["t"], ["y"], name="sig")]
+    model = tmp_path / "dyn.onnx"
+    onnx.save(make_model(nodes, [f32("x", ["N", 4])], [f32("y", [4, "N"])]), model)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["tr"], "model_input_shapes={x:[3,4]}")
+    reduced = onnx.load(str(out))
+    dims = lambda vi: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    assert dims(reduced.graph.input[0]) == [3, 4] and dims(reduced.graph.output[0]) == [4, 3]
+    sess = ort.InferenceSession(reduced.SerializeToString())
+    assert sess.run(None, {"r": np.ones((3, 4), np.float32)})[0].shape == (4, 3)
+
+
+def test_min_good_is_written(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(8), model)
+    good = tmp_path / "good.onnx"
+    r, out = _reduce(run_cli, model, has_nodes_script, ["n5"], f"min_good={good}")
+    assert r.summary["min_good"] == str(good)
+    assert "n5" not in _names(good) and len(_compute_names(good)) >= 1
+    onnx.checker.check_model(str(good))
+
+
+def test_metadata_and_names_are_kept(run_cli, tmp_path, has_nodes_script):
+    m = chain_model(6)
+    m.producer_name = "unit-test"
+    helper.set_model_props(m, {"owner": "me"})
+    model = tmp_path / "chain.onnx"
+    onnx.save(m, model)
+    before = hashlib.sha256(model.read_bytes()).hexdigest()
+    _, out = _reduce(run_cli, model, has_nodes_script, ["n2"])
+    reduced = onnx.load(str(out))
+    assert reduced.producer_name == "unit-test"
+    assert {p.key: p.value for p in reduced.metadata_props} == {"owner": "me"}
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == before, "the input file is never modified"
+
+
+def test_external_data_round_trip(run_cli, tmp_path, has_nodes_script):
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).random((64, 64), dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("MatMul", ["b", "w"], ["y"], name="mm2")]
+    m = make_model(nodes, [f32("x", [1, 64])], [f32("y", [1, 64])], [w])
+    model = tmp_path / "ext.onnx"
+    onnx.save_model(m, str(model), save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    assert (tmp_path / "ext.onnx.data").stat().st_size == 64 * 64 * 4
+    out = tmp_path / "out" / "reduced.onnx"
+    out.parent.mkdir()
+    r, _ = _reduce(run_cli, model, has_nodes_script, ["mm2"], "external_data=true", "external_data_threshold=16", out=out)
+    assert (out.parent / "reduced.onnx.data").stat().st_size >= 64 * 64 * 4
+    loaded = onnx.load(str(out))
+    assert _compute_names(out) == ["mm2"] and onnx.numpy_helper.to_array(loaded.graph.initializer[0]).shape == (64, 64)
+
+
+def test_kill_then_resume_reduce(run_cli, tmp_path):
+    slow = tmp_path / "slow_has.py"
+    slow.write_text("import sys, time, onnx\ntime.sleep(0.25)\nnames={n.name for n in onnx.load(sys.argv[1]).graph.node}\nsys.exit(1 if 'n9' in names else 0)\n")
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(16), model)
+    full = run_cli("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"), f"output={tmp_path / 'full.onnx'}")
+    assert full.returncode == 0, full.stderr
+
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "runner", "mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
+           f"output={tmp_path / 'never.onnx'}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    replay = run_dir / "replay.json"
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not (replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = len(json.loads(replay.read_text())["iterations"])
+
+    resumed = run_cli("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
+                      f"output={tmp_path / 'resumed.onnx'}", f"replay.load={replay}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert _names(tmp_path / "resumed.onnx") == _names(tmp_path / "full.onnx")
+    assert resumed.summary["checks"] == full.summary["checks"] - done
+    assert not (tmp_path / "never.onnx").exists()
+
+
+# ---- real models ---------------------------------------------------------------------------
+
+def test_detector_bisect_beats_polygraphy(run_cli, tmp_path, has_nodes_script):
+    model = need(DETECTOR)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["p2o.Conv.31"], "marker=bisect", "model_input_shapes={x:[1,3,160,160]}",
+                     out=tmp_path / "det.onnx")
+    s = r.summary
+    assert _compute_names(out) == ["p2o.Conv.31"]
+    assert s["checks"] <= 15, "within 1.5x of ceil(log2 672) = 10"
+    assert s["checks"] <= 17, "never more than Polygraphy's 17"
+    assert s["nodes_before"] == 672
+
+
+def test_detector_linear_half_of_polygraphy(run_cli, tmp_path, has_nodes_script):
+    model = need(DETECTOR)
+    r, out = _reduce(run_cli, model, has_nodes_script, ["p2o.Conv.31"], "marker=linear", "model_input_shapes={x:[1,3,160,160]}",
+                     out=tmp_path / "det.onnx")
+    assert _compute_names(out) == ["p2o.Conv.31"]
+    assert r.summary["checks"] <= 555 // 2
+    entries = r.replay["iterations"]
+    assert len({e["key"] for e in entries}) == len(entries), "no candidate checked twice"
+
+
+def test_classifier_two_node_fault(run_cli, tmp_path, has_nodes_script):
+    model = need(CLASSIFIER)
+    names = [n.name for n in onnx.load(str(model)).graph.node if n.op_type == "Conv"]
+    a, b = names[3], names[-2]
+    r, out = _reduce(run_cli, model, has_nodes_script, [a, b], "model_input_shapes={x:[1,3,48,192]}", out=tmp_path / "cls.onnx")
+    assert sorted(_compute_names(out)) == sorted([a, b])
+    sess = ort.InferenceSession(str(out))
+    feeds = {i.name: np.random.rand(*i.shape).astype(np.float32) for i in sess.get_inputs()}
+    sess.run(None, feeds)
+
+
+def test_recurrent_model_with_int_inputs(run_cli, tmp_path, has_nodes_script):
+    model = need(VAD)
+    m = onnx.load(str(model))
+    target = [n.name for n in m.graph.node if n.op_type == "Conv"][2]
+    inputs = tmp_path / "vad_inputs.npz"
+    np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
+             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
+    r, out = _reduce(run_cli, model, has_nodes_script, [target], f"inputs={inputs}",
+                     "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "vad.onnx")
+    assert _compute_names(out) == [target]
+
+
+def test_if_node_moves_as_one(run_cli, tmp_path, has_nodes_script):
+    model = need(VAD_IF)
+    inputs = tmp_path / "vad_inputs.npz"
+    np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
+             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
+    r, out = _reduce(run_cli, model, has_nodes_script, ["If_0"], f"inputs={inputs}",
+                     "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "if.onnx")
+    reduced = onnx.load(str(out))
+    assert _compute_names(out) == ["If_0"]
+    assert {i.name for i in reduced.graph.input} == {"Equal_0_C", "input", "state"}, "outer-scope reads become inputs"
+    sess = ort.InferenceSession(str(out))
+    got = sess.run(None, {"Equal_0_C": np.array(True), "input": np.zeros((1, 512), np.float32), "state": np.zeros((2, 1, 128), np.float32)})
+    assert len(got) == 2
