@@ -48,6 +48,7 @@ class ReduceStrategy(Strategy):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError("reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one")
         self.index = index
+        self.source_model = index.model
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
         self.output = Path(output)

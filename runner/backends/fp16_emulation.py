@@ -1,0 +1,59 @@
+"""fp16 (and bf16) emulation backend: ONNX Runtime in fp32, with every low-precision tensor rounded.
+
+See ``runner.graph.emulate`` for the rewrite. bf16 needs ONNX Runtime's Cast to bfloat16 (CPU
+provider, opset 13 or newer); outputs declared bf16 are returned as float32 arrays holding
+bf16-rounded values, since numpy has no bfloat16 type of its own.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from runner.backends.base import Backend
+from runner.backends.onnxruntime import OnnxRuntimeBackend
+from runner.graph.emulate import emulate_low_precision
+
+
+class EmulationBackend(Backend):
+    """Runs a model as hardware storing its fp16 (or bf16) tensors in that precision would.
+
+    Args:
+        low: "float16" or "bfloat16".
+        providers: ONNX Runtime providers for the fp32 run.
+        graph_optimization_level: as for the onnxruntime backend; "all" may fuse a rounding Cast
+            away in rare patterns, so "disable" is used unless set otherwise.
+    """
+
+    name = "fp16_emulation"
+
+    def __init__(self, low: str = "float16", providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "disable"):
+        self.low = low
+        self.ort = OnnxRuntimeBackend(providers, graph_optimization_level)
+        self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
+
+    def prepare(self, model: onnx.ModelProto, key: Optional[str]) -> Tuple[onnx.ModelProto, List[str], List[str]]:
+        """The rewritten model and its low-precision inputs and outputs (cached by key)."""
+        if key is not None and key in self._rewritten:
+            return self._rewritten[key]
+        rewritten, low_in, low_out, _ = emulate_low_precision(model, self.low)
+        entry = (rewritten, low_in, low_out)
+        if key is not None:
+            self._rewritten = {key: entry}
+        return entry
+
+    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
+            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+        """Run once in fp32 with low-precision rounding; fp16 outputs come back as float16."""
+        rewritten, low_in, low_out = self.prepare(model, key)
+        fed = {k: (np.asarray(v, dtype=np.float32) if k in low_in else v) for k, v in feeds.items()}
+        got = self.ort.run(rewritten, fed, key=None if key is None else f"emu:{key}", outputs=outputs)
+        if self.low == "float16":
+            got = {k: (v.astype(np.float16) if k in low_out else v) for k, v in got.items()}
+        return got
+
+    def close(self) -> None:
+        """Drop cached sessions and rewritten models."""
+        self.ort.close()
+        self._rewritten.clear()

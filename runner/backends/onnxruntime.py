@@ -1,0 +1,77 @@
+"""ONNX Runtime backend (CPU by default; providers and optimization level configurable)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Dict, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from runner.backends.base import Backend
+from runner.errors import ConfigError, ModelError
+from runner.graph.activations import run_all_tensors, session_for
+
+LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+class OnnxRuntimeBackend(Backend):
+    """Runs models with ONNX Runtime, keeping the last few sessions.
+
+    Args:
+        providers: execution providers in priority order, e.g. ``["CPUExecutionProvider"]``.
+        graph_optimization_level: disable, basic, extended or all.
+        cache_size: how many sessions to keep (keyed by model key).
+
+    Raises:
+        ConfigError: for an unknown optimization level or an unavailable provider.
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "all", cache_size: int = 4):
+        if graph_optimization_level not in LEVELS:
+            raise ConfigError(f"checker.graph_optimization_level={graph_optimization_level!r}; use one of {sorted(LEVELS)}")
+        missing = [p for p in providers if p not in ort.get_available_providers()]
+        if missing:
+            raise ConfigError(f"ONNX Runtime providers {missing} are not available here ({ort.get_available_providers()}); fix checker.providers")
+        self.providers = list(providers)
+        self.level = LEVELS[graph_optimization_level]
+        self.cache_size = cache_size
+        self._sessions: "OrderedDict[str, ort.InferenceSession]" = OrderedDict()
+
+    def session(self, model: onnx.ModelProto, key: Optional[str]) -> ort.InferenceSession:
+        """A (cached) session for ``model``."""
+        if key is not None and key in self._sessions:
+            self._sessions.move_to_end(key)
+            return self._sessions[key]
+        sess = session_for(model, self.providers, self.level)
+        if key is not None:
+            self._sessions[key] = sess
+            while len(self._sessions) > self.cache_size:
+                self._sessions.popitem(last=False)
+        return sess
+
+    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
+            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+        """Run once; intermediate ``outputs`` are served by a run with every tensor marked."""
+        declared = [o.name for o in model.graph.output]
+        if outputs is not None and not set(outputs) <= set(declared):
+            values = run_all_tensors(model, feeds)
+            return {n: values[n] for n in outputs}
+        sess = self.session(model, key)
+        names = list(outputs) if outputs is not None else [o.name for o in sess.get_outputs()]
+        try:
+            got = sess.run(names, dict(feeds))
+        except Exception as e:
+            raise ModelError(f"ONNX Runtime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+        return {n: np.asarray(v) for n, v in zip(names, got)}
+
+    def close(self) -> None:
+        """Drop cached sessions."""
+        self._sessions.clear()

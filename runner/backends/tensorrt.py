@@ -1,0 +1,49 @@
+"""TensorRT backend (optional ``trt`` extra): build a strongly typed engine per candidate and run it.
+
+tensorrt is imported when the backend is created, never at module import; without it the
+backend raises MissingExtraError naming the ``trt`` extra.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from runner.backends.base import Backend
+from runner.trt import load_tensorrt
+
+
+class TensorRTBackend(Backend):
+    """Builds each candidate into a strongly typed engine (cached by key) and runs it.
+
+    Args:
+        workspace: builder workspace limit in bytes, or None.
+
+    Raises:
+        MissingExtraError: when TensorRT is not installed.
+    """
+
+    name = "tensorrt"
+
+    def __init__(self, workspace: Optional[int] = None):
+        load_tensorrt("checker.backend=tensorrt")
+        self.workspace = workspace
+        self._engine: Optional[Tuple[Optional[str], bytes]] = None
+
+    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
+            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+        """Build (or reuse) the engine for ``model`` and run it on ``feeds``.
+
+        Raises:
+            ModelError: when parsing, building or running fails.
+        """
+        from runner.trt.engine import EngineBuilder, profiles_from_shapes
+        from runner.trt.execute import run_engine
+
+        if self._engine is None or key is None or self._engine[0] != key:
+            shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
+            builder = EngineBuilder(model.SerializeToString(), self.workspace, profiles_from_shapes(shapes))
+            self._engine = (key, builder.build().engine)
+        got = run_engine(self._engine[1], feeds)
+        return got if outputs is None else {n: got[n] for n in outputs}

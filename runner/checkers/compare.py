@@ -1,0 +1,130 @@
+"""The compare checker: run each candidate in-process and compare its outputs with golden outputs.
+
+No subprocess per iteration: sessions, the inputs and the golden values are made once. In
+reduce mode a subgraph's inputs are fed the values the original model produced for those
+tensors, and its outputs are compared with the original model's values for them.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from runner.backends.base import Backend, make_backend
+from runner.checkers.base import Checker
+from runner.checkers.tolerance import compare_outputs
+from runner.errors import ArtifactError, ConfigError, ModelError
+from runner.graph.activations import run_all_tensors
+from runner.graph.feeds import check_input_shapes, graph_inputs, load_npz, model_feeds
+from runner.graph.load import load_model
+from strategies.base import Candidate, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class CompareChecker(Checker):
+    """Judges a candidate by comparing its outputs with golden outputs, per output tensor.
+
+    A candidate fails when any output has NaN/Inf where the golden value has none, or more than
+    ``max_mismatch_fraction`` of its elements outside ``atol + rtol * |golden|``, or when the
+    backend cannot run it.
+
+    Args:
+        backend: the backend that runs candidates (onnxruntime, onnx_reference, fp16_emulation,
+            bf16_emulation, tensorrt).
+        reference: the backend that computes golden outputs from the original model.
+        atol: absolute tolerance.
+        rtol: relative tolerance.
+        max_mismatch_fraction: fraction of elements (0 to 1) allowed outside tolerance.
+        providers: ONNX Runtime providers for backends that use it.
+        graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
+
+    Raises:
+        ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown backend.
+        MissingExtraError: for tensorrt without TensorRT installed.
+    """
+
+    def __init__(self, backend: str = "onnxruntime", reference: str = "onnxruntime", atol: float = 1e-3, rtol: float = 1e-3,
+                 max_mismatch_fraction: float = 0.0, providers: Sequence[str] = ("CPUExecutionProvider",),
+                 graph_optimization_level: str = "all"):
+        if atol < 0 or rtol < 0:
+            raise ConfigError(f"checker.atol={atol} and checker.rtol={rtol} must not be negative")
+        if not 0 <= max_mismatch_fraction < 1:
+            raise ConfigError(f"checker.max_mismatch_fraction={max_mismatch_fraction} must be in [0, 1)")
+        self.atol, self.rtol, self.max_mismatch_fraction = atol, rtol, max_mismatch_fraction
+        self.backend: Backend = make_backend(backend, providers=list(providers), graph_optimization_level=graph_optimization_level)
+        self.backend_name = backend
+        self.reference_name = reference
+        self.providers = list(providers)
+        self.values: Dict[str, np.ndarray] = {}
+
+    def bind(self, cfg: Any, strategy: Any) -> None:
+        """Make the inputs and golden values once: loaded (``golden=``) or from the reference run.
+
+        Raises:
+            ModelError: the original model cannot be loaded or run on the reference backend.
+            ConfigError: unreadable ``inputs=``/``golden=`` files.
+            ArtifactError: ``save_golden=`` cannot be written.
+        """
+        model = getattr(strategy, "source_model", None) or load_model(cfg.model)
+        shapes = check_input_shapes(model, cfg.model_input_shapes)
+        golden = load_npz(cfg.golden, "golden") if cfg.golden else None
+        if golden is not None and not cfg.inputs and all(i.name in golden for i in graph_inputs(model)):
+            feeds = {i.name: golden[i.name] for i in graph_inputs(model)}
+        else:
+            feeds = model_feeds(model, shapes, cfg.inputs, cfg.seed)
+        if golden is None:
+            golden = self.reference_values(model, feeds)
+        missing = [o.name for o in model.graph.output if o.name not in golden]
+        if missing:
+            raise ConfigError(f"golden={cfg.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model")
+        self.values = {**golden, **feeds}
+        if cfg.save_golden:
+            try:
+                np.savez(cfg.save_golden, **self.values)
+            except OSError as e:
+                raise ArtifactError(f"save_golden={cfg.save_golden}: cannot write ({e.strerror}); choose a writable path") from None
+            log.info("Saved %d golden tensors to %s", len(self.values), cfg.save_golden)
+
+    def reference_values(self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Every tensor's value from one reference run (ONNX Runtime keeps intermediates too)."""
+        if self.reference_name == "onnxruntime":
+            return run_all_tensors(model, feeds)
+        reference = make_backend(self.reference_name, providers=self.providers)
+        try:
+            names = [o for n in model.graph.node for o in n.output if o] if self.reference_name == "onnx_reference" else None
+            return reference.run(model, feeds, outputs=names)
+        finally:
+            reference.close()
+
+    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+        """Run the candidate (its in-memory model, else the artifact file) and compare.
+
+        Raises:
+            ConfigError: when a tensor the candidate needs as input has no recorded value.
+        """
+        model = candidate.payload() if callable(candidate.payload) else load_model(artifact, "iteration artifact")
+        names: List[str] = [i.name for i in graph_inputs(model)]
+        missing = [n for n in names if n not in self.values]
+        if missing:
+            raise ConfigError(f"no recorded value for tensors {missing} that the candidate takes as inputs; "
+                              "let the checker compute golden values (drop golden=) or save them with save_golden=")
+        try:
+            got = self.backend.run(model, {n: self.values[n] for n in names}, key=candidate.key)
+        except ModelError as e:
+            return Verdict(False, reason=f"{self.backend_name} failed: {e}", details={"error": str(e)})
+        unknown = [n for n in got if n not in self.values]
+        if unknown:
+            raise ConfigError(f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)")
+        passed, stats, problems = compare_outputs(got, self.values, self.atol, self.rtol, self.max_mismatch_fraction)
+        for line in problems:
+            log.info("Iteration %d: %s", iteration, line)
+        reason = "all outputs within tolerance" if passed else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        return Verdict(passed, reason=reason, details={"outputs": stats})
+
+    def close(self) -> None:
+        """Release the backend's sessions."""
+        self.backend.close()

@@ -1,0 +1,151 @@
+"""checker=compare: real models on every backend, planted fp16 overflows and perturbed weights."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from omegaconf import OmegaConf
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.checkers.compare import CompareChecker
+from runner.errors import ConfigError, MissingExtraError
+from strategies.base import Candidate
+from tests.conftest import CLASSIFIER, DETECTOR, check_cmd, need
+
+SHAPES = {str(DETECTOR): {"x": [1, 3, 64, 64]}, str(CLASSIFIER): {"x": [1, 3, 48, 192]}}
+
+
+def _cfg(model, shapes=None, **kw):
+    base = {"model": str(model), "model_input_shapes": shapes, "inputs": None, "golden": None, "save_golden": None, "seed": 0}
+    base.update(kw)
+    return OmegaConf.create(base)
+
+
+def _check(checker, model_path: Path, key="k"):
+    return checker.check(model_path, 1, Candidate(key, "candidate"))
+
+
+def overflow_model() -> onnx.ModelProto:
+    """fp16 model: x*x overflows fp16 for x near 3e3, but the result /1000 and summed fits."""
+    k = helper.make_tensor("k", TensorProto.FLOAT16, [], [1000.0])
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+             helper.make_node("Div", ["sq", "k"], ["d"], name="scale"),
+             helper.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0)]
+    g = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [])], [k])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("model", [DETECTOR, CLASSIFIER], ids=["detector", "classifier"])
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnx_reference", "fp16_emulation", "bf16_emulation"])
+def test_real_models_pass_against_themselves(model, backend):
+    need(model)
+    checker = CompareChecker(backend=backend, atol=1e-4, rtol=1e-4)
+    checker.bind(_cfg(model, SHAPES[str(model)]), None)
+    verdict = _check(checker, model)
+    assert verdict.passed, verdict.reason
+    assert set(verdict.details["outputs"]) == {o.name for o in onnx.load(str(model)).graph.output}
+
+
+def test_fp16_overflow_fails_on_emulation_and_passes_on_onnxruntime(tmp_path):
+    path = tmp_path / "overflow.onnx"
+    onnx.save(overflow_model(), path)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.full(4, 3000, np.float16))
+    results = {}
+    for backend in ("onnxruntime", "fp16_emulation"):
+        checker = CompareChecker(backend=backend, reference="onnxruntime")
+        checker.bind(_cfg(path, inputs=str(inputs)), None)
+        results[backend] = _check(checker, path)
+    assert results["onnxruntime"].passed
+    emu = results["fp16_emulation"]
+    assert not emu.passed and emu.reason.startswith("y: ") and "NaN/Inf" in emu.reason
+    assert emu.details["outputs"]["y"]["new_nonfinite"] == 1
+
+
+def test_perturbed_weight_fails_with_the_right_output(tmp_path):
+    model = onnx.load(str(need(CLASSIFIER)))
+    golden = tmp_path / "golden.npz"
+    checker = CompareChecker()
+    checker.bind(_cfg(CLASSIFIER, SHAPES[str(CLASSIFIER)], save_golden=str(golden)), None)
+    assert _check(checker, CLASSIFIER).passed
+    # perturb one Conv weight (held in a Constant node) near the end
+    conv = [n for n in model.graph.node if n.op_type == "Conv"][-3]
+    const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == conv.input[1])
+    w = numpy_helper.to_array(const.attribute[0].t).copy()
+    w.flat[0] += 5.0
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(w, const.attribute[0].t.name))
+    perturbed = tmp_path / "perturbed.onnx"
+    onnx.save(model, perturbed)
+    loaded = CompareChecker(atol=1e-4, rtol=1e-4)
+    loaded.bind(_cfg(perturbed, SHAPES[str(CLASSIFIER)], golden=str(golden)), None)
+    verdict = _check(loaded, perturbed)
+    out = model.graph.output[0].name
+    assert not verdict.passed and verdict.reason.startswith(f"{out}: ")
+    assert verdict.details["outputs"][out]["max_abs"] > 1e-4
+
+
+def test_reduce_with_compare_finds_the_perturbed_node(run_cli, tmp_path):
+    model = onnx.load(str(need(DETECTOR)))
+    shapes = "model_input_shapes={x:[1,3,64,64]}"
+    golden = tmp_path / "golden.npz"
+    # golden values of every tensor of the original model, written by the checker itself
+    checker = CompareChecker()
+    checker.bind(_cfg(DETECTOR, {"x": [1, 3, 64, 64]}, save_golden=str(golden)), None)
+    conv = [n for n in model.graph.node if n.op_type == "Conv"][20]
+    const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == conv.input[1])
+    w = numpy_helper.to_array(const.attribute[0].t).copy()
+    w *= 10.0  # 1.5x is absorbed downstream on random inputs; 10x reaches the output
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(w, const.attribute[0].t.name))
+    perturbed = tmp_path / "perturbed.onnx"
+    onnx.save(model, perturbed)
+    out = tmp_path / "reduced.onnx"
+    r = run_cli("mode=reduce", f"model={perturbed}", "checker=compare", f"golden={golden}", shapes, f"output={out}")
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    names = [n.name for n in onnx.load(str(out)).graph.node if n.op_type != "Constant"]
+    assert names == [conv.name]
+    assert r.summary["checks"] <= 15
+
+
+def test_tensorrt_backend_without_tensorrt_names_the_extra(run_cli, tmp_path):
+    from runner.trt import tensorrt_available
+    if tensorrt_available():
+        pytest.skip("TensorRT is installed here")
+    with pytest.raises(MissingExtraError, match=r"\[trt\]"):
+        CompareChecker(backend="tensorrt")
+    r = run_cli("mode=reduce", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=tensorrt")
+    assert r.returncode == 2 and "install the 'trt' extra" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_tolerances_and_backend():
+    with pytest.raises(ConfigError):
+        CompareChecker(atol=-1)
+    with pytest.raises(ConfigError):
+        CompareChecker(max_mismatch_fraction=1.5)
+    with pytest.raises(ConfigError, match="unknown"):
+        CompareChecker(backend="nope")
+
+
+def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
+    from runner.checkers.tolerance import compare_tensor
+    golden = np.zeros(100, np.float32)
+    actual = golden.copy()
+    actual[:3] = 1.0
+    assert not compare_tensor(actual, golden, 1e-3, 0, 0.0).passed
+    assert compare_tensor(actual, golden, 1e-3, 0, 0.05).passed
+    stats = compare_tensor(actual, golden, 1e-3, 0, 0.0)
+    assert stats.mismatch_fraction == pytest.approx(0.03) and stats.max_abs == 1.0
+
+
+def test_python_checker_cli(run_cli, tmp_path):
+    (tmp_path / "mychecks.py").write_text("import os\ndef even(path):\n    return int(os.environ.get('RUNNER_ITERATION', '0')) % 2 == 0\n"
+                                          "calls = []\ndef second_fails(path):\n    calls.append(path)\n    return len(calls) != 2\n")
+    r = run_cli("mode=repeat", "until=bad", "checker=python", "checker.target=mychecks.second_fails")
+    assert r.returncode == 0, r.stderr
+    assert r.summary["runs"] == 2 and r.summary["bad"] == 1
+    bad = run_cli("mode=repeat", "until=1", "checker=python", "checker.target=mychecks.nope")
+    assert bad.returncode == 2 and "cannot be imported" in bad.stderr
