@@ -77,7 +77,7 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
             raise ModelError(f"model input {vi.name!r} is not a tensor; only tensor inputs are supported")
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
         if vi.name in input_shapes:
             dims = list(input_shapes[vi.name])
         elif any(d is None for d in dims):

@@ -34,7 +34,7 @@ def _complete(vi: onnx.ValueInfoProto) -> Optional[Meta]:
     tt = vi.type.tensor_type
     if tt.elem_type == onnx.TensorProto.UNDEFINED or not tt.HasField("shape"):
         return None
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
     if any(d is None for d in dims):
         return None
     return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), [int(d) for d in dims]
