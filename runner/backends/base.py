@@ -44,8 +44,8 @@ class Backend(abc.ABC):
 BACKENDS = {
     "onnxruntime": ("runner.backends.onnxruntime.OnnxRuntimeBackend", {}),
     "onnx_reference": ("runner.backends.onnx_reference.OnnxReferenceBackend", {}),
-    "fp16_emulation": ("runner.backends.fp16_emulation.EmulationBackend", {"low": "float16"}),
-    "bf16_emulation": ("runner.backends.fp16_emulation.EmulationBackend", {"low": "bfloat16"}),
+    "fp16_emulation": ("runner.backends.fp16_emulation.EmulationBackend", {}),
+    "bf16_emulation": ("runner.backends.fp16_emulation.EmulationBackend", {}),  # the same: rounds each type to itself
     "tensorrt": ("runner.backends.tensorrt.TensorRTBackend", {}),
 }
 

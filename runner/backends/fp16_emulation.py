@@ -1,8 +1,9 @@
-"""fp16 (and bf16) emulation backend: ONNX Runtime in fp32, with every low-precision tensor rounded.
+"""fp16/bf16 emulation backend: ONNX Runtime in fp32, with every low-precision tensor rounded.
 
-See ``runner.graph.emulate`` for the rewrite. bf16 needs ONNX Runtime's Cast to bfloat16 (CPU
-provider, opset 13 or newer); outputs declared bf16 are returned as float32 arrays holding
-bf16-rounded values, since numpy has no bfloat16 type of its own.
+See ``runner.graph.emulate`` for the rewrite: each fp16 tensor is rounded to fp16 and each bf16
+tensor to bf16 (ONNX Runtime's CPU Cast supports bfloat16 from opset 13). Outputs declared
+fp16 come back as float16; outputs declared bf16 as float32 arrays holding bf16-rounded
+values, since numpy has no bfloat16 type of its own.
 """
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ from runner.graph.emulate import emulate_low_precision
 
 
 class EmulationBackend(Backend):
-    """Runs a model as hardware storing its fp16 (or bf16) tensors in that precision would.
+    """Runs a model as hardware storing its fp16 and bf16 tensors in those precisions would.
 
     Args:
-        low: "float16" or "bfloat16".
         providers: ONNX Runtime providers for the fp32 run.
         graph_optimization_level: as for the onnxruntime backend; "all" may fuse a rounding Cast
             away in rare patterns, so "disable" is used unless set otherwise.
@@ -28,8 +28,7 @@ class EmulationBackend(Backend):
 
     name = "fp16_emulation"
 
-    def __init__(self, low: str = "float16", providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "disable"):
-        self.low = low
+    def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "disable"):
         self.ort = OnnxRuntimeBackend(providers, graph_optimization_level)
         self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
 
@@ -37,7 +36,7 @@ class EmulationBackend(Backend):
         """The rewritten model and its low-precision inputs and outputs (cached by key)."""
         if key is not None and key in self._rewritten:
             return self._rewritten[key]
-        rewritten, low_in, low_out, _ = emulate_low_precision(model, self.low)
+        rewritten, low_in, low_out, _ = emulate_low_precision(model)
         entry = (rewritten, low_in, low_out)
         if key is not None:
             self._rewritten = {key: entry}
@@ -49,9 +48,8 @@ class EmulationBackend(Backend):
         rewritten, low_in, low_out = self.prepare(model, key)
         fed = {k: (np.asarray(v, dtype=np.float32) if k in low_in else v) for k, v in feeds.items()}
         got = self.ort.run(rewritten, fed, key=None if key is None else f"emu:{key}", outputs=outputs)
-        if self.low == "float16":
-            got = {k: (v.astype(np.float16) if k in low_out else v) for k, v in got.items()}
-        return got
+        declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+        return {k: (v.astype(np.float16) if k in low_out and declared.get(k) == onnx.TensorProto.FLOAT16 else v) for k, v in got.items()}
 
     def close(self) -> None:
         """Drop cached sessions and rewritten models."""

@@ -39,13 +39,13 @@ def _widen_constant(const: gs.Constant) -> None:
 
 
 class _Rewriter:
-    def __init__(self, low: str):
-        self.low = LOW_TYPES[low]
+    def __init__(self) -> None:
+        self.lows = set(LOW_TYPES.values())
         self.rounded = 0
         self.n = 0
 
     def is_low(self, dtype) -> bool:
-        return _onnx_type(dtype) == self.low
+        return _onnx_type(dtype) in self.lows
 
     def rewrite(self, graph: gs.Graph) -> None:
         for tensor in graph.tensors().values():
@@ -64,39 +64,36 @@ class _Rewriter:
         graph.toposort()
 
     def _rewrite_attrs(self, node: gs.Node) -> None:
-        if node.op in ("Cast",) and node.attrs.get("to") == self.low:
+        if node.op == "Cast" and node.attrs.get("to") in self.lows:
             node.attrs["to"] = TensorProto.FLOAT
         if node.op in VALUE_ATTR_OPS:
             value = node.attrs.get("value")
             if isinstance(value, gs.Constant) and self.is_low(value.dtype):
                 _widen_constant(value)
-        if node.op in DTYPE_ATTR_OPS and node.attrs.get("dtype") == self.low:
+        if node.op in DTYPE_ATTR_OPS and node.attrs.get("dtype") in self.lows:
             node.attrs["dtype"] = TensorProto.FLOAT
 
     def _round(self, graph: gs.Graph, node: gs.Node, index: int, out: gs.Variable) -> None:
         self.n += 1
+        to = _onnx_type(out.dtype)
         raw = gs.Variable(f"{out.name}__emu{self.n}_fp32", dtype=np.float32, shape=out.shape)
         low = gs.Variable(f"{out.name}__emu{self.n}_low", dtype=None, shape=out.shape)
         node.outputs[index] = raw
         out.dtype = np.float32
-        graph.nodes.append(gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_low", attrs={"to": self.low}, inputs=[raw], outputs=[low]))
+        graph.nodes.append(gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_low", attrs={"to": to}, inputs=[raw], outputs=[low]))
         graph.nodes.append(gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_fp32", attrs={"to": TensorProto.FLOAT}, inputs=[low], outputs=[out]))
         self.rounded += 1
 
 
-def emulate_low_precision(model: onnx.ModelProto, low: str = "float16") -> Tuple[onnx.ModelProto, List[str], List[str], int]:
-    """Rewrite ``model`` so that it runs in fp32 with every ``low``-typed tensor rounded to ``low``.
+def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List[str], List[str], int]:
+    """Rewrite ``model`` so that it runs in fp32 with every fp16 or bf16 tensor rounded to its type.
 
     Args:
-        model: a model holding float16 (or bfloat16) tensors; not modified.
-        low: "float16" or "bfloat16".
+        model: a model holding float16 and/or bfloat16 tensors; not modified.
 
     Returns:
-        (the rewritten model; names of graph inputs that were ``low`` (feed them as fp32);
-        names of graph outputs that were ``low`` (cast results back); number of tensors rounded).
-
-    Raises:
-        KeyError: for an unknown ``low``.
+        (the rewritten model; names of graph inputs that were low precision (feed them as
+        fp32); names of graph outputs that were (cast results back); number of tensors rounded).
     """
     try:
         typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -104,7 +101,7 @@ def emulate_low_precision(model: onnx.ModelProto, low: str = "float16") -> Tuple
         log.warning("Type inference failed (%s); only tensors with declared types are rounded", str(e).splitlines()[0])
         typed = model
     graph = gs.import_onnx(typed)
-    rw = _Rewriter(low)
+    rw = _Rewriter()
     low_inputs = [t.name for t in graph.inputs if rw.is_low(t.dtype)]
     low_outputs = [t.name for t in graph.outputs if rw.is_low(t.dtype)]
     rw.rewrite(graph)
