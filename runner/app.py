@@ -74,7 +74,8 @@ def run(cfg: DictConfig) -> int:
             checker.bind(cfg, strategy)
         run_dir = Path(cfg.replay.save).parent
         iter_artifact = Path(cfg.artifacts.iter_artifact or run_dir / f"iter_artifact{strategy.artifact_suffix}")
-        sorter = ArtifactSorter(cfg.artifacts.paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
+        paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
+        sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
         replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None)
         progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
         lifecycle = Lifecycle(strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress)

@@ -139,6 +139,7 @@ class RunConfig:
     direction: Direction = Direction.forward
     precision: Precision = Precision.float32
     low_precision: Precision = Precision.float16
+    weak_typing: bool = False  # TensorRT <= 10: candidates are engines with layer precisions
     # build
     workspace: Optional[int] = None
     timing_cache: Optional[str] = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
 @dataclass
@@ -60,6 +60,10 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Record ``verdict`` for ``candidate`` (the one ``next_candidate`` returned last)."""
+
+    def artifacts(self) -> List[Path]:
+        """Files the strategy writes each iteration that are sorted like ``artifacts.paths`` (default none)."""
+        return []
 
     def remaining(self) -> Optional[int]:
         """Estimated number of iterations left, or None when unknown."""

@@ -103,6 +103,7 @@ class PrecisionStrategy(Strategy):
         self._pending: Optional[FrozenSet[int]] = None
         self._pending_index: Optional[int] = None
         self.final: Optional[FrozenSet[int]] = None
+        self.weak_typing = False
 
     @classmethod
     def from_config(cls, cfg: Any) -> "PrecisionStrategy":
@@ -133,6 +134,12 @@ class PrecisionStrategy(Strategy):
         strategy = cls(model, layers, marker_cls, cfg.direction.value, low, Path(cfg.output or "mixed_precision.onnx"), ranking,
                        {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
         strategy.source_model = source
+        if cfg.weak_typing:
+            from runner.trt import load_tensorrt
+
+            load_tensorrt("weak_typing=true")
+            strategy.weak_typing = True
+            strategy.artifact_suffix = ".engine"
         return strategy
 
     # -- candidates -----------------------------------------------------------------------
@@ -149,10 +156,15 @@ class PrecisionStrategy(Strategy):
             return cache["m"]
 
         def write(path: Path) -> None:
-            save_model(model(), path, **self.save_opts)
+            if self.weak_typing:
+                from runner.trt.weak_precision import build_weakly_typed
+
+                path.write_bytes(build_weakly_typed(self.model.SerializeToString(), names, self.low))
+            else:
+                save_model(model(), path, **self.save_opts)
 
         return Candidate(key, f"{label}: {len(kept)} of {len(self.layers)} nodes in float32", write,
-                         {"kept": len(kept), "total": len(self.layers)}, payload=model)
+                         {"kept": len(kept), "total": len(self.layers)}, payload=None if self.weak_typing else model)
 
     def next_candidate(self) -> Optional[Candidate]:
         """All kept (must pass), none kept, then the marker's candidates."""

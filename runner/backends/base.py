@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -41,7 +41,7 @@ class Backend(abc.ABC):
 
 
 #: config name -> (class path, fixed keyword arguments); a new backend is one more entry
-BACKENDS = {
+BACKENDS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "onnxruntime": ("runner.backends.onnxruntime.OnnxRuntimeBackend", {}),
     "onnx_reference": ("runner.backends.onnx_reference.OnnxReferenceBackend", {}),
     "fp16_emulation": ("runner.backends.fp16_emulation.EmulationBackend", {}),

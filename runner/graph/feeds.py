@@ -77,13 +77,14 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
             raise ModelError(f"model input {vi.name!r} is not a tensor; only tensor inputs are supported")
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
         if vi.name in input_shapes:
             dims = list(input_shapes[vi.name])
-        elif any(d is None for d in dims):
-            log.warning("Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})", vi.name, dims, vi.name)
-            dims = [1 if d is None else d for d in dims]
-        specs.append((vi.name, dtype, [int(d) for d in dims]))
+        else:
+            if any(d is None for d in declared):
+                log.warning("Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})", vi.name, declared, vi.name)
+            dims = [1 if d is None else d for d in declared]
+        specs.append((vi.name, dtype, dims))
     return specs
 
 

@@ -1,0 +1,134 @@
+"""``mode=diff_tactics``: name the tactics that appear only in bad builds' records.
+
+Reads every tactic record under ``dir/good`` and ``dir/bad`` (or the ``good=``/``bad=`` lists of
+files or directories): Polygraphy's TacticReplayData JSON and this project's timing-cache
+records alike (``runner.tactic_records``). For each layer, a tactic seen in some bad record and
+in no good record is potentially bad; it is reported with how many bad records chose it.
+Needs no TensorRT and runs no check.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from runner.errors import ConfigError, NothingToDoError
+from runner.tactic_records import RecordError, load_record
+from strategies.base import Candidate, Strategy, Verdict
+
+log = logging.getLogger(__name__)
+
+Records = List[Tuple[Path, Dict[str, str]]]
+
+
+def collect(sources: Sequence[str], side: str) -> Records:
+    """Load the records named by ``sources`` (files, or directories searched recursively for *.json).
+
+    A file named explicitly must be a record (RecordError otherwise); a non-record found while
+    searching a directory is skipped with a warning naming it and the problem.
+
+    Raises:
+        ConfigError: a source does not exist. RecordError: an explicit file is not a record.
+    """
+    records: Records = []
+    for source in sources:
+        path = Path(source)
+        if path.is_file():
+            records.append((path, load_record(path)))
+        elif path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file()):
+                try:
+                    records.append((file, load_record(file)))
+                except RecordError as e:
+                    log.warning("Skipping %s", e)
+        else:
+            raise ConfigError(f"{side} record source {path} does not exist; give a file or a directory of tactic records")
+    return records
+
+
+def potentially_bad(good: Records, bad: Records) -> Dict[str, List[Dict[str, Any]]]:
+    """Per layer, the tactics seen in bad records and never in good ones, most frequent first.
+
+    Returns:
+        ``{layer: [{"tactic": str, "bad_records": count}, ...]}``, layers ordered by their
+        most frequent suspicious tactic.
+    """
+    seen_good: Dict[str, set] = defaultdict(set)
+    for _, rec in good:
+        for layer, tactic in rec.items():
+            seen_good[layer].add(tactic)
+    counts: Dict[str, Counter] = defaultdict(Counter)
+    for _, rec in bad:
+        for layer, tactic in rec.items():
+            if tactic not in seen_good[layer]:
+                counts[layer][tactic] += 1
+    report = {layer: [{"tactic": t, "bad_records": n} for t, n in c.most_common()] for layer, c in counts.items()}
+    return dict(sorted(report.items(), key=lambda kv: -kv[1][0]["bad_records"]))
+
+
+class DiffTacticsStrategy(Strategy):
+    """A report, not a search: no candidates, no checks.
+
+    Args:
+        good: sources of good records. bad: sources of bad records.
+
+    Raises:
+        ConfigError: neither ``dir`` nor both ``good`` and ``bad`` given.
+    """
+
+    needs_checker = False
+
+    def __init__(self, good: Sequence[str], bad: Sequence[str]):
+        self.good_sources, self.bad_sources = list(good), list(bad)
+        self.report: Optional[Dict[str, Any]] = None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "DiffTacticsStrategy":
+        """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad``."""
+        good, bad = list(cfg.good or []), list(cfg.bad or [])
+        if cfg.dir:
+            good = good or [str(Path(cfg.dir) / "good")]
+            bad = bad or [str(Path(cfg.dir) / "bad")]
+        if not good or not bad:
+            raise ConfigError("mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]")
+        return cls(good, bad)
+
+    def next_candidate(self) -> Optional[Candidate]:
+        """None: there is nothing to check."""
+        return None
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Never called."""
+
+    def finish(self) -> None:
+        """Load both sides and compute the report.
+
+        Raises:
+            NothingToDoError: a side has no records ("Could not determine potentially bad tactics").
+        """
+        good = collect(self.good_sources, "good")
+        bad = collect(self.bad_sources, "bad")
+        for side, recs, sources in (("good", good, self.good_sources), ("bad", bad, self.bad_sources)):
+            if not recs:
+                raise NothingToDoError(f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)}; "
+                                       f"run mode=build until both good and bad builds were sorted")
+        layer_sets = {frozenset(rec) for _, rec in good + bad}
+        mismatched = sorted(set().union(*layer_sets) - frozenset.intersection(*layer_sets))
+        if mismatched:
+            log.warning("Layers differ across records (%d appear in only some, e.g. %s): were they built from different "
+                        "models or TensorRT versions?", len(mismatched), ", ".join(mismatched[:3]))
+        report = potentially_bad(good, bad)
+        if report:
+            for layer, tactics in report.items():
+                for t in tactics:
+                    log.info("Potentially bad: layer %s: %s (in %d of %d bad records, no good one)", layer, t["tactic"], t["bad_records"], len(bad))
+        else:
+            log.info("Could not determine potentially bad tactics: every tactic in a bad record also appears in a good one. "
+                     "Try more records.")
+        self.report = {"good_records": len(good), "bad_records": len(bad), "potentially_bad": report,
+                       "mismatched_layers": mismatched}
+
+    def result(self) -> Dict[str, Any]:
+        """``good_records``, ``bad_records``, ``potentially_bad`` (per layer), ``mismatched_layers``."""
+        return dict(self.report or {})
