@@ -11,7 +11,6 @@ import conf
 from runner.config import register_configs
 
 CONF_DIR = str(Path(conf.__file__).resolve().parent)
-_exit_codes: list[int] = []
 
 register_configs()
 
@@ -19,11 +18,13 @@ register_configs()
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     """Run one job (or one job of a multirun sweep) and remember its exit code."""
-    from runner.app import run
+    from runner.app import EXIT_CODES, run
 
-    _exit_codes.append(run(cfg))
+    EXIT_CODES.append(run(cfg))
 
 
 if __name__ == "__main__":
+    from runner.app import EXIT_CODES
+
     main()
-    sys.exit(max(_exit_codes, default=0))
+    sys.exit(max(EXIT_CODES, default=0))

@@ -27,6 +27,9 @@ log = logging.getLogger("runner")
 
 EXIT_INTERRUPTED = 130
 
+#: exit codes of the jobs of this process (one for a run; several for a serial multirun)
+EXIT_CODES: list = []
+
 
 def _build_checker(cfg: DictConfig) -> Checker:
     try:

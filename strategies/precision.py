@@ -29,6 +29,7 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.convert import FP16_MAX, constants_to_initializers, convert_except, float_nodes, name_nodes
 from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
+from runner.paths import output_path
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.set_search import SetSearch
 
@@ -131,7 +132,7 @@ class PrecisionStrategy(Strategy):
         if checker == "onnxruntime" and list(cfg.checker.get("providers", [])) == ["CPUExecutionProvider"]:
             log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
                         "overflows; checker.backend=fp16_emulation shows them")
-        strategy = cls(model, layers, marker_cls, cfg.direction.value, low, Path(cfg.output or "mixed_precision.onnx"), ranking,
+        strategy = cls(model, layers, marker_cls, cfg.direction.value, low, output_path(cfg.output, "mixed_precision.onnx"), ranking,
                        {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
         strategy.source_model = source
         if cfg.weak_typing:

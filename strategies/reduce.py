@@ -21,6 +21,7 @@ from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
+from runner.paths import output_path
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.set_search import SetSearch
 
@@ -76,9 +77,7 @@ class ReduceStrategy(Strategy):
         shapes = check_input_shapes(model, cfg.model_input_shapes)
         meta = TensorMeta(model, shapes, partial(model_feeds, model, shapes, cfg.inputs, cfg.seed))
         index = GraphIndex(model, meta)
-        output = Path(cfg.output or "reduced.onnx")
-        if not output.parent.is_dir():
-            raise ConfigError(f"output={output}: directory {output.parent} does not exist; create it or choose another path")
+        output = output_path(cfg.output, "reduced.onnx")
         return cls(
             index, get_class(cfg.marker._target_), cfg.reduce_inputs, cfg.reduce_outputs, output,
             Path(cfg.min_good) if cfg.min_good else None,

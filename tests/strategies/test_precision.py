@@ -1,0 +1,170 @@
+"""mode=precision on graphs with planted fp16 overflows and on the real detector, through the CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from omegaconf import OmegaConf
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.checkers.compare import CompareChecker
+from strategies.base import Candidate
+from tests.conftest import DETECTOR, f32, make_model, need
+
+CHECK = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=1e-3", "checker.rtol=1e-2"]
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.array(value, np.float32), name)
+
+
+def one_sensitive():
+    """Mul by 1e5 (past fp16's 65504) on small inputs: only that node's weight needs fp32."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"), helper.make_node("Abs", ["a"], ["b"], name="abs0"),
+             helper.make_node("Mul", ["b", "C"], ["c"], name="big_mul"), helper.make_node("Relu", ["c"], ["d"], name="relu1"),
+             helper.make_node("Neg", ["d"], ["e"], name="neg"), helper.make_node("Abs", ["e"], ["y"], name="abs1")]
+    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("C", 1e5)]), ["big_mul"], 1e-3
+
+
+def two_branches():
+    """Two Muls by constants past fp16's range on different branches, joined by an Add."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
+             helper.make_node("Mul", ["a", "CA"], ["pa"], name="mul_a"), helper.make_node("Relu", ["pa"], ["qa"], name="relu_a"),
+             helper.make_node("Mul", ["a", "CB"], ["pb"], name="mul_b"), helper.make_node("Abs", ["pb"], ["qb"], name="abs_b"),
+             helper.make_node("Add", ["qa", "qb"], ["s"], name="join"), helper.make_node("Relu", ["s"], ["y"], name="relu_out")]
+    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("CA", 1e5), _const("CB", 2e5)]), ["mul_a", "mul_b"], 1e-3
+
+
+def chain():
+    """x^2 overflows fp16 for x ~ 300 and the Sqrt after it must read it in fp32: both stay together."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"), helper.make_node("Abs", ["a"], ["b"], name="abs0"),
+             helper.make_node("Pow", ["b", "two"], ["p"], name="square"), helper.make_node("Sqrt", ["p"], ["r"], name="root"),
+             helper.make_node("Relu", ["r"], ["s"], name="relu1"), helper.make_node("Neg", ["s"], ["y"], name="neg")]
+    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("two", 2.0)]), ["square", "root"], 300.0
+
+
+GRAPHS = {"one_sensitive": one_sensitive, "two_branches": two_branches, "chain": chain}
+
+
+def _setup(tmp_path, name):
+    model, needed, scale = GRAPHS[name]()
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=(scale * (1 + np.random.default_rng(0).random((1, 8)))).astype(np.float32))
+    order = [n.name for n in model.graph.node]
+    return path, inputs, needed, order
+
+
+def _passes(model_path, original, inputs):
+    checker = CompareChecker(backend="fp16_emulation", atol=1e-3, rtol=1e-2)
+    checker.bind(OmegaConf.create({"model": str(original), "model_input_shapes": None, "inputs": str(inputs), "golden": None,
+                                   "save_golden": None, "seed": 0}), None)
+    return checker.check(model_path, 1, Candidate("final", "final")).passed
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("marker, direction", [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"),
+                                               ("linear", "reverse"), ("minimal", "forward")])
+def test_planted_overflows(run_cli, tmp_path, graph, marker, direction):
+    path, inputs, needed, order = _setup(tmp_path, graph)
+    out = tmp_path / "mixed.onnx"
+    r = run_cli("mode=precision", f"marker={marker}", f"direction={direction}", f"model={path}", f"inputs={inputs}",
+                f"output={out}", *CHECK)
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    s = r.summary
+    kept = [n["name"] for n in s["kept_nodes"]]
+    assert s["total"] == len(order) and s["kept"] == len(kept)
+    positions = [order.index(n) for n in needed]
+    if marker == "minimal":
+        assert sorted(kept) == sorted(needed), "the minimal marker keeps exactly the needed nodes"
+    elif direction == "forward":
+        # Polygraphy's algorithm: the shortest prefix from the inputs that passes
+        assert kept == order[: max(positions) + 1]
+    else:
+        assert kept == order[min(positions):]
+    assert _passes(out, path, inputs), "the written mixed-precision model passes the check"
+    types = {n.name: n for n in onnx.load(str(out)).graph.node}
+    assert onnx.load(str(out)).graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT, "I/O types kept"
+    assert len(types) >= len(order)
+
+
+def test_nothing_needed_keeps_nothing(run_cli, tmp_path):
+    path, inputs, _, _ = _setup(tmp_path, "chain")
+    np.savez(inputs, x=np.ones((1, 8), np.float32))  # no overflow at x = 1
+    r = run_cli("mode=precision", f"model={path}", f"inputs={inputs}", f"output={tmp_path / 'o.onnx'}", *CHECK)
+    assert r.returncode == 0, r.stderr
+    assert r.summary["kept"] == 0 and r.summary["checks"] == 2
+
+
+def test_unreachable_accuracy_is_an_error(run_cli, tmp_path):
+    path, inputs, _, _ = _setup(tmp_path, "chain")
+    golden = tmp_path / "golden.npz"
+    np.savez(golden, y=np.zeros((1, 8), np.float32), x=np.load(inputs)["x"])
+    r = run_cli("mode=precision", f"model={path}", f"golden={golden}", *CHECK)
+    assert r.returncode == 2 and "fails even with every node in float32" in r.stderr
+
+
+def test_bf16_low_precision(run_cli, tmp_path):
+    path, inputs, needed, _ = _setup(tmp_path, "one_sensitive")
+    model = onnx.load(str(path))
+    model.opset_import[0].version = 17
+    onnx.save(model, path)
+    out = tmp_path / "bf16.onnx"
+    # bf16 keeps fp32's range: the 1e5 weight is fine, and only rounding (3 significant digits) remains
+    r = run_cli("mode=precision", "marker=minimal", "low_precision=bfloat16", f"model={path}", f"inputs={inputs}",
+                f"output={out}", "checker=compare", "checker.backend=bf16_emulation", "checker.rtol=2e-2")
+    assert r.returncode == 0, r.stderr + r.stdout[-1500:]
+    assert r.summary["kept"] == 0 and r.summary["low_precision"] == "bfloat16"
+    types = {t.data_type for t in onnx.load(str(out)).graph.initializer}
+    assert TensorProto.BFLOAT16 in types
+
+
+def test_precision_float16_high_is_refused(run_cli, tmp_path):
+    path, inputs, _, _ = _setup(tmp_path, "chain")
+    r = run_cli("mode=precision", "precision=float16", f"model={path}", *CHECK)
+    assert r.returncode == 2 and "precision=float32" in r.stderr
+
+
+def test_detector_fed_unnormalised_pixels(run_cli, tmp_path):
+    """The real detector with 0-255 input: fp16 breaks it; the minimal marker finds a small kept set."""
+    model = need(DETECTOR)
+    inputs = tmp_path / "pixels.npz"
+    np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 96, 96)) * 255).astype(np.float32))
+    check = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=0.05", "checker.rtol=0", "checker.max_mismatch_fraction=0.01"]
+    results = {}
+    for marker in ("minimal", "bisect"):
+        out = tmp_path / f"{marker}.onnx"
+        r = run_cli("mode=precision", f"marker={marker}", f"model={model}", f"inputs={inputs}", f"output={out}", *check)
+        assert r.returncode == 0, r.stderr + r.stdout[-1500:]
+        results[marker] = r.summary
+        checker = CompareChecker(backend="fp16_emulation", atol=0.05, rtol=0, max_mismatch_fraction=0.01)
+        checker.bind(OmegaConf.create({"model": str(model), "model_input_shapes": None, "inputs": str(inputs), "golden": None,
+                                       "save_golden": None, "seed": 0}), None)
+        assert checker.check(out, 1, Candidate(marker, marker)).passed
+    assert 0 < results["minimal"]["kept"] <= 10
+    assert "p2o.BatchNormalization.1" in [n["name"] for n in results["minimal"]["kept_nodes"]]
+    assert results["bisect"]["kept"] > results["minimal"]["kept"]
+
+
+def test_sweep_serial(tmp_path):
+    import subprocess
+    import sys
+    path, inputs, _, _ = _setup(tmp_path, "one_sensitive")
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "runner", "-m", "mode=precision", "direction=forward,reverse", "marker=bisect,linear",
+           f"model={path}", f"inputs={inputs}", *CHECK, f"hydra.sweep.dir={sweep}", "output=mixed.onnx"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 4
+    for job in jobs:
+        assert (job / ".hydra" / "config.yaml").is_file() and (job / "summary.json").is_file()
+        assert (job / "mixed.onnx").is_file(), "each job writes its own output"
+    rows = json.loads((sweep / "sweep.json").read_text())
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert "Sweep of 4 runs" in proc.stdout
+    table = proc.stdout.split("Sweep of 4 runs")[1]
+    assert "direction=reverse" in table and "marker=linear" in table and "kept" in table
