@@ -130,6 +130,7 @@ class RunConfig:
     reduce_inputs: bool = True
     reduce_outputs: bool = True
     min_good: Optional[str] = None
+    keep_constant_nodes: bool = False  # default: carried Constant nodes become initializers
     # data for in-process checks
     inputs: Optional[str] = None
     golden: Optional[str] = None

@@ -76,7 +76,7 @@ class ReduceStrategy(Strategy):
         model = load_model(cfg.model)
         shapes = check_input_shapes(model, cfg.model_input_shapes)
         meta = TensorMeta(model, shapes, partial(model_feeds, model, shapes, cfg.inputs, cfg.seed))
-        index = GraphIndex(model, meta)
+        index = GraphIndex(model, meta, keep_constant_nodes=cfg.keep_constant_nodes)
         output = output_path(cfg.output, "reduced.onnx")
         return cls(
             index, get_class(cfg.marker._target_), cfg.reduce_inputs, cfg.reduce_outputs, output,
@@ -134,7 +134,9 @@ class ReduceStrategy(Strategy):
             if units is None:
                 self.final = self.closure(self.search.result or frozenset(self.full))
                 return None
-            return self._candidate(self.closure(units), f"round {self.search.rounds + 1}")
+            label = (f"the {len(units)} needed node(s) alone" if self.search.probing
+                     else f"round {self.search.rounds + 1}, searching for needed node {len(self.search.required) + 1}")
+            return self._candidate(self.closure(units), label)
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Feed a verdict to the search; the original model passing raises NothingToDoError."""

@@ -58,6 +58,11 @@ class SetSearch(Generic[T]):
         else the smallest tested set that gave it (only with a non-monotone target)."""
         return frozenset(self.required) if self._confirmed else self.best
 
+    @property
+    def probing(self) -> bool:
+        """True when the next set is the required set alone (the test that may end the search)."""
+        return self._probing
+
     def _start_round(self) -> None:
         if not self.rest:
             self.done = True

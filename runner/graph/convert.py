@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
+from runner.graph.constants import constants_to_initializers  # noqa: F401  (re-exported for callers)
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +45,6 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
             node.name = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
         seen[node.name] = i
     return named
-
-
-def constants_to_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose top-level tensor-valued Constant nodes are initializers (same tensor names)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    keep = []
-    for node in g.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            t = TensorProto()
-            t.CopyFrom(node.attribute[0].t)
-            t.name = node.output[0]
-            g.initializer.append(t)
-        else:
-            keep.append(node)
-    del g.node[:]
-    g.node.extend(keep)
-    return out
 
 
 def drop_round_trips(model: onnx.ModelProto) -> int:

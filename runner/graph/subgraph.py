@@ -15,6 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from runner.errors import ModelError, ShapeError
+from runner.graph.constants import constants_to_initializers
 from runner.graph.meta import TensorMeta
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class GraphIndex:
         model: the model (not modified).
         meta: dtype and concrete shape of tensors that may become graph inputs or outputs.
         shape_hint: the option that supplies missing shapes, named in errors.
+        keep_constant_nodes: keep carried Constant nodes as nodes; by default extracted
+            subgraphs hold them as initializers (same tensor names), as Polygraphy's do.
 
     Attributes:
         nodes: the graph's nodes in topological order (gs.Node).
@@ -59,8 +62,10 @@ class GraphIndex:
         ModelError: empty graph, a cycle, or a tensor that nothing provides (missing initializer).
     """
 
-    def __init__(self, model: onnx.ModelProto, meta: TensorMeta, shape_hint: str = "model_input_shapes"):
+    def __init__(self, model: onnx.ModelProto, meta: TensorMeta, shape_hint: str = "model_input_shapes",
+                 keep_constant_nodes: bool = False):
         self.model = model
+        self.keep_constant_nodes = keep_constant_nodes
         self.meta = meta
         self.shape_hint = shape_hint
         if not model.graph.node:
@@ -204,7 +209,8 @@ class GraphIndex:
         finally:
             for name, (dtype, shape) in saved.items():
                 tensors[name].dtype, tensors[name].shape = dtype, shape
-        return self._restore_model_fields(out)
+        out = self._restore_model_fields(out)
+        return out if self.keep_constant_nodes else constants_to_initializers(out, in_place=True)
 
     def _restore_model_fields(self, out: onnx.ModelProto) -> onnx.ModelProto:
         src = self.model
@@ -224,8 +230,11 @@ class GraphIndex:
         return [{"name": self.nodes[i].name, "op": self.nodes[i].op} for i in sorted(units)]
 
     def count_nodes(self, units: Iterable[int]) -> int:
-        """Number of nodes (constants included) in the subgraph made of ``units``."""
-        return len(self.boundary(units)[0])
+        """Number of nodes in the model ``extract(units)`` returns."""
+        order = self.boundary(units)[0]
+        if self.keep_constant_nodes:
+            return len(order)
+        return sum(not (self.nodes[i].op == "Constant" and set(self.nodes[i].attrs) == {"value"}) for i in order)
 
     def find(self, name: str) -> Optional[int]:
         """Index of the node called ``name``, or None."""

@@ -111,6 +111,16 @@ def test_min_good_is_written(run_cli, tmp_path, has_nodes_script):
     onnx.checker.check_model(str(good))
 
 
+def test_constant_nodes_become_initializers_unless_kept(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(6), model)
+    _, out = _reduce(run_cli, model, has_nodes_script, ["n3"])
+    reduced = onnx.load(str(out))
+    assert [n.name for n in reduced.graph.node] == ["n3"] and [i.name for i in reduced.graph.initializer] == ["c"]
+    r, kept = _reduce(run_cli, model, has_nodes_script, ["n3"], "keep_constant_nodes=true", out=tmp_path / "kept.onnx")
+    assert _names(kept) == ["const", "n3"] and r.summary["nodes_after"] == 2
+
+
 def test_metadata_and_names_are_kept(run_cli, tmp_path, has_nodes_script):
     m = chain_model(6)
     m.producer_name = "unit-test"
@@ -180,6 +190,7 @@ def test_detector_bisect_beats_polygraphy(run_cli, tmp_path, has_nodes_script):
     assert s["checks"] <= 15, "within 1.5x of ceil(log2 672) = 10"
     assert s["checks"] <= 17, "never more than Polygraphy's 17"
     assert s["nodes_before"] == 672
+    assert s["nodes_after"] == 1, "no larger than Polygraphy's 1-node result: the weights are initializers"
 
 
 def test_detector_linear_half_of_polygraphy(run_cli, tmp_path, has_nodes_script):

@@ -1,0 +1,61 @@
+"""Benchmark: kept-node count and checks for each precision marker, on the real detector fed
+unnormalised pixels (0-255) and on the planted-overflow graphs of the tests.
+
+Usage: python benchmarks/precision_markers.py [--size 96]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from _common import MODELS, print_rows, runner_cmd, timed
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.strategies.test_precision import GRAPHS  # noqa: E402  (the planted-overflow graphs)
+
+RUNS = [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"), ("linear", "reverse"), ("minimal", "forward")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=96)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cases = []
+        pixels = work / "pixels.npz"
+        np.savez(pixels, x=(np.random.default_rng(0).random((1, 3, args.size, args.size)) * 255).astype(np.float32))
+        cases.append(("detector 0-255", MODELS / "ch_PP-OCRv4_det_infer.onnx", pixels,
+                      ["checker.atol=0.05", "checker.rtol=0", "checker.max_mismatch_fraction=0.01"]))
+        for name, make in GRAPHS.items():
+            model, _, scale = make()
+            path = work / f"{name}.onnx"
+            onnx.save(model, path)
+            inputs = work / f"{name}.npz"
+            np.savez(inputs, x=(scale * (1 + np.random.default_rng(0).random((1, 8)))).astype(np.float32))
+            cases.append((name, path, inputs, ["checker.atol=1e-3", "checker.rtol=1e-2"]))
+        for label, model, inputs, tol in cases:
+            for marker, direction in RUNS:
+                run_dir = work / f"{label}-{marker}-{direction}".replace(" ", "_")
+                wall, proc = timed(runner_cmd("mode=precision", f"marker={marker}", f"direction={direction}", f"model={model}",
+                                              f"inputs={inputs}", "checker=compare", "checker.backend=fp16_emulation", *tol,
+                                              f"output={run_dir}.onnx", f"hydra.run.dir={run_dir}"), work, {})
+                if proc.returncode != 0:
+                    sys.exit(f"{label} {marker} failed:\n{proc.stderr[-2000:]}")
+                s = json.loads((run_dir / "summary.json").read_text())
+                rows.append({"model": label, "marker": marker, "direction": direction if marker != "minimal" else "ranked",
+                             "kept": s["kept"], "total": s["total"], "checks": s["checks"], "wall_s": round(wall, 1)})
+    print_rows("precision markers: nodes kept in float32 and checks", rows)
+
+
+if __name__ == "__main__":
+    main()
