@@ -69,6 +69,11 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Dict[
     return sorted(layers, key=lambda i: (-min(score[i] / FP16_MAX, 1e30), layers.index(i)))
 
 
+def _choice(value: Any) -> str:
+    """An enum option's value; a plain string when the config came from a run's snapshot."""
+    return str(getattr(value, "value", value))
+
+
 class PrecisionStrategy(Strategy):
     """Searches for the kept (high-precision) node set.
 
@@ -113,7 +118,7 @@ class PrecisionStrategy(Strategy):
         Raises:
             ModelError: bad model. ConfigError: unsupported precisions or options.
         """
-        high, low = cfg.precision.value, cfg.low_precision.value
+        high, low = _choice(cfg.precision), _choice(cfg.low_precision)
         if high != "float32":
             raise ConfigError(f"precision={high}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
                               "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16")
@@ -132,7 +137,7 @@ class PrecisionStrategy(Strategy):
         if checker == "onnxruntime" and list(cfg.checker.get("providers", [])) == ["CPUExecutionProvider"]:
             log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
                         "overflows; checker.backend=fp16_emulation shows them")
-        strategy = cls(model, layers, marker_cls, cfg.direction.value, low, output_path(cfg.output, "mixed_precision.onnx"), ranking,
+        strategy = cls(model, layers, marker_cls, _choice(cfg.direction), low, output_path(cfg.output, "mixed_precision.onnx"), ranking,
                        {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
         strategy.source_model = source
         if cfg.weak_typing:

@@ -105,3 +105,50 @@ def test_unknown_input_in_model_input_shapes(run_cli, tmp_path, has_nodes_script
     onnx.save(chain_model(4), model)
     r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "model_input_shapes={nope:[1]}")
     _one_line_error(r, "nope", "not a model input")
+
+
+def _save_unchecked(path, nodes, inputs, outputs, inits=()):
+    from onnx import helper
+    graph = helper.make_graph(nodes, "bad", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return path
+
+
+def test_empty_graph(run_cli, tmp_path, has_nodes_script):
+    from tests.conftest import f32
+    model = _save_unchecked(tmp_path / "empty.onnx", [], [f32("x", [1])], [f32("x", [1])])
+    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "a")), "no nodes")
+
+
+def test_cycle(run_cli, tmp_path, has_nodes_script):
+    from onnx import helper
+    from tests.conftest import f32
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Identity", ["b"], ["y"], name="out")]
+    model = _save_unchecked(tmp_path / "cycle.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
+    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "second")), "cycle")
+
+
+def test_missing_initializer(run_cli, tmp_path, has_nodes_script):
+    from onnx import helper
+    from tests.conftest import f32
+    nodes = [helper.make_node("Mul", ["x", "weights"], ["y"], name="mul")]
+    model = _save_unchecked(tmp_path / "noinit.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
+    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "mul")), "'weights'", "initializer")
+
+
+def test_tensor_without_shape_names_the_tensor_and_the_option(run_cli, tmp_path, has_nodes_script):
+    from onnx import helper
+    from tests.conftest import f32
+    # a custom-domain op: shape inference cannot type its output and ONNX Runtime cannot run it
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Mystery", ["r"], ["m"], name="mystery", domain="com.example"),
+             helper.make_node("Neg", ["m"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "custom", [f32("x", [1, 4])], [f32("y", [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    path = tmp_path / "custom.onnx"
+    onnx.save(model, path)
+    r = run_cli("mode=reduce", f"model={path}", check_cmd(has_nodes_script, "{artifact}", "neg"))
+    line = _one_line_error(r, "'m'", "model_input_shapes=", "inputs=")
+    assert "ONNX Runtime could not run the model" in line

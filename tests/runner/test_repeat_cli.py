@@ -225,3 +225,15 @@ def test_interactive_without_terminal_is_an_error(run_cli):
     r = run_cli("mode=repeat", "until=1", "checker=interactive")
     assert r.returncode == 2
     assert "needs a terminal" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
+    first = run_cli("mode=repeat", "until=3", check_cmd(flaky, "2"))
+    snapshot = first.run_dir / ".hydra"
+    assert (snapshot / "config.yaml").is_file()
+    # a relative --config-path means the directory the user sees, not one inside the package
+    again = run_cli("--config-path", str(snapshot.relative_to(tmp_path)), "--config-name", "config", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.run_dir != first.run_dir
+    assert [e["passed"] for e in again.replay["iterations"]] == [e["passed"] for e in first.replay["iterations"]]
+    assert again.summary["runs"] == 3 and again.summary["bad"] == 1

@@ -168,3 +168,12 @@ def test_sweep_serial(tmp_path):
     assert "Sweep of 4 runs" in proc.stdout
     table = proc.stdout.split("Sweep of 4 runs")[1]
     assert "direction=reverse" in table and "marker=linear" in table and "kept" in table
+
+
+def test_rerun_from_snapshot(run_cli, tmp_path):
+    path, inputs, needed, _ = _setup(tmp_path, "two_branches")
+    first = run_cli("mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "output=first.onnx", *CHECK)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("--config-path", str(first.run_dir / ".hydra"), "--config-name", "config", "output=again.onnx")
+    assert again.returncode == 0, again.stderr
+    assert again.summary["kept_nodes"] == first.summary["kept_nodes"]
