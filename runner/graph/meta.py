@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import tempfile
+from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -10,6 +12,7 @@ from onnx import helper
 
 from runner.errors import ModelError
 from runner.graph.activations import run_all_tensors
+from runner.graph.load import PROTOBUF_LIMIT, save_model, tensor_bytes
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,25 @@ def _complete(vi: onnx.ValueInfoProto) -> Optional[Meta]:
     return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), [int(d) for d in dims]
 
 
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference; past 1 GB of tensors it runs on files (protobuf's 2 GB limit).
+
+    Returns:
+        The inferred model; for large models its initializers are not loaded (only the graph's
+        value_info is needed from it).
+
+    Raises:
+        Exception: whatever onnx's inference raises.
+    """
+    if tensor_bytes(model) < PROTOBUF_LIMIT // 2:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        save_model(model, src, external_data=True)
+        onnx.shape_inference.infer_shapes_path(str(src), str(dst), strict_mode=False, data_prop=True)
+        return onnx.load(str(dst), load_external_data=False)
+
+
 class TensorMeta:
     """Dtype and concrete shape of the model's top-level tensors.
 
@@ -64,7 +86,7 @@ class TensorMeta:
         self.fallback_error: Optional[str] = None
         fixed = _with_input_shapes(model, input_shapes)
         try:
-            inferred = onnx.shape_inference.infer_shapes(fixed, strict_mode=False, data_prop=True)
+            inferred = infer_shapes(fixed)
         except Exception as e:  # onnx raises InferenceError and others
             log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", str(e).splitlines()[0])
             inferred = fixed
