@@ -16,14 +16,15 @@ from typing import Any, Dict, List, Optional
 from runner.graph.feeds import check_input_shapes
 from runner.graph.load import load_model
 from runner.trt import load_tensorrt
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate
+from strategies.repeat import RepeatStrategy
 from strategies.until import Until
 
 log = logging.getLogger(__name__)
 
 
-class BuildStrategy(Strategy):
-    """One candidate per build until ``until`` is met.
+class BuildStrategy(RepeatStrategy):
+    """One candidate per build until ``until`` is met (counting as ``mode=repeat`` does).
 
     Args:
         builder: a ``runner.trt.engine.EngineBuilder`` holding the parsed network.
@@ -34,13 +35,9 @@ class BuildStrategy(Strategy):
     artifact_suffix = ".engine"
 
     def __init__(self, builder: Any, until: Until, tactics_path: Path):
+        super().__init__(until)
         self.builder = builder
-        self.until = until
         self.tactics_path = Path(tactics_path)
-        self.builds = 0
-        self.good = 0
-        self.bad = 0
-        self.done = False
 
     @classmethod
     def from_config(cls, cfg: Any) -> "BuildStrategy":
@@ -68,7 +65,7 @@ class BuildStrategy(Strategy):
         """The next build, unless ``until`` was met."""
         if self.done:
             return None
-        n = self.builds + 1
+        n = self.runs + 1
 
         def write(path: Path) -> None:
             result = self.builder.build()
@@ -77,17 +74,6 @@ class BuildStrategy(Strategy):
 
         return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n})
 
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Count the verdict and decide whether ``until`` is met."""
-        self.builds += 1
-        self.good += verdict.passed
-        self.bad += not verdict.passed
-        self.done = self.until.met(self.builds, verdict.passed)
-
-    def remaining(self) -> Optional[int]:
-        """Builds left for ``until=N``; unknown for good/bad."""
-        return 0 if self.done else self.until.remaining(self.builds)
-
     def result(self) -> Dict[str, Any]:
-        """Counts of good and bad builds."""
-        return {"builds": self.builds, "good": self.good, "bad": self.bad, "until_met": self.done}
+        """Counts of good and bad builds (``builds`` is ``runs``)."""
+        return {**super().result(), "builds": self.runs}

@@ -1,0 +1,54 @@
+"""The shared part of the markers: a boundary search between a known miss and a known hit.
+
+Pure: no I/O, no ONNX, no logging. A marker searches 0..count for the smallest index at which
+a monotone predicate holds, knowing it holds at ``count`` and assuming it does not at 0.
+Subclasses choose the order of the tests (``next``) and estimate what remains.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Optional
+
+
+class BoundaryMarker(abc.ABC):
+    """Bookkeeping for a boundary search.
+
+    Args:
+        count: the predicate is known to hold at ``count`` and assumed not to hold at 0.
+
+    Attributes:
+        lo: largest index known not to hold.
+        hi: smallest index known to hold (the boundary, once ``next()`` returns None).
+
+    Raises:
+        ValueError: when ``count`` < 1.
+    """
+
+    #: whether a mode should use this marker for a set search (see strategies/set_search.py)
+    searches_sets = False
+
+    def __init__(self, count: int):
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        self.lo = 0
+        self.hi = count
+
+    @abc.abstractmethod
+    def next(self) -> Optional[int]:
+        """The next index to test, or None when ``hi`` is the boundary."""
+
+    @abc.abstractmethod
+    def remaining(self) -> int:
+        """Estimated tests left."""
+
+    def step(self, index: int, hit: bool) -> None:
+        """Record whether the predicate held at ``index``."""
+        if hit:
+            self.hi = min(self.hi, index)
+        else:
+            self.lo = max(self.lo, index)
+
+    @property
+    def boundary(self) -> int:
+        """The smallest index known to hold."""
+        return self.hi
