@@ -139,10 +139,10 @@ class Lifecycle:
         self.checked()  # type: ignore[attr-defined]
 
     def on_enter_sort(self) -> None:
-        """Sort the check's artifacts into good/ or bad/ and keep the intermediate if asked."""
+        """Keep the intermediate if asked (before sorting may move it), then sort into good/ or bad/."""
         assert self.verdict is not None
-        self.sorter.sort(self.iteration, self.verdict)
         self.sorter.keep(self.iteration, self.iter_artifact, self.verdict)
+        self.sorter.sort(self.iteration, self.verdict)
         self.sorted()  # type: ignore[attr-defined]
 
     def on_enter_advance(self) -> None:

@@ -152,3 +152,8 @@ def test_tensor_without_shape_names_the_tensor_and_the_option(run_cli, tmp_path,
     r = run_cli("mode=reduce", f"model={path}", check_cmd(has_nodes_script, "{artifact}", "neg"))
     line = _one_line_error(r, "'m'", "model_input_shapes=", "inputs=")
     assert "ONNX Runtime could not run the model" in line
+
+
+def test_verbose_shows_the_traceback(run_cli, ok_script, tmp_path):
+    r = run_cli("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script), "verbose=true")
+    assert r.returncode == 2 and "Traceback" in r.stderr and "error: model=" in r.stderr

@@ -239,3 +239,18 @@ def test_if_node_moves_as_one(run_cli, tmp_path, has_nodes_script):
     sess = ort.InferenceSession(str(out))
     got = sess.run(None, {"Equal_0_C": np.array(True), "input": np.zeros((1, 512), np.float32), "state": np.zeros((2, 1, 128), np.float32)})
     assert len(got) == 2
+
+
+def test_keep_intermediate_and_sorted_iteration_models(run_cli, tmp_path, has_nodes_script):
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain_model(8), model)
+    art = tmp_path / "art"
+    it = tmp_path / "candidate.onnx"
+    r, _ = _reduce(run_cli, model, has_nodes_script, ["n4"], "artifacts.keep_intermediate=true", f"artifacts.dir={art}",
+                   f"artifacts.iter_artifact={it}", f"artifacts.paths=[{it}]")
+    checks = r.summary["checks"]
+    kept = sorted((art / "intermediate").iterdir())
+    assert len(kept) == checks and all(p.name.startswith("candidate_iter") and p.suffix == ".onnx" for p in kept)
+    good, bad = list((art / "good").iterdir()), list((art / "bad").iterdir())
+    assert len(good) + len(bad) == checks
+    assert all("n4" in _names(p) for p in bad) and all("n4" not in _names(p) for p in good)
