@@ -4,7 +4,10 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, Optional
+
+from runner.errors import ModelError
 
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.until import Until
@@ -32,7 +35,11 @@ class RepeatStrategy(Strategy):
 
         Raises:
             ConfigError: when ``until`` is missing or invalid.
+            ModelError: when ``model=`` is given but is not a file (the check does not need it,
+                but a typo there is worth knowing).
         """
+        if cfg.model and not Path(cfg.model).is_file():
+            raise ModelError(f"model={cfg.model}: no such file; check the path (mode=repeat does not need a model)")
         return cls(Until.parse(cfg.until, "repeat"))
 
     def next_candidate(self) -> Optional[Candidate]:

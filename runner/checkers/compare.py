@@ -122,6 +122,13 @@ class CompareChecker(Checker):
         passed, stats, problems = compare_outputs(got, self.values, self.atol, self.rtol, self.max_mismatch_fraction)
         for line in problems:
             log.info("Iteration %d: %s", iteration, line)
+        worst = max(stats, key=lambda n: (stats[n]["mismatch_fraction"], stats[n]["max_abs"]))
+        w = stats[worst]
+        log.info("Iteration %d: %d of %d outputs within tolerance; worst %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
+                 iteration, len(stats) - len(problems), len(stats), worst, w["max_abs"], w["max_rel"], 100 * w["mismatch_fraction"])
+        for name, st in stats.items():
+            log.debug("Iteration %d: %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%", iteration, name,
+                      st["max_abs"], st["max_rel"], 100 * st["mismatch_fraction"])
         reason = "all outputs within tolerance" if passed else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         return Verdict(passed, reason=reason, details={"outputs": stats})
 
