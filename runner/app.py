@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.utils import get_method, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from runner.artifacts import ArtifactSorter
@@ -21,7 +21,6 @@ from runner.progress import Progress
 from runner.replay import Replay
 from runner.report import print_table
 from statemachine.lifecycle import Lifecycle
-from strategies.base import Strategy
 
 log = logging.getLogger("runner")
 
@@ -66,12 +65,12 @@ def run(cfg: DictConfig) -> int:
     summary: Dict[str, Any] = {"mode": cfg.mode.name, "status": "ok", "iterations": 0, "checks": 0, "reused": 0}
     lifecycle: Optional[Lifecycle] = None
     checker: Optional[Checker] = None
-    strategy: Optional[Strategy] = None
     code = 0
     previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     try:
+        # cheap checks first: a bad replay file fails before the model is loaded
+        replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None)
         strategy = get_method(cfg.mode._target_)(cfg)
-        summary.update(strategy.describe() if hasattr(strategy, "describe") else {})
         if getattr(strategy, "needs_checker", True):
             checker = _build_checker(cfg)
             checker.bind(cfg, strategy)
@@ -79,7 +78,6 @@ def run(cfg: DictConfig) -> int:
         iter_artifact = Path(cfg.artifacts.iter_artifact or run_dir / f"iter_artifact{strategy.artifact_suffix}")
         paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
         sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
-        replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None)
         progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
         lifecycle = Lifecycle(strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress)
         try:
@@ -108,7 +106,6 @@ def run(cfg: DictConfig) -> int:
             checker.close()
         if lifecycle is not None:
             summary.update(iterations=lifecycle.iteration, checks=lifecycle.checks, reused=lifecycle.reused_count)
-            summary["states"] = len(lifecycle.history)
         summary["wall_s"] = round(time.monotonic() - started, 3)
         try:
             write_json_atomic(Path(cfg.summary), summary)
@@ -119,7 +116,3 @@ def run(cfg: DictConfig) -> int:
         print_table(summary)
     return code
 
-
-def config_dict(cfg: DictConfig) -> Dict[str, Any]:
-    """The config as plain containers with interpolations resolved (for logs and tests)."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

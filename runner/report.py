@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
-SKIP = {"states", "kept_nodes"}
+SKIP = {"kept_nodes"}
 
 
 def _fmt(value: Any) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from functools import partial
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional
 
@@ -26,7 +25,8 @@ from hydra.utils import get_class
 
 from runner.errors import ConfigError, NothingToDoError
 from runner.graph.activations import run_all_tensors
-from runner.graph.convert import FP16_MAX, constants_to_initializers, convert_except, float_nodes, name_nodes
+from runner.graph.constants import constants_to_initializers
+from runner.graph.convert import FP16_MAX, convert_except, float_nodes, name_nodes
 from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
 from runner.paths import output_path

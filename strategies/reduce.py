@@ -129,14 +129,13 @@ class ReduceStrategy(Strategy):
         """First the whole model (it must fail), then the set search's candidates."""
         if not self._verified:
             return self._candidate(self.full, "original model")
-        while True:
-            units = self.search.next()
-            if units is None:
-                self.final = self.closure(self.search.result or frozenset(self.full))
-                return None
-            label = (f"the {len(units)} needed node(s) alone" if self.search.probing
-                     else f"round {self.search.rounds + 1}, searching for needed node {len(self.search.required) + 1}")
-            return self._candidate(self.closure(units), label)
+        units = self.search.next()
+        if units is None:
+            self.final = self.closure(self.search.result or frozenset(self.full))
+            return None
+        label = (f"the {len(units)} needed node(s) alone" if self.search.probing
+                 else f"round {self.search.rounds + 1}, searching for needed node {len(self.search.required) + 1}")
+        return self._candidate(self.closure(units), label)
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Feed a verdict to the search; the original model passing raises NothingToDoError."""

@@ -28,7 +28,6 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
-from runner.graph.constants import constants_to_initializers  # noqa: F401  (re-exported for callers)
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "floa
 
     Args:
         model: an fp32 model whose nodes all have unique names (see ``name_nodes``) and whose
-            Constant nodes are initializers (see ``constants_to_initializers``); not modified.
+            Constant nodes are initializers (see ``runner.graph.constants``); not modified.
         keep: names of nodes to keep in fp32.
         low: "float16" or "bfloat16".
 

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 
 import pytest
 
-from tests.conftest import DETECTOR, check_cmd, chain_model, need, write_script
+from tests.conftest import check_cmd, chain_model, write_script
 import onnx
 
 

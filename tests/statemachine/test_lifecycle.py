@@ -10,7 +10,7 @@ from runner.checkers.command import CommandChecker
 from runner.errors import NothingToDoError
 from runner.replay import Replay
 from statemachine.lifecycle import STATES, Lifecycle
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate, Strategy
 from strategies.repeat import RepeatStrategy
 from strategies.until import Until
 

@@ -149,13 +149,18 @@ def test_detector_fed_unnormalised_pixels(run_cli, tmp_path):
     assert results["bisect"]["kept"] > results["minimal"]["kept"]
 
 
-def test_sweep_serial(tmp_path):
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_sweep(tmp_path, launcher):
+    """A 2 x 2 multirun, serially (Hydra's basic launcher) and in parallel (joblib)."""
     import subprocess
     import sys
+    if launcher == "joblib":
+        pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     path, inputs, _, _ = _setup(tmp_path, "one_sensitive")
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "runner", "-m", "mode=precision", "direction=forward,reverse", "marker=bisect,linear",
-           f"model={path}", f"inputs={inputs}", *CHECK, f"hydra.sweep.dir={sweep}", "output=mixed.onnx"]
+           f"model={path}", f"inputs={inputs}", *CHECK, f"hydra.sweep.dir={sweep}", "output=mixed.onnx",
+           *(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else [])]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())

@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from runner.backends.base import make_backend
-from runner.graph.convert import constants_to_initializers, convert_except, name_nodes
+from runner.graph.constants import constants_to_initializers
+from runner.graph.convert import convert_except, name_nodes
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import model_feeds
 from tests.conftest import CLASSIFIER, DETECTOR, VAD_IF, need

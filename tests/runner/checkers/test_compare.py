@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.checkers.compare import CompareChecker
 from runner.errors import ConfigError, MissingExtraError
 from strategies.base import Candidate
-from tests.conftest import CLASSIFIER, DETECTOR, check_cmd, need
+from tests.conftest import CLASSIFIER, DETECTOR, need
 
 SHAPES = {str(DETECTOR): {"x": [1, 3, 64, 64]}, str(CLASSIFIER): {"x": [1, 3, 48, 192]}}
 
