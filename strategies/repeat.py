@@ -18,12 +18,15 @@ class RepeatStrategy(Strategy):
 
     Args:
         until: the stop condition.
+        model: an ``onnx.ModelProto`` handed to in-process checkers each run (``model=`` with
+            ``checker=compare`` checks a backend for nondeterministic outputs), or None.
     """
 
     artifact_suffix = ""
 
-    def __init__(self, until: Until):
+    def __init__(self, until: Until, model: Optional[Any] = None):
         self.until = until
+        self.model = model
         self.runs = 0
         self.good = 0
         self.bad = 0
@@ -35,19 +38,24 @@ class RepeatStrategy(Strategy):
 
         Raises:
             ConfigError: when ``until`` is missing or invalid.
-            ModelError: when ``model=`` is given but is not a file (the check does not need it,
-                but a typo there is worth knowing).
+            ModelError: when ``model=`` is given but is not a file or not ONNX.
         """
-        if cfg.model and not Path(cfg.model).is_file():
+        until = Until.parse(cfg.until, "repeat")
+        if not cfg.model:
+            return cls(until)
+        if not Path(cfg.model).is_file():
             raise ModelError(f"model={cfg.model}: no such file; check the path (mode=repeat does not need a model)")
-        return cls(Until.parse(cfg.until, "repeat"))
+        from runner.graph.load import load_model
+
+        return cls(until, load_model(cfg.model) if cfg.checker.get("_target_", "").endswith("CompareChecker") else None)
 
     def next_candidate(self) -> Optional[Candidate]:
         """Return run number ``runs + 1`` unless ``until`` was met."""
         if self.done:
             return None
         n = self.runs + 1
-        return Candidate(key=f"run:{n}", label=f"run {n}", info={"run": n})
+        return Candidate(key=f"run:{n}", label=f"run {n}", info={"run": n},
+                         payload=(lambda: self.model) if self.model is not None else None)
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Count the verdict and decide whether ``until`` is met."""

@@ -237,3 +237,12 @@ def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
     assert again.run_dir != first.run_dir
     assert [e["passed"] for e in again.replay["iterations"]] == [e["passed"] for e in first.replay["iterations"]]
     assert again.summary["runs"] == 3 and again.summary["bad"] == 1
+
+
+def test_repeat_compare_checks_a_backend_run_after_run(run_cli, tmp_path):
+    from tests.conftest import CLASSIFIER, need
+    r = run_cli("mode=repeat", "until=3", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=onnx_reference",
+                "model_input_shapes={x:[1,3,48,192]}")
+    assert r.returncode == 0, r.stderr
+    assert r.summary["good"] == 3
+    assert all("outputs" in e["details"] for e in r.replay["iterations"])
