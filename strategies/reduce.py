@@ -110,8 +110,8 @@ class ReduceStrategy(Strategy):
 
     def _candidate(self, units: FrozenSet[int], label: str) -> Candidate:
         self._pending = units
-        n = self.index.count_nodes(units)
-        _, inputs, outputs = self.index.boundary(units)
+        order, inputs, outputs = self.index.boundary(units)
+        n = self.index.node_count(order)
         model_cache: Dict[str, onnx.ModelProto] = {}
 
         def model() -> onnx.ModelProto:

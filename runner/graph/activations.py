@@ -1,8 +1,6 @@
 """Run a model once on ONNX Runtime and keep every intermediate tensor's value."""
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Dict, Mapping, Sequence
 
 import numpy as np
@@ -10,7 +8,7 @@ import onnx
 import onnxruntime as ort
 
 from runner.errors import ModelError
-from runner.graph.load import PROTOBUF_LIMIT, save_model, tensor_bytes
+from runner.graph.load import as_file, is_large
 
 
 def session_for(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",),
@@ -24,9 +22,8 @@ def session_for(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutio
     opts.graph_optimization_level = level
     opts.log_severity_level = 3
     try:
-        if tensor_bytes(model) >= PROTOBUF_LIMIT // 2:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
+        if is_large(model):
+            with as_file(model) as path:
                 return ort.InferenceSession(str(path), opts, providers=list(providers))
         return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
     except Exception as e:  # onnxruntime raises its own exception types

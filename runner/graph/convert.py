@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
+from runner.graph.meta import infer_shapes
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def drop_round_trips(model: onnx.ModelProto) -> int:
     consumers are removed. Graph outputs are never rewired.
     """
     try:
-        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        typed = infer_shapes(model)
     except Exception:  # no types, no safe rewrite
         return 0
     g = model.graph
@@ -163,7 +164,7 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
     Constant nodes are left out, as Polygraphy leaves out constant layers.
     """
     try:
-        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        typed = infer_shapes(model)
     except Exception:  # inference failure: fall back to declared types only
         typed = model
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(typed.graph.value_info) + list(typed.graph.output) + list(typed.graph.input)}

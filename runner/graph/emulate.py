@@ -16,6 +16,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import TensorProto
 
+from runner.graph.meta import infer_shapes
+
 log = logging.getLogger(__name__)
 
 LOW_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
@@ -96,7 +98,7 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
         fp32); names of graph outputs that were (cast results back); number of tensors rounded).
     """
     try:
-        typed = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        typed = infer_shapes(model)
     except Exception as e:  # inference can fail on custom ops; types then come from value_info only
         log.warning("Type inference failed (%s); only tensors with declared types are rounded", str(e).splitlines()[0])
         typed = model

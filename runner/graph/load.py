@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import onnx
 from onnx import numpy_helper
@@ -57,6 +59,24 @@ def tensor_bytes(model: onnx.ModelProto) -> int:
     for init in model.graph.initializer:
         total += len(init.raw_data) if init.HasField("raw_data") else 0
     return total
+
+
+def is_large(model: onnx.ModelProto) -> bool:
+    """True when the model's tensors take 1 GB or more: serializing it in one piece is unsafe."""
+    return tensor_bytes(model) >= PROTOBUF_LIMIT // 2
+
+
+@contextmanager
+def as_file(model: onnx.ModelProto) -> Iterator[Path]:
+    """Save ``model`` (tensors as external data) into a temporary directory for the ``with`` block.
+
+    For tools that take a path when the model is too large to pass as one protobuf string.
+
+    Raises:
+        ArtifactError: when the temporary file cannot be written.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        yield save_model(model, Path(tmp) / "model.onnx", external_data=True)
 
 
 def save_model(

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -12,7 +10,7 @@ from onnx import helper
 
 from runner.errors import ModelError
 from runner.graph.activations import run_all_tensors
-from runner.graph.load import PROTOBUF_LIMIT, save_model, tensor_bytes
+from runner.graph.load import as_file, is_large
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +44,28 @@ def _complete(vi: onnx.ValueInfoProto) -> Optional[Meta]:
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference; past 1 GB of tensors it runs on files (protobuf's 2 GB limit).
 
+    Args:
+        model: the model (not modified).
+
     Returns:
-        The inferred model; for large models its initializers are not loaded (only the graph's
-        value_info is needed from it).
+        A copy of ``model`` with inferred ``value_info`` and output types. For large models only
+        the top-level graph's are filled in (If/Loop bodies keep what they declared).
 
     Raises:
-        Exception: whatever onnx's inference raises.
+        Exception: whatever onnx's inference raises (InferenceError and others).
     """
-    if tensor_bytes(model) < PROTOBUF_LIMIT // 2:
+    if not is_large(model):
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-        save_model(model, src, external_data=True)
+    with as_file(model) as src:
+        dst = src.with_name("inferred.onnx")
         onnx.shape_inference.infer_shapes_path(str(src), str(dst), strict_mode=False, data_prop=True)
-        return onnx.load(str(dst), load_external_data=False)
+        inferred = onnx.load(str(dst), load_external_data=False)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for field in ("value_info", "output"):
+        del getattr(out.graph, field)[:]
+        getattr(out.graph, field).extend(getattr(inferred.graph, field))
+    return out
 
 
 class TensorMeta:

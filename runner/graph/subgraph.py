@@ -231,7 +231,11 @@ class GraphIndex:
 
     def count_nodes(self, units: Iterable[int]) -> int:
         """Number of nodes in the model ``extract(units)`` returns."""
-        order = self.boundary(units)[0]
+        return self.node_count(self.boundary(units)[0])
+
+    def node_count(self, order: Iterable[int]) -> int:
+        """Number of nodes ``extract`` writes for the node indices ``order`` (``boundary()[0]``)."""
+        order = list(order)
         if self.keep_constant_nodes:
             return len(order)
         return sum(not (self.nodes[i].op == "Constant" and set(self.nodes[i].attrs) == {"value"}) for i in order)
