@@ -7,12 +7,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from runner.errors import ConfigError
 
 #: the "format" value of records written from TensorRT 11's editable timing cache
 TIMING_CACHE_FORMAT = "runner-timing-cache-tactics/1"
+
+
+def tensor_info(dtype: str, strides: Sequence[int], vectorized_dim: Optional[int], components_per_element: Optional[int]) -> Dict[str, Any]:
+    """One tensor's format in Polygraphy's TensorInfo layout (dtype as ``str(trt.DataType)``)."""
+    return {"polygraphy_class": "TensorInfo", "dtype": dtype, "strides": list(strides),
+            "vectorized_dim": vectorized_dim, "components_per_element": components_per_element}
+
+
+def algorithm(implementation: int, tactic: int, inputs: List[Dict[str, Any]], outputs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One layer's chosen algorithm in Polygraphy's Algorithm layout."""
+    return {"polygraphy_class": "Algorithm", "implementation": int(implementation), "tactic": int(tactic),
+            "inputs": inputs, "outputs": outputs}
+
+
+def replay_record(layers: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """A whole record in Polygraphy's TacticReplayData layout: ``{layer name: algorithm(...)}``."""
+    return {"replay": dict(layers), "polygraphy_class": "TacticReplayData"}
+
+
+def timing_cache_record(entries: Dict[str, Tuple[int, float]], version: str) -> Dict[str, Any]:
+    """A record of an editable timing cache: ``{key: (tactic hash, time in ms)}``."""
+    return {"format": TIMING_CACHE_FORMAT, "tensorrt": version,
+            "entries": {k: {"tactic": hex(int(h)), "timing_ms": float(ms)} for k, (h, ms) in entries.items()}}
 
 
 class RecordError(ConfigError):

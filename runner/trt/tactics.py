@@ -7,21 +7,16 @@ timing-cache key, with the tactic hash chosen for it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import tensorrt as trt
 
-from runner.tactic_records import TIMING_CACHE_FORMAT
+from runner import tactic_records
 
 
 def _tensor_info(io: Any) -> Dict[str, Any]:
-    return {
-        "polygraphy_class": "TensorInfo",
-        "dtype": str(io.dtype),
-        "strides": list(io.strides),
-        "vectorized_dim": getattr(io, "vectorized_dim", None),
-        "components_per_element": getattr(io, "components_per_element", None),
-    }
+    return tactic_records.tensor_info(str(io.dtype), list(io.strides), getattr(io, "vectorized_dim", None),
+                                      getattr(io, "components_per_element", None))
 
 
 class TacticRecorder(trt.IAlgorithmSelector):
@@ -39,23 +34,21 @@ class TacticRecorder(trt.IAlgorithmSelector):
         """Store the chosen algorithm of each layer."""
         for context, choice in zip(contexts, choices):
             n_in, n_out = context.num_inputs, context.num_outputs
-            self.replay[context.name] = {
-                "polygraphy_class": "Algorithm",
-                "implementation": int(choice.algorithm_variant.implementation),
-                "tactic": int(choice.algorithm_variant.tactic),
-                "inputs": [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in)],
-                "outputs": [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in, n_in + n_out)],
-            }
+            self.replay[context.name] = tactic_records.algorithm(
+                choice.algorithm_variant.implementation, choice.algorithm_variant.tactic,
+                [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in)],
+                [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in, n_in + n_out)],
+            )
 
     def to_replay(self) -> Dict[str, Any]:
         """The record in Polygraphy's TacticReplayData JSON layout."""
-        return {"replay": dict(self.replay), "polygraphy_class": "TacticReplayData"}
+        return tactic_records.replay_record(self.replay)
 
 
 def timing_cache_record(cache: trt.ITimingCache, version: str) -> Dict[str, Any]:
     """Entries of an editable timing cache: ``{key: {"tactic": hex hash, "timing_ms": float}}``."""
-    entries: Dict[str, Dict[str, Any]] = {}
+    entries: Dict[str, Tuple[int, float]] = {}
     for key in cache.queryKeys():
         value = cache.query(key)
-        entries[str(key)] = {"tactic": hex(int(value.tacticHash)), "timing_ms": float(value.timingMSec)}
-    return {"format": TIMING_CACHE_FORMAT, "tensorrt": version, "entries": entries}
+        entries[str(key)] = (int(value.tacticHash), float(value.timingMSec))
+    return tactic_records.timing_cache_record(entries, version)

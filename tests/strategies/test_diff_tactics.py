@@ -6,22 +6,29 @@ from pathlib import Path
 
 import pytest
 
-from runner.tactic_records import TIMING_CACHE_FORMAT
+from runner.tactic_records import algorithm, replay_record, tensor_info, timing_cache_record
 from tests.conftest import check_cmd, write_script
 
 LAYERS = ["conv1", "relu1", "conv2", "fc"]
 
 
 def polygraphy_record(tactics: dict) -> dict:
-    """Polygraphy's TacticReplayData JSON, as `polygraphy run --save-tactics` writes it."""
+    """Polygraphy's TacticReplayData JSON, as `polygraphy run --save-tactics` writes it (written out by hand)."""
     io = {"polygraphy_class": "TensorInfo", "dtype": "DataType.HALF", "strides": [64, 1, 1, 1], "vectorized_dim": -1, "components_per_element": 1}
     return {"replay": {layer: {"polygraphy_class": "Algorithm", "implementation": impl, "tactic": tactic,
                                "inputs": [io], "outputs": [io]} for layer, (impl, tactic) in tactics.items()},
             "polygraphy_class": "TacticReplayData"}
 
 
+def recorder_record(tactics: dict) -> dict:
+    """The same layout as mode=build's TensorRT 10 recorder writes it (runner.trt.tactics uses these helpers)."""
+    io = tensor_info("DataType.HALF", [64, 1, 1, 1], -1, 1)
+    return replay_record({layer: algorithm(impl, tactic, [io], [io]) for layer, (impl, tactic) in tactics.items()})
+
+
 def timing_record(tactics: dict) -> dict:
-    return {"format": TIMING_CACHE_FORMAT, "tensorrt": "11.4.0", "entries": {k: {"tactic": hex(t), "timing_ms": 0.1} for k, t in tactics.items()}}
+    """A TensorRT 11 timing-cache record as mode=build writes it."""
+    return timing_cache_record({k: (t, 0.1) for k, t in tactics.items()}, "11.4.0")
 
 
 def _write(path: Path, data) -> Path:
@@ -61,6 +68,18 @@ def test_timing_cache_records_and_good_bad_lists(run_cli, tmp_path):
     report = r.summary["potentially_bad"]
     assert list(report) == ["key-b"]
     assert sorted(e["tactic"] for e in report["key-b"]) == ["tactic 0x666", "tactic 0x667"]
+
+
+def test_recorder_layout_equals_polygraphy_layout(run_cli, tmp_path):
+    """Records written by mode=build (TensorRT 10) and by Polygraphy compare as the same tactics."""
+    tactics = _good(0)
+    assert recorder_record(tactics) == polygraphy_record(tactics)
+    good = _write(tmp_path / "polygraphy.json", polygraphy_record(tactics))
+    bad_tactics = dict(tactics, fc=(7, 7))
+    bad = _write(tmp_path / "ours.json", recorder_record(bad_tactics))
+    r = run_cli("mode=diff_tactics", f"good=[{good}]", f"bad=[{bad}]")
+    assert r.returncode == 0, r.stderr
+    assert list(r.summary["potentially_bad"]) == ["fc"]
 
 
 def test_no_difference_says_so(run_cli, tmp_path):
