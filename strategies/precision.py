@@ -128,7 +128,7 @@ class PrecisionStrategy(Strategy):
         model = constants_to_initializers(name_nodes(source))
         layers = float_nodes(model)
         marker_cls = get_class(cfg.marker._target_)
-        ranking = None
+        ranking, values = None, None
         if getattr(marker_cls, "searches_sets", False):
             shapes = check_input_shapes(source, cfg.model_input_shapes)
             values = run_all_tensors(model, model_feeds(source, shapes, cfg.inputs, cfg.seed))
@@ -140,6 +140,7 @@ class PrecisionStrategy(Strategy):
         strategy = cls(model, layers, marker_cls, _choice(cfg.direction), low, output_path(cfg.output, "mixed_precision.onnx"), ranking,
                        {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
         strategy.source_model = source
+        strategy.activations = values  # the fp32 run of the ranking, reused by checker=compare
         if cfg.weak_typing:
             from runner.trt import load_tensorrt
 

@@ -50,6 +50,8 @@ class ReduceStrategy(Strategy):
             raise ConfigError("reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one")
         self.index = index
         self.source_model = index.model
+        #: every tensor's value from the shape fallback run, when there was one (reused by checker=compare)
+        self.activations = index.meta.activations
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
         self.output = Path(output)
