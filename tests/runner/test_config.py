@@ -49,3 +49,12 @@ def test_bad_overrides_are_rejected(override):
 def test_model_input_shapes_take_a_dict():
     cfg = compose("config", overrides=["model_input_shapes={x:[1,3,160,160]}"])
     assert dict(cfg.model_input_shapes) == {"x": [1, 3, 160, 160]}
+
+
+def test_help_lists_modes_and_checkers(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "runner", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    for word in MODES + ["command", "compare", "interactive", "checker.cmd", "until="]:
+        assert word in proc.stdout, word
