@@ -17,6 +17,7 @@ from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.errors import ConfigError, RunnerError
 from runner.jsonio import write_json_atomic
+from runner.paths import run_dir
 from runner.progress import Progress
 from runner.replay import Replay
 from runner.report import print_table
@@ -74,8 +75,7 @@ def run(cfg: DictConfig) -> int:
         if getattr(strategy, "needs_checker", True):
             checker = _build_checker(cfg)
             checker.bind(cfg, strategy)
-        run_dir = Path(cfg.replay.save).parent
-        iter_artifact = Path(cfg.artifacts.iter_artifact or run_dir / f"iter_artifact{strategy.artifact_suffix}")
+        iter_artifact = Path(cfg.artifacts.iter_artifact or run_dir(cfg) / f"iter_artifact{strategy.artifact_suffix}")
         paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
         sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
         progress = Progress(cfg.mode.name, enabled=not cfg.verbose)

@@ -13,6 +13,14 @@ from runner.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
+def run_dir(cfg: Any) -> Path:
+    """The run's own directory (Hydra's output dir), or the replay file's directory outside Hydra."""
+    try:
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:  # not running under Hydra
+        return Path(cfg.replay.save).parent
+
+
 def output_path(option: Optional[str], default: str) -> Path:
     """The output file for ``output=``: relative to the working directory in a single run, and
     inside the job's own directory in a multirun (so sweep jobs never overwrite each other).

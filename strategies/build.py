@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from runner.graph.feeds import check_input_shapes
 from runner.graph.load import load_model
+from runner.paths import run_dir
 from runner.trt import load_tensorrt
 from strategies.base import Candidate
 from strategies.repeat import RepeatStrategy
@@ -55,7 +56,7 @@ class BuildStrategy(RepeatStrategy):
 
         cache = Path(cfg.timing_cache).read_bytes() if cfg.timing_cache and Path(cfg.timing_cache).is_file() else None
         builder = EngineBuilder(model.SerializeToString(), cfg.workspace, profiles_from_shapes(shapes), cache)
-        return cls(builder, until, Path(cfg.replay.save).parent / "tactics.json")
+        return cls(builder, until, run_dir(cfg) / "tactics.json")
 
     def artifacts(self) -> List[Path]:
         """The tactic record, sorted with the check's artifacts."""

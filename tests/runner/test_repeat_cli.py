@@ -246,3 +246,12 @@ def test_repeat_compare_checks_a_backend_run_after_run(run_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.summary["good"] == 3
     assert all("outputs" in e["details"] for e in r.replay["iterations"])
+
+
+def test_moving_the_replay_keeps_the_iteration_artifact_in_the_run_dir(run_cli, tmp_path):
+    script = write_script(tmp_path / "where.py", 'import os,sys\nsys.exit(0 if os.path.dirname(os.environ["RUNNER_ARTIFACT"]) == sys.argv[1] else 1)\n')
+    run_dir = tmp_path / "the_run"
+    r = run_cli("mode=repeat", "until=1", check_cmd(script, str(run_dir)), f"replay.save={tmp_path / 'elsewhere' / 'replay.json'}", run_dir=run_dir)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "elsewhere" / "replay.json").is_file()
+    assert json.loads((tmp_path / "elsewhere" / "replay.json").read_text())["iterations"][0]["passed"] is True
