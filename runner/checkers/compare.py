@@ -25,6 +25,39 @@ from strategies.base import Candidate, Verdict
 log = logging.getLogger(__name__)
 
 
+def _as_declared(value: np.ndarray, elem_type: Optional[int]) -> np.ndarray:
+    """``value`` in the numpy type of an input's declared ONNX type (e.g. fp32 golden values fed to an
+    fp16 candidate); types numpy lacks (bfloat16) are left for the backend."""
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)) if elem_type else None
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or value.dtype == dtype:
+        return value
+    return value.astype(dtype)
+
+
+def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Give each side of a Cast with no recorded value the other side's value.
+
+    Golden values from an fp32 model lack the tensors an fp16 conversion inserted, which are
+    all around Casts: an input Cast's output (``x_cast_to_relu``) and, for graph outputs, the
+    renamed producer output that a Cast turns back into the output (``sum_cast_to_y`` -> ``y``).
+    A Cast's reference value on either side is the same number.
+    """
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    changed = True
+    while changed:
+        changed = False
+        for node in casts:
+            src, dst = node.input[0], node.output[0]
+            if dst not in values and src in values:
+                values[dst], changed = values[src], True
+            elif src not in values and dst in values:
+                values[src], changed = values[dst], True
+    return values
+
+
 class CompareChecker(Checker):
     """Judges a candidate by comparing its outputs with golden outputs, per output tensor.
 
@@ -85,7 +118,7 @@ class CompareChecker(Checker):
         missing = [o.name for o in model.graph.output if o.name not in golden]
         if missing:
             raise ConfigError(f"golden={cfg.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model")
-        self.values = {**golden, **feeds}
+        self.values = _through_casts(model, {**golden, **feeds})
         if cfg.save_golden:
             try:
                 np.savez(cfg.save_golden, **self.values)
@@ -116,8 +149,10 @@ class CompareChecker(Checker):
         if missing:
             raise ConfigError(f"no recorded value for tensors {missing} that the candidate takes as inputs; "
                               "let the checker compute golden values (drop golden=) or save them with save_golden=")
+        declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+        feeds = {n: _as_declared(self.values[n], declared.get(n)) for n in names}
         try:
-            got = self.backend.run(model, {n: self.values[n] for n in names}, key=candidate.key)
+            got = self.backend.run(model, feeds, key=candidate.key)
         except ModelError as e:
             return Verdict(False, reason=f"{self.backend_name} failed: {e}", details={"error": str(e)})
         unknown = [n for n in got if n not in self.values]

@@ -149,3 +149,28 @@ def test_python_checker_cli(run_cli, tmp_path):
     assert r.summary["runs"] == 2 and r.summary["bad"] == 1
     bad = run_cli("mode=repeat", "until=1", "checker=python", "checker.target=mychecks.nope")
     assert bad.returncode == 2 and "cannot be imported" in bad.stderr
+
+
+def test_reduce_an_fp16_model_against_fp32_golden_values(run_cli, tmp_path):
+    """The fp16 workflow: golden values from the fp32 model, the fp16 model reduced under emulation."""
+    from onnx import helper as h
+    from runner.graph.convert import convert_except
+    from tests.conftest import f32, make_model
+    nodes = [h.make_node("Relu", ["x"], ["a"], name="relu"), h.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+             h.make_node("Div", ["sq", "k"], ["d"], name="scale"), h.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0),
+             h.make_node("Neg", ["x"], ["n"], name="neg"), h.make_node("Abs", ["n"], ["z"], name="abs")]
+    fp32 = make_model(nodes, [f32("x", [4])], [f32("y", []), f32("z", [4])], [numpy_helper.from_array(np.array(1000.0, np.float32), "k")])
+    fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
+    onnx.save(fp32, fp32_path)
+    onnx.save(convert_except(fp32, []), fp16_path)
+    inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
+    np.savez(inputs, x=np.full(4, 3000, np.float32))
+    first = run_cli("mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}")
+    assert first.returncode == 0 and first.summary["good"] == 1, first.stderr
+    out = tmp_path / "reduced.onnx"
+    r = run_cli("mode=reduce", f"model={fp16_path}", "checker=compare", "checker.backend=fp16_emulation", "checker.rtol=1e-2",
+                f"golden={golden}", f"output={out}")
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]
+    reduced = onnx.load(str(out))
+    assert reduced.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16, "the subgraph is the fp16 model's own"
