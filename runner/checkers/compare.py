@@ -43,9 +43,13 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
     Golden values from an fp32 model lack the tensors an fp16 conversion inserted, which are
     all around Casts: an input Cast's output (``x_cast_to_relu``) and, for graph outputs, the
     renamed producer output that a Cast turns back into the output (``sum_cast_to_y`` -> ``y``).
-    A Cast's reference value on either side is the same number.
+    A float-to-float Cast's reference value on either side is the same number (Casts to
+    integer or bool types are left alone: they change the value).
     """
-    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+    casts = [n for n in model.graph.node if n.op_type == "Cast"
+             and any(a.name == "to" and a.i in floats for a in n.attribute)
+             and (n.input[0] not in values or np.asarray(values[n.input[0]]).dtype.kind == "f")]
     changed = True
     while changed:
         changed = False
