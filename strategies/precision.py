@@ -14,6 +14,7 @@ Markers:
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from pathlib import Path
@@ -26,7 +27,7 @@ from hydra.utils import get_class
 from runner.errors import ConfigError, NothingToDoError
 from runner.graph.activations import run_all_tensors
 from runner.graph.constants import constants_to_initializers
-from runner.graph.convert import FP16_MAX, convert_except, float_nodes, name_nodes
+from runner.graph.convert import convert_except, float_nodes, name_nodes
 from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
 from runner.paths import output_path
@@ -50,6 +51,7 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Dict[
     """
     inits = {t.name: t for t in model.graph.initializer}
 
+    @functools.cache
     def peak(name: str) -> float:
         if name in values:
             arr = np.asarray(values[name])
@@ -66,7 +68,7 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Dict[
     for i in layers:
         node = model.graph.node[i]
         score[i] = max([peak(n) for n in list(node.output) + list(node.input) if n] or [0.0])
-    return sorted(layers, key=lambda i: (-min(score[i] / FP16_MAX, 1e30), layers.index(i)))
+    return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
 
 
 def _choice(value: Any) -> str:
@@ -155,12 +157,7 @@ class PrecisionStrategy(Strategy):
         self._pending = kept
         names = sorted(self.model.graph.node[i].name for i in kept)
         key = f"{self.fingerprint}:{self.low}:" + hashlib.sha1(",".join(names).encode()).hexdigest()[:16]
-        cache: Dict[str, onnx.ModelProto] = {}
-
-        def model() -> onnx.ModelProto:
-            if "m" not in cache:
-                cache["m"] = convert_except(self.model, names, self.low)
-            return cache["m"]
+        model = functools.cache(lambda: convert_except(self.model, names, self.low))
 
         def write(path: Path) -> None:
             if self.weak_typing:

@@ -8,12 +8,12 @@ descendants (it keeps the original graph outputs), as Polygraphy's ``--no-reduce
 """
 from __future__ import annotations
 
+import functools
 import logging
 from functools import partial
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-import onnx
 from hydra.utils import get_class
 
 from runner.errors import ConfigError, NothingToDoError
@@ -114,12 +114,7 @@ class ReduceStrategy(Strategy):
         self._pending = units
         order, inputs, outputs = self.index.boundary(units)
         n = self.index.node_count(order)
-        model_cache: Dict[str, onnx.ModelProto] = {}
-
-        def model() -> onnx.ModelProto:
-            if "m" not in model_cache:
-                model_cache["m"] = self.index.extract(units)
-            return model_cache["m"]
+        model = functools.cache(lambda: self.index.extract(units))
 
         def write(path: Path) -> None:
             save_model(model(), path, **self.save_opts)

@@ -4,10 +4,12 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from runner.errors import ModelError
+from runner.graph.load import load_model
 
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.until import Until
@@ -18,15 +20,15 @@ class RepeatStrategy(Strategy):
 
     Args:
         until: the stop condition.
-        model: an ``onnx.ModelProto`` handed to in-process checkers each run (``model=`` with
-            ``checker=compare`` checks a backend for nondeterministic outputs), or None.
+        model_path: a model handed to in-process checkers each run, loaded when one first asks
+            (``model=`` with ``checker=compare`` checks a backend for nondeterministic outputs).
     """
 
     artifact_suffix = ""
 
-    def __init__(self, until: Until, model: Optional[Any] = None):
+    def __init__(self, until: Until, model_path: Optional[Path] = None):
         self.until = until
-        self.model = model
+        self.model = functools.cache(lambda: load_model(model_path)) if model_path else None
         self.runs = 0
         self.good = 0
         self.bad = 0
@@ -38,16 +40,13 @@ class RepeatStrategy(Strategy):
 
         Raises:
             ConfigError: when ``until`` is missing or invalid.
-            ModelError: when ``model=`` is given but is not a file or not ONNX.
+            ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
+                that loads it).
         """
         until = Until.parse(cfg.until, "repeat")
-        if not cfg.model:
-            return cls(until)
-        if not Path(cfg.model).is_file():
+        if cfg.model and not Path(cfg.model).is_file():
             raise ModelError(f"model={cfg.model}: no such file; check the path (mode=repeat does not need a model)")
-        from runner.graph.load import load_model
-
-        return cls(until, load_model(cfg.model) if cfg.checker.get("_target_", "").endswith("CompareChecker") else None)
+        return cls(until, Path(cfg.model) if cfg.model else None)
 
     def next_candidate(self) -> Optional[Candidate]:
         """Return run number ``runs + 1`` unless ``until`` was met."""
@@ -55,7 +54,7 @@ class RepeatStrategy(Strategy):
             return None
         n = self.runs + 1
         return Candidate(key=f"run:{n}", label=f"run {n}", info={"run": n},
-                         payload=(lambda: self.model) if self.model is not None else None)
+                         payload=self.model)
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Count the verdict and decide whether ``until`` is met."""
