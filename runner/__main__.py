@@ -1,26 +1,16 @@
-"""Entry point: ``python -m runner key=value ...`` (Hydra overrides; see conf/)."""
+"""Entry point: ``python -m runner key=value ...`` (Hydra overrides; see conf/).
+
+Only the standard library is imported before the guard below, so Ctrl-C, SIGTERM or SIGHUP at
+any moment (even while the heavy imports load) ends the process quietly with 128 + the signal,
+and a closed stdout (``| head``) is quiet too.
+"""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
-import conf
-from runner.config import register_configs
-
-CONF_DIR = str(Path(conf.__file__).resolve().parent)
-
-register_configs()
-
-
-@hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")
-def main(cfg: DictConfig) -> None:
-    """Run one job (or one job of a multirun sweep) and remember its exit code."""
-    from runner.app import EXIT_CODES, run
-
-    EXIT_CODES.append(run(cfg))
+from runner import signals  # standard library only
 
 
 def absolute_config_path(argv: list[str]) -> list[str]:
@@ -39,9 +29,43 @@ def absolute_config_path(argv: list[str]) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    from runner.app import EXIT_CODES
+def _hydra_main() -> int:
+    """Compose the config with Hydra and run the job(s); the exit code of the worst job."""
+    import hydra
+    import logging
 
-    sys.argv = absolute_config_path(sys.argv)
+    from omegaconf import DictConfig
+
+    import conf
+    from runner.app import EXIT_CODES, run
+    from runner.config import register_configs
+
+    logging.raiseExceptions = False  # a log line to a closed stdout/terminal is dropped, not a traceback
+    register_configs()
+
+    @hydra.main(version_base=None, config_path=str(Path(conf.__file__).resolve().parent), config_name="config")
+    def main(cfg: DictConfig) -> None:
+        EXIT_CODES.append(run(cfg))
+
     main()
-    sys.exit(max(EXIT_CODES, default=0))
+    return max(EXIT_CODES, default=0)
+
+
+def cli() -> int:
+    """Run ``python -m runner``; returns the process exit code."""
+    signals.install()
+    try:
+        sys.argv = absolute_config_path(sys.argv)
+        code = _hydra_main()
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt as e:
+        return signals.exit_code(e)
+    except BrokenPipeError:
+        # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

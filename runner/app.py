@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-import signal
+import os
 import sys
 import time
 import traceback
@@ -10,17 +10,21 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.utils import get_method, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
+from runner import signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
-from runner.errors import ConfigError, RunnerError
+from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
+from runner.identity import run_identity
 from runner.jsonio import write_json_atomic
-from runner.paths import run_dir
+from runner.outputs import OutputPlan, model_files, plan_outputs
+from runner.paths import in_job_dir, run_dir
 from runner.progress import Progress
 from runner.replay import Replay
 from runner.report import print_table
+from runner.rundir import lock_run_dir, release_run_dir
 from statemachine.lifecycle import Lifecycle
 
 log = logging.getLogger("runner")
@@ -29,6 +33,11 @@ EXIT_INTERRUPTED = 130
 
 #: exit codes of the jobs of this process (one for a run; several for a serial multirun)
 EXIT_CODES: list = []
+
+#: output options the user can set, as (option, key in the config)
+OUTPUT_OPTIONS = (("output", "output"), ("min_good", "min_good"), ("artifacts.iter_artifact", "artifacts.iter_artifact"),
+                  ("summary", "summary"), ("replay.save", "replay.save"), ("artifacts.iter_info", "artifacts.iter_info"),
+                  ("save_golden", "save_golden"))
 
 
 def _build_checker(cfg: DictConfig) -> Checker:
@@ -46,8 +55,28 @@ def _build_checker(cfg: DictConfig) -> Checker:
     return checker
 
 
-def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _plan(cfg: DictConfig) -> OutputPlan:
+    """Resolve every output path (see ``runner.outputs``) and write the resolved ones back into ``cfg``."""
+    options = {}
+    for option, key in OUTPUT_OPTIONS:
+        value = OmegaConf.select(cfg, key)
+        options[option] = in_job_dir(option, value) if option in ("output", "min_good") else value
+    default = cfg.mode.get("default_output")
+    plan = plan_outputs(options, {"output": in_job_dir("output", default)} if default else {},
+                        model_files(cfg.get("model")), list(cfg.artifacts.paths))
+    with open_dict(cfg):
+        for option, key in OUTPUT_OPTIONS:
+            if plan.get(option) is not None:
+                OmegaConf.update(cfg, key, str(plan.get(option)), merge=False)
+    return plan
+
+
+def _say(text: str) -> None:
+    """Print to stderr; a closed terminal (SIGHUP) or pipe must not turn into a second error."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def run(cfg: DictConfig) -> int:
@@ -57,8 +86,9 @@ def run(cfg: DictConfig) -> int:
         cfg: the composed Hydra config (see ``runner.config.RunConfig``).
 
     Returns:
-        The process exit code: 0 when the run finished, 2 for a user error (one line printed),
-        130 when interrupted (Ctrl-C or SIGTERM); ``summary.json`` is written in every case.
+        The process exit code: 0 when the run finished, 2 for a user error or a check that never
+        passed (one line printed), 128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM,
+        129 SIGHUP); ``summary.json`` is written in every case.
     """
     if cfg.verbose:
         logging.getLogger().setLevel(logging.DEBUG)
@@ -66,53 +96,87 @@ def run(cfg: DictConfig) -> int:
     summary: Dict[str, Any] = {"mode": cfg.mode.name, "status": "ok", "iterations": 0, "checks": 0, "reused": 0}
     lifecycle: Optional[Lifecycle] = None
     checker: Optional[Checker] = None
+    directory: Optional[Path] = None
+    summary_path: Optional[Path] = None  # only a path the output plan accepted, or the run's own directory
+    plan: Optional[OutputPlan] = None
     code = 0
-    previous = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    try:
-        # cheap checks first: a bad replay file fails before the model is loaded
-        replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None)
-        strategy = get_method(cfg.mode._target_)(cfg)
-        if getattr(strategy, "needs_checker", True):
-            checker = _build_checker(cfg)
-            checker.bind(cfg, strategy)
-        iter_artifact = Path(cfg.artifacts.iter_artifact or run_dir(cfg) / f"iter_artifact{strategy.artifact_suffix}")
-        paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
-        sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
-        progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
-        lifecycle = Lifecycle(strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress)
+    with signals.handled():
         try:
-            lifecycle.run()
+            directory = lock_run_dir(run_dir(cfg))
+            summary_path = directory / "summary.json"
+            plan = _plan(cfg)
+            summary_path = plan.get("summary") or summary_path
+            # cheap checks first: a bad replay file fails before the model is loaded
+            identity = run_identity(cfg, model_files(cfg.get("model")))
+            replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None,
+                            identity, cfg.replay.force)
+            strategy = get_method(cfg.mode._target_)(cfg)
+            if getattr(strategy, "needs_checker", True):
+                checker = _build_checker(cfg)
+                checker.output_dir = directory / "checks"
+                checker.bind(cfg, strategy)
+            iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
+            paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
+            sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
+            progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
+            lifecycle = Lifecycle(strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress)
+            try:
+                lifecycle.run()
+            finally:
+                progress.close()
+            if strategy.needs_pass and lifecycle.passes == 0:
+                last = lifecycle.verdict
+                raise CheckNeverPassedError(
+                    f"no check passed in {lifecycle.iteration} iterations"
+                    f"{f' (every one {last.reason})' if last is not None and lifecycle.same_failure else ''}, so the "
+                    "answer would rest on the check, not the model; run the check by hand on the iteration artifact "
+                    "and fix it (see the check's output below and in the run directory's checks/)",
+                    tail=(last.details.get("output_tail", "") if last is not None else ""))
+            strategy.finish()
+            summary.update(strategy.result())
+            summary["replay"] = str(replay.save_path)
+        except CheckNeverPassedError as e:
+            summary.update(status=e.status, error=str(e), check_output_tail=e.tail)
+            _say(f"error: {e.status}: {e}" + (f"\nlast check's output:\n{e.tail.rstrip()}" if e.tail.strip() else ""))
+            code = e.exit_code
+        except RunnerError as e:
+            if cfg.verbose:
+                traceback.print_exc()
+            _say(f"error: {e}")
+            summary["status"] = f"error: {e}"
+            code = e.exit_code
+        except KeyboardInterrupt as e:
+            summary["status"] = "interrupted"
+            _say("interrupted: the replay keeps every finished iteration; resume with replay.load=PATH")
+            code = signals.exit_code(e)
+        except BaseException as e:
+            summary["status"] = f"internal error: {type(e).__name__}: {e}"
+            raise
         finally:
-            progress.close()
-        strategy.finish()
-        summary.update(strategy.result())
-        summary["replay"] = str(replay.save_path)
-    except RunnerError as e:
-        if cfg.verbose:
-            traceback.print_exc()
-        print(f"error: {e}", file=sys.stderr)
-        summary["status"] = f"error: {e}"
-        code = e.exit_code
-    except KeyboardInterrupt:
-        summary["status"] = "interrupted"
-        print("interrupted: the replay keeps every finished iteration; resume with replay.load=PATH", file=sys.stderr)
-        code = EXIT_INTERRUPTED
-    except BaseException as e:
-        summary["status"] = f"internal error: {type(e).__name__}: {e}"
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if checker is not None:
-            checker.close()
-        if lifecycle is not None:
-            summary.update(iterations=lifecycle.iteration, checks=lifecycle.checks, reused=lifecycle.reused_count)
-        summary["wall_s"] = round(time.monotonic() - started, 3)
-        try:
-            write_json_atomic(Path(cfg.summary), summary)
-        except OSError as e:
-            print(f"error: cannot write summary={cfg.summary} ({e.strerror}); choose a writable path", file=sys.stderr)
-            code = code or 2
+            if checker is not None:
+                checker.close()
+            if lifecycle is not None:
+                summary.update(iterations=lifecycle.iteration, checks=lifecycle.checks, reused=lifecycle.reused_count)
+            summary["wall_s"] = round(time.monotonic() - started, 3)
+            if summary_path is not None:  # never a rejected path, never another run's directory
+                try:
+                    write_json_atomic(summary_path, summary)
+                except OSError as e:
+                    _say(f"error: cannot write summary={summary_path} ({e.strerror}); choose a writable path")
+                    code = code or 2
+            if plan is not None:
+                plan.release()
+            if directory is not None:
+                release_run_dir(directory)
     if code == 0:
-        print_table(summary)
+        _print_quietly(summary)
     return code
 
+
+def _print_quietly(summary: Dict[str, Any]) -> None:
+    """Print the final table; a reader that went away (``| head``) silences stdout, not the run."""
+    try:
+        print_table(summary)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

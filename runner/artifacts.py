@@ -42,7 +42,7 @@ def unique_path(path: Path) -> Path:
     """Return ``path`` if nothing exists there, else ``stem_1.suffix``, ``stem_2.suffix``, ..."""
     if not path.exists():
         return path
-    stem, suffix = _split_name(path.name)
+    stem, suffix = split_name(path.name)
     n = 1
     while True:
         candidate = path.with_name(f"{stem}_{n}{suffix}")
@@ -51,7 +51,7 @@ def unique_path(path: Path) -> Path:
         n += 1
 
 
-def _split_name(name: str) -> tuple[str, str]:
+def split_name(name: str) -> tuple[str, str]:
     """Split ``model.onnx`` into ("model", ".onnx"); a name without a dot has no suffix."""
     if "." in name.lstrip("."):
         stem, _, ext = name.rpartition(".")
@@ -83,7 +83,7 @@ class ArtifactSorter:
         self.sorted_count = {"good": 0, "bad": 0}
 
     def _name(self, src: Path, iteration: int, verdict: Verdict) -> str:
-        stem, suffix = _split_name(src.name)
+        stem, suffix = split_name(src.name)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         rc = "na" if verdict.returncode is None else str(verdict.returncode)
         return f"{stem}_iter{iteration}_{stamp}_rc{rc}{suffix}"

@@ -36,6 +36,7 @@ class ModeConf:
 
     _target_: str = MISSING
     name: str = MISSING
+    default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class CommandCheckerConf:
     show_output: bool = False
     hide_fail_output: bool = False
     timeout_s: Optional[float] = None
+    signal_is: str = "error"  # a check killed by a signal: error (stop the run) or fail
 
 
 @dataclass
@@ -106,6 +108,7 @@ class ReplayConf:
 
     save: str = RUN_DIR + "/replay.json"
     load: Optional[str] = None
+    force: bool = False  # reuse a loaded replay whose identity (model, check, inputs) differs
 
 
 @dataclass
@@ -156,12 +159,15 @@ def register_configs() -> None:
     The group YAML files extend these through their defaults lists, e.g.
     ``conf/checker/command.yaml`` starts with ``defaults: [command_schema]``.
     """
+    from runner.rundir import register_resolvers
+
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=RunConfig)
-    cs.store(group="mode", name="mode_schema", node=ModeConf)
-    cs.store(group="marker", name="marker_schema", node=MarkerConf)
-    cs.store(group="checker", name="command_schema", node=CommandCheckerConf)
-    cs.store(group="checker", name="interactive_schema", node=InteractiveCheckerConf)
-    cs.store(group="checker", name="python_schema", node=PythonCheckerConf)
-    cs.store(group="checker", name="compare_schema", node=CompareCheckerConf)
-    cs.store(group="artifacts", name="artifacts_schema", node=ArtifactsConf)
+    cs.store(name="mode_schema", node=ModeConf)
+    cs.store(name="marker_schema", node=MarkerConf)
+    cs.store(name="command_schema", node=CommandCheckerConf)
+    cs.store(name="interactive_schema", node=InteractiveCheckerConf)
+    cs.store(name="python_schema", node=PythonCheckerConf)
+    cs.store(name="compare_schema", node=CompareCheckerConf)
+    cs.store(name="artifacts_schema", node=ArtifactsConf)

@@ -44,3 +44,21 @@ class MissingExtraError(RunnerError):
             f"{purpose} needs the Python package '{package}', which is not installed: "
             f"install the '{extra}' extra (pip install \".[{extra}]\")"
         )
+
+
+class CheckError(RunnerError):
+    """The check cannot give a verdict the run can stand behind (killed by a signal, never passed)."""
+
+
+class CheckNeverPassedError(CheckError):
+    """No check passed where the search needs a passing one: the check, not the model, is the suspect.
+
+    Attributes:
+        tail: the last lines the last check printed.
+    """
+
+    status = "check never passed"
+
+    def __init__(self, message: str, tail: str = ""):
+        super().__init__(message)
+        self.tail = tail

@@ -8,11 +8,22 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: the process's umask, read once (reading it means setting it)
+UMASK = _umask()
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON to ``path`` through a temp file and ``os.replace``.
 
     Args:
-        path: destination; its parent directory is created if missing.
+        path: destination; its parent directory is created if missing. Created with the user's
+            umask (as ``open`` would), not mkstemp's 0600.
         data: a JSON-able object.
 
     Raises:
@@ -22,6 +33,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp makes 0600; the file gets the user's umask as open() would
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, default=str)
             f.write("\n")

@@ -1,4 +1,4 @@
-"""Where a mode writes its main output."""
+"""Where a run writes: its run directory, and output paths inside a sweep's job directories."""
 from __future__ import annotations
 
 import logging
@@ -7,8 +7,6 @@ from typing import Any, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-
-from runner.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -21,24 +19,19 @@ def run_dir(cfg: Any) -> Path:
         return Path(cfg.replay.save).parent
 
 
-def output_path(option: Optional[str], default: str) -> Path:
-    """The output file for ``output=``: relative to the working directory in a single run, and
-    inside the job's own directory in a multirun (so sweep jobs never overwrite each other).
-
-    Raises:
-        ConfigError: when the output's directory does not exist.
-    """
-    path = Path(option or default)
+def in_job_dir(option: str, value: Optional[str]) -> Optional[str]:
+    """A relative output path moved into the job's own directory in a multirun (so sweep jobs never
+    overwrite each other); unchanged in a single run. An absolute path in a sweep is a warning."""
+    if not value:
+        return value
     try:
         hydra_cfg: Any = HydraConfig.get()
         multirun = hydra_cfg.mode == RunMode.MULTIRUN
     except ValueError:  # not running under Hydra (library use, tests)
-        multirun = False
-    if multirun:
-        if path.is_absolute():
-            log.warning("output=%s is shared by every job of this sweep; give a relative path to get one per job", path)
-        else:
-            path = Path(hydra_cfg.runtime.output_dir) / path
-    if not path.parent.is_dir():
-        raise ConfigError(f"output={path}: directory {path.parent} does not exist; create it or choose another path")
-    return path
+        return value
+    if not multirun:
+        return value
+    if Path(value).is_absolute():
+        log.warning("%s=%s is shared by every job of this sweep; give a relative path to get one per job", option, value)
+        return value
+    return str(Path(hydra_cfg.runtime.output_dir) / value)

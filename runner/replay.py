@@ -3,6 +3,10 @@
 Loading a replay (``replay.load=PATH``) makes the lifecycle reuse recorded verdicts instead of
 running the check, so a stopped run resumes where it was and ends with the same result.
 The same table serves as the in-run cache: a candidate is never checked twice.
+
+A replay records its run's identity (``runner.identity``: the model's content, the mode, the
+check, the inputs); loading a replay of another identity is an error naming what differs, unless
+``replay.force=true``. Entries of the wrong type are errors, never coerced.
 """
 from __future__ import annotations
 
@@ -12,12 +16,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from runner.errors import ConfigError
+from runner.identity import differences
 from runner.jsonio import write_json_atomic
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 
-FORMAT = "runner-replay/1"
+FORMAT = "runner-replay/2"
+#: the format before identities were recorded (loaded only with replay.force=true)
+OLD_FORMATS = ("runner-replay/1",)
 
 
 class Replay:
@@ -27,36 +34,55 @@ class Replay:
         save_path: where the replay JSON is rewritten (atomically) after each iteration.
         mode: the mode's name; a loaded replay must come from the same mode.
         load_path: an earlier run's replay to reuse verdicts from, or None.
+        identity: what this run's verdicts depend on (``runner.identity.run_identity``).
+        force: reuse a loaded replay's verdicts even when its identity differs.
 
     Raises:
-        ConfigError: when ``load_path`` is missing, not a replay file, or from another mode.
+        ConfigError: when ``load_path`` is missing, not a replay file, from another mode, of
+            another identity (without ``force``), or holds an entry of the wrong type.
     """
 
-    def __init__(self, save_path: Path, mode: str, load_path: Optional[Path] = None):
+    def __init__(self, save_path: Path, mode: str, load_path: Optional[Path] = None,
+                 identity: Optional[Dict[str, Any]] = None, force: bool = False):
         self.save_path = Path(save_path)
         self.mode = mode
+        self.identity = identity or {}
         self.entries: List[Dict[str, Any]] = []
         self._known: Dict[str, Verdict] = {}
         if load_path is not None:
-            for entry in self._read(Path(load_path), mode):
+            for entry in self._read(Path(load_path), mode, self.identity, force):
                 self._known.setdefault(entry["key"], _verdict(entry))
             log.info("Loaded %d recorded verdicts from %s", len(self._known), load_path)
 
     @staticmethod
-    def _read(path: Path, mode: str) -> List[Dict[str, Any]]:
+    def _read(path: Path, mode: str, identity: Dict[str, Any], force: bool) -> List[Dict[str, Any]]:
+        hint = "give the replay.json of an earlier run"
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
-            raise ConfigError(f"replay.load={path}: no such file; give the replay.json of an earlier run") from None
+            raise ConfigError(f"replay.load={path}: no such file; {hint}") from None
+        except RecursionError:
+            raise ConfigError(f"replay.load={path}: nested too deeply to be a replay file; {hint}") from None
         except (OSError, ValueError) as e:
-            raise ConfigError(f"replay.load={path}: not a readable replay file ({e}); give the replay.json of an earlier run") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("iterations"), list):
-            raise ConfigError(f"replay.load={path}: not a replay file (expected format {FORMAT!r}); give the replay.json of an earlier run")
+            raise ConfigError(f"replay.load={path}: not a readable replay file ({str(e).splitlines()[0]}); {hint}") from None
+        formats = (FORMAT, *OLD_FORMATS)
+        if not isinstance(data, dict) or data.get("format") not in formats or not isinstance(data.get("iterations"), list):
+            raise ConfigError(f"replay.load={path}: not a replay file (expected format {FORMAT!r}); {hint}")
         if data.get("mode") != mode:
             raise ConfigError(f"replay.load={path}: recorded by mode={data.get('mode')}, not mode={mode}; resume with the same mode")
+        recorded = data.get("identity")
+        if not force:
+            if not isinstance(recorded, dict):
+                raise ConfigError(f"replay.load={path} does not record what its verdicts depend on (an older format); "
+                                  "replay.force=true reuses it anyway")
+            changed = differences(recorded, identity)
+            if changed:
+                raise ConfigError(f"replay.load={path} was recorded with another {', '.join(changed)}; its verdicts may not "
+                                  "hold for this run: resume with the same settings, or replay.force=true to reuse them anyway")
         for i, entry in enumerate(data["iterations"]):
-            if not isinstance(entry, dict) or "key" not in entry or "passed" not in entry:
-                raise ConfigError(f"replay.load={path}: iteration entry {i} lacks 'key' or 'passed'; the file is damaged")
+            problem = _entry_problem(entry)
+            if problem:
+                raise ConfigError(f"replay.load={path}: iteration entry {i} {problem}; the file is damaged")
         return data["iterations"]
 
     def lookup(self, key: str) -> Optional[Verdict]:
@@ -82,12 +108,38 @@ class Replay:
                 "reused": reused,
             }
         )
-        write_json_atomic(self.save_path, {"format": FORMAT, "mode": self.mode, "iterations": self.entries})
+        write_json_atomic(self.save_path, {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries})
+
+
+#: field -> (accepted types, description); missing optional fields are allowed
+_FIELDS = {
+    "key": ((str,), "a string"),
+    "passed": ((bool,), "true or false"),
+    "returncode": ((int, type(None)), "an integer or null"),
+    "reason": ((str,), "a string"),
+    "details": ((dict, type(None)), "an object"),
+}
+
+
+def _entry_problem(entry: Any) -> str:
+    """Why a replay entry is malformed, or "" when it is well formed."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    for name in ("key", "passed"):
+        if name not in entry:
+            return f"lacks {name!r}"
+    for name, (types, words) in _FIELDS.items():
+        if name not in entry:
+            continue
+        value = entry[name]
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool) and name == "returncode"):
+            return f"has {name}={json.dumps(value)[:40]}, which is not {words}"
+    return ""
 
 
 def _verdict(entry: Dict[str, Any]) -> Verdict:
     return Verdict(
-        passed=bool(entry["passed"]),
+        passed=entry["passed"],
         returncode=entry.get("returncode"),
         reason=entry.get("reason", ""),
         details=entry.get("details") or {},

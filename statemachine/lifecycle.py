@@ -53,6 +53,8 @@ class Lifecycle:
         history: every state entered, in order (starting with "ready").
         iteration: iterations so far (checked or reused).
         checks: checks actually run.
+        passes: iterations whose verdict (checked or reused) was a pass.
+        failure_codes: the return codes of failing verdicts so far.
     """
 
     def __init__(
@@ -76,6 +78,8 @@ class Lifecycle:
         self.iteration = 0
         self.checks = 0
         self.reused_count = 0
+        self.passes = 0
+        self.failure_codes: set = set()
         self.candidate: Optional[Candidate] = None
         self.verdict: Optional[Verdict] = None
         self._reused = False
@@ -133,8 +137,8 @@ class Lifecycle:
             self.candidate.write(self.iter_artifact)
         self._write_info(None)
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
+        self.checks += 1  # counted when started: a check that stops the run has run too
         self.verdict = self.checker.check(artifact, self.iteration, self.candidate)
-        self.checks += 1
         log.info("Iteration %d: %s -> %s (%s)", self.iteration, self.candidate.label, _word(self.verdict), self.verdict.reason)
         self.checked()  # type: ignore[attr-defined]
 
@@ -148,12 +152,24 @@ class Lifecycle:
     def on_enter_advance(self) -> None:
         """Hand the verdict to the strategy, record it in the replay, update progress."""
         assert self.candidate is not None and self.verdict is not None
+        self._count(self.verdict)
         self.strategy.take_verdict(self.candidate, self.verdict)
         self.replay.record(self.iteration, self.candidate, self.verdict, self._reused)
         self._write_info(self.verdict)
         if self.progress is not None:
             self.progress.update(self.iteration, _word(self.verdict), self.strategy.remaining(), self.checks)
         self.advanced()  # type: ignore[attr-defined]
+
+    @property
+    def same_failure(self) -> bool:
+        """True when no verdict passed and every one failed with the same return code."""
+        return self.passes == 0 and len(self.failure_codes) == 1
+
+    def _count(self, verdict: Verdict) -> None:
+        if verdict.passed:
+            self.passes += 1
+        else:
+            self.failure_codes.add(verdict.returncode)
 
     def _write_info(self, verdict: Optional[Verdict]) -> None:
         if self.iter_info is None or self.candidate is None:

@@ -53,6 +53,10 @@ class Strategy(abc.ABC):
     #: file suffix of the iteration artifact, e.g. ".onnx" or ".engine"
     artifact_suffix: str = ".onnx"
 
+    #: True for searches whose answer means something only if some check passed: a run where no
+    #: check passed ends with status "check never passed" instead of an answer
+    needs_pass: bool = False
+
     @abc.abstractmethod
     def next_candidate(self) -> Optional[Candidate]:
         """Return the next candidate to check, or None when the search is over."""

@@ -24,13 +24,12 @@ import numpy as np
 import onnx
 from hydra.utils import get_class
 
-from runner.errors import ConfigError, NothingToDoError
+from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.activations import run_all_tensors
 from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, float_nodes, name_nodes
 from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import check_saved, load_model, save_model
-from runner.paths import output_path
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.set_search import SetSearch
 
@@ -139,7 +138,7 @@ class PrecisionStrategy(Strategy):
         if checker == "onnxruntime" and list(cfg.checker.get("providers", [])) == ["CPUExecutionProvider"]:
             log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
                         "overflows; checker.backend=fp16_emulation shows them")
-        strategy = cls(model, layers, marker_cls, _choice(cfg.direction), low, output_path(cfg.output, "mixed_precision.onnx"), ranking,
+        strategy = cls(model, layers, marker_cls, _choice(cfg.direction), low, Path(cfg.output or "mixed_precision.onnx"), ranking,
                        {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
         strategy.source_model = source
         strategy.activations = values  # the fp32 run of the ranking, reused by checker=compare
@@ -198,8 +197,9 @@ class PrecisionStrategy(Strategy):
         """Advance the phase or feed the marker (target: the check passes)."""
         if self.phase == "all_high":
             if not verdict.passed:
-                raise NothingToDoError("the check fails even with every node in float32, so no kept set can pass; "
-                                       "check the checker, its tolerances and the golden outputs")
+                raise CheckNeverPassedError("the check fails even with every node in float32, so no kept set can pass; "
+                                            "check the checker, its tolerances and the golden outputs",
+                                            tail=verdict.details.get("output_tail", ""))
             self.phase = "all_low"
         elif self.phase == "all_low":
             if verdict.passed:

@@ -9,7 +9,14 @@ from strategies.base import Candidate, Verdict
 
 
 class Checker(abc.ABC):
-    """Judges each iteration. One module per checker in ``runner/checkers/``."""
+    """Judges each iteration. One module per checker in ``runner/checkers/``.
+
+    Attributes:
+        output_dir: where a checker that runs programs keeps each check's whole output
+            (``<run dir>/checks``); None keeps it in a temporary file.
+    """
+
+    output_dir: Optional[Path] = None
 
     def bind(self, cfg: Any, strategy: Any) -> None:
         """Receive the run's config and strategy before the first check (default: nothing)."""

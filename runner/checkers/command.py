@@ -8,11 +8,15 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import BinaryIO, Iterator, List, Optional, Tuple
 
+from runner.artifacts import unique_path
 from runner.checkers.base import Checker
-from runner.errors import CheckStartError, ConfigError
+from runner.errors import CheckError, CheckStartError, ConfigError
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,11 @@ class CommandChecker(Checker):
     fails, even with exit code 0), else any non-zero exit code fails. A check running longer
     than ``timeout_s`` seconds is killed with its whole process group and fails.
 
+    Checks that say nothing about the candidate stop the run instead of counting: exit code 126
+    or 127 (a program cannot be executed or is not found, unless listed in ``fail_codes`` or
+    ``ignore_fail_codes``), and death by a signal (an out-of-memory kill is SIGKILL) unless
+    ``signal_is="fail"``.
+
     Args:
         cmd: the command line, e.g. ``"python check.py {artifact}"``.
         fail_codes: exit codes that count as failures; any other passes.
@@ -38,9 +47,11 @@ class CommandChecker(Checker):
         show_output: log the command's output for passing checks too.
         hide_fail_output: do not log the output of failing checks.
         timeout_s: seconds before the check is killed; None waits forever.
+        signal_is: what a check killed by a signal counts as: "error" (stop the run) or "fail".
 
     Raises:
-        ConfigError: empty command, bad regex, both code lists, a non-positive timeout.
+        ConfigError: empty command, bad regex, both code lists, a non-positive timeout, an
+            unknown ``signal_is``.
         CheckStartError: the command's program is not found or not executable.
     """
 
@@ -53,6 +64,7 @@ class CommandChecker(Checker):
         show_output: bool = False,
         hide_fail_output: bool = False,
         timeout_s: Optional[float] = None,
+        signal_is: str = "error",
     ):
         try:
             self.argv = shlex.split(cmd or "")
@@ -62,6 +74,9 @@ class CommandChecker(Checker):
             raise ConfigError("checker.cmd is empty; set 'checker.cmd=\"python check.py {artifact}\"'")
         if fail_codes and ignore_fail_codes:
             raise ConfigError("checker.fail_codes and checker.ignore_fail_codes exclude each other; set only one")
+        if signal_is not in ("error", "fail"):
+            raise ConfigError(f"checker.signal_is={signal_is!r}; use error (stop the run) or fail (count as a failure)")
+        self.signal_is = signal_is
         if timeout_s is not None and timeout_s <= 0:
             raise ConfigError(f"checker.timeout_s={timeout_s} must be a positive number of seconds")
         try:
@@ -94,44 +109,131 @@ class CommandChecker(Checker):
     def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
         """Run the command once; see the class docstring for how the verdict is decided.
 
+        The verdict is taken when the command's main process exits: its output goes to a file
+        (``<output_dir>/iter<N>.log``), not a pipe, so a background child holding the output
+        does not delay it, and such children are then ended with the command's process group.
+
         Raises:
-            CheckStartError: the program vanished or cannot be executed.
+            CheckStartError: the program vanished or cannot be executed (exit code 126 or 127).
+            CheckError: the command was killed by a signal and ``signal_is`` is "error".
             KeyboardInterrupt: re-raised after killing the command's process group.
         """
         path = str(artifact) if artifact is not None else ""
         argv = [a.replace("{artifact}", path) for a in self.argv]
         env = dict(os.environ, RUNNER_ARTIFACT=path, RUNNER_ITERATION=str(iteration))
         log.debug("Running check: %s", shlex.join(argv))
-        try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
-        except OSError as e:
-            raise CheckStartError(f"cannot start check command {argv[0]!r} ({e.strerror}); fix checker.cmd") from None
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            out, err = proc.communicate()
-        except BaseException:
-            _kill_group(proc)
-            proc.communicate()
-            raise
-        output = out.decode(errors="replace") + err.decode(errors="replace")
+        with _output_file(self.output_dir, iteration) as (out, out_path):
+            try:
+                proc = subprocess.Popen(_with_reaper(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            except OSError as e:
+                raise CheckStartError(f"cannot start check command {argv[0]!r} ({e.strerror}); fix checker.cmd") from None
+            timed_out = False
+            try:
+                proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                proc.wait()
+            except BaseException:
+                _kill_group(proc)
+                proc.wait()
+                raise
+            _kill_group(proc)  # background children the command left behind
+            output = _read_output(out, whole=self.fail_regex is not None)
+        code = proc.returncode
+        where = f" (whole output: {out_path})" if out_path else ""
         if timed_out:
             log.warning("Check of iteration %d timed out after %s s; counted as a failure", iteration, self.timeout_s)
-            verdict = Verdict(False, proc.returncode, f"timeout after {self.timeout_s} s", {"timeout": True})
-        elif self._failed(proc.returncode, output):
-            verdict = Verdict(False, proc.returncode, f"exit code {proc.returncode}")
+            verdict = Verdict(False, code, f"timeout after {self.timeout_s} s", {"timeout": True})
+        elif code < 0:
+            verdict = self._killed(-code, iteration, output)
+        elif code in (126, 127) and code not in (self.fail_codes or []) + (self.ignore_fail_codes or []):
+            why = "cannot be executed" if code == 126 else "was not found"
+            raise CheckStartError(f"check command exited {code} in iteration {iteration}: a program it runs {why} "
+                                  f"({_last_line(output) or 'no output'}); fix checker.cmd")
+        elif self._failed(code, output):
+            verdict = Verdict(False, code, f"exit code {code}")
         else:
-            verdict = Verdict(True, proc.returncode, f"exit code {proc.returncode}")
+            verdict = Verdict(True, code, f"exit code {code}")
+        verdict.details["output_tail"] = tail(output, TAIL_CHARS)
+        if out_path:
+            verdict.details["output_file"] = str(out_path)
         if output.strip() and ((verdict.passed and self.show_output) or (not verdict.passed and not self.hide_fail_output)):
-            log.info("Check output (iteration %d):\n%s", iteration, output.rstrip())
+            log.info("Check output of iteration %d%s:\n%s", iteration, where, tail(output, LOG_CHARS).rstrip())
         return verdict
+
+    def _killed(self, signum: int, iteration: int, output: str) -> Verdict:
+        name = _signal_name(signum)
+        hint = SIGNAL_HINTS.get(signum, "")
+        what = f"killed by {name}{f' ({hint})' if hint else ''}"
+        if self.signal_is == "error":
+            raise CheckError(f"the check of iteration {iteration} was {what}, which says nothing about the model; "
+                             "fix the check or its resources, or count it as a failure with checker.signal_is=fail")
+        log.warning("Check of iteration %d was %s; counted as a failure (checker.signal_is=fail)", iteration, what)
+        return Verdict(False, -signum, what, {"signal": name})
+
+
+#: characters of a check's output kept in the log and in the verdict (the whole output stays in its file)
+LOG_CHARS = 4000
+TAIL_CHARS = 1000
+
+#: what a signal that ended a check most likely means
+SIGNAL_HINTS = {signal.SIGKILL: "out of memory?", signal.SIGSEGV: "the check crashed", signal.SIGABRT: "the check aborted",
+                signal.SIGBUS: "the check crashed"}
+
+_REAPER = Path(__file__).with_name("reaper.py")
+
+
+def _with_reaper(argv: List[str]) -> List[str]:
+    """On Linux, start the command through the reaper, so its process group dies with the runner."""
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-I", "-S", str(_REAPER), str(os.getpid()), *argv]
+    return argv
+
+
+@contextmanager
+def _output_file(directory: Optional[Path], iteration: int) -> Iterator[Tuple[BinaryIO, Optional[Path]]]:
+    """The file a check writes its output to: ``directory/iter<N>.log``, or an anonymous temp file."""
+    if directory is None:
+        with tempfile.TemporaryFile() as f:
+            yield f, None
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    path = unique_path(directory / f"iter{iteration}.log")
+    with open(path, "w+b") as f:
+        yield f, path
+
+
+def _read_output(f: BinaryIO, whole: bool) -> str:
+    """The check's output: all of it when a regex must see it, else the last ``LOG_CHARS`` bytes."""
+    f.flush()
+    size = f.seek(0, os.SEEK_END)
+    f.seek(0 if whole else max(size - LOG_CHARS, 0))
+    return f.read().decode(errors="replace")
+
+
+def tail(text: str, chars: int) -> str:
+    """The last ``chars`` characters of ``text``, starting at a line, marked when cut."""
+    if len(text) <= chars:
+        return text
+    cut = text[-chars:]
+    return "[...]\n" + cut[cut.find("\n") + 1:] if "\n" in cut else "[...]" + cut
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the check and every process it started (it leads its own session)."""
+    """Kill every process left in the check's process group (it leads its own session)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -106,16 +106,24 @@ def load_npz(path: str | Path, option: str) -> Dict[str, np.ndarray]:
     """Load every array of an .npz file.
 
     Raises:
-        ConfigError: when the file is missing or not an .npz archive.
+        ConfigError: when the file is missing, not an .npz archive (a .npy array, a truncated or
+            damaged archive, pickled objects).
     """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{option}={path}: no such file; give an .npz file (numpy.savez)")
+    hint = "write it with numpy.savez(path, name=array, ...)"
     try:
-        with np.load(path, allow_pickle=False) as data:
+        data = np.load(path, allow_pickle=False)
+    except Exception as e:  # numpy raises OSError, ValueError, zipfile.BadZipFile, EOFError, ...
+        raise ConfigError(f"{option}={path}: not a readable .npz file ({type(e).__name__}: {e}); {hint}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ConfigError(f"{option}={path} holds one unnamed array (.npy), not named arrays (.npz); {hint}")
+    try:
+        with data:
             return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{option}={path}: not a readable .npz file ({e}); write it with numpy.savez") from None
+    except Exception as e:  # a damaged member shows only when read
+        raise ConfigError(f"{option}={path}: a damaged .npz file ({type(e).__name__}: {e}); {hint}") from None
 
 
 def model_feeds(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]], inputs: Optional[str], seed: int) -> Dict[str, np.ndarray]:

@@ -46,6 +46,9 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
         raise ModelError(f"{option}={path}: not an ONNX model ({type(e).__name__}); give a .onnx file") from None
     except FileNotFoundError as e:
         raise ModelError(f"{option}={path}: its external data file is missing ({e.filename}); keep the data file beside the model") from None
+    except onnx.checker.ValidationError as e:  # onnx checks external data locations while loading
+        first = str(e).strip().splitlines()[0]
+        raise ModelError(f"{option}={path}: its external data cannot be read ({first}); keep the data file beside the model") from None
     except OSError as e:
         raise ModelError(f"{option}={path}: cannot be read ({e.strerror}); check the file") from None
     if not model.HasField("graph") or not model.opset_import:

@@ -129,10 +129,32 @@ class GraphIndex:
         """Non-constant nodes whose outputs node ``i`` reads."""
         return {self.producer[n] for n in self.reads[i] if n in self.producer and not self.const[self.producer[n]]}
 
+    def unit_children(self, i: int) -> Set[int]:
+        """Non-constant nodes that read an output of node ``i``."""
+        return {c for t in self.nodes[i].outputs if t.name for c in self.consumers.get(t.name, ()) if not self.const[c]}
+
+    def reachable(self, units: Iterable[int], upward: bool) -> Set[int]:
+        """Every unit reachable from ``units`` through parents (``upward``) or children, ``units`` excluded.
+
+        A graph walk on demand: time linear in the nodes and edges reached, no stored per-node sets.
+        """
+        start = set(units)
+        step = self.unit_parents if upward else self.unit_children
+        seen: Set[int] = set()
+        frontier = list(start)
+        while frontier:
+            for nxt in step(frontier.pop()):
+                if nxt not in seen and nxt not in start:
+                    seen.add(nxt)
+                    frontier.append(nxt)
+        return seen
+
     def key(self, units: Iterable[int]) -> str:
-        """A stable identity of a unit set (model fingerprint + digest of the sorted indices)."""
+        """A stable identity of a unit set (model fingerprint, whether Constant nodes are kept, and a
+        digest of the sorted indices)."""
         text = ",".join(map(str, sorted(units)))
-        return f"{self.fingerprint}:{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+        kept = ":constants-kept" if self.keep_constant_nodes else ""
+        return f"{self.fingerprint}{kept}:{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
     def boundary(self, units: Iterable[int]) -> tuple[List[int], List[str], List[str]]:
         """The nodes, graph inputs and graph outputs of the subgraph made of ``units``.

@@ -156,3 +156,57 @@ def test_tensor_without_shape_names_the_tensor_and_the_option(run_cli, tmp_path,
 def test_verbose_shows_the_traceback(run_cli, ok_script, tmp_path):
     r = run_cli("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script), "verbose=true")
     assert r.returncode == 2 and "Traceback" in r.stderr and "error: model=" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["npy", "truncated"])
+@pytest.mark.parametrize("option", ["inputs", "golden"])
+def test_inputs_that_are_not_npz(run_cli, tmp_path, kind, option):
+    import numpy as np
+
+    model = tmp_path / "m.onnx"
+    onnx.save(chain_model(3), model)
+    if kind == "npy":
+        path = tmp_path / "x.npy"
+        np.save(path, np.ones((1, 4), np.float32))
+        words = ["unnamed array (.npy)"]
+    else:
+        np.savez(tmp_path / "full.npz", x=np.ones((1, 4), np.float32))
+        data = (tmp_path / "full.npz").read_bytes()
+        path = tmp_path / "cut.npz"
+        path.write_bytes(data[: len(data) // 2])
+        words = ["not a readable .npz"]
+    _one_line_error(run_cli("mode=reduce", f"model={model}", "checker=compare", f"{option}={path}"), f"{option}=", *words)
+
+
+def test_missing_external_data_file(run_cli, tmp_path, ok_script):
+    import numpy as np
+    from onnx import numpy_helper
+
+    m = chain_model(3)
+    m.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "w"))
+    model = tmp_path / "ext.onnx"
+    onnx.save(m, model, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    (tmp_path / "ext.onnx.data").unlink()
+    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(ok_script)), "external data", "keep the data file")
+
+
+@pytest.mark.parametrize("override", ["mode=mode_schema", "marker=marker_schema", "checker=command_schema"])
+def test_schema_names_are_not_choices(run_cli, override, ok_script):
+    r = run_cli(override, check_cmd(ok_script))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "Could not find" in r.stderr
+
+
+def test_ctrl_c_while_starting_is_quiet(tmp_path, ok_script):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "mode=repeat", "until=1", check_cmd(ok_script),
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # still importing
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 0), err
+    assert "Traceback" not in err

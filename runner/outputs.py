@@ -1,0 +1,198 @@
+"""Every path a run writes, resolved and checked before the first check: the user's model is never one.
+
+``plan_outputs`` resolves each output option once. A path that is the model, its external data
+file, or a link to either (symbolic or hard) is a one-line error naming both paths and the key to
+change; a default name that would overwrite an existing file gets a free name instead (logged);
+two options naming the same file are an error; and each location is proved writable, so an
+unwritable ``output=`` stops the run before the search, not after it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional
+
+import onnx
+
+from runner.artifacts import split_name
+from runner.errors import ArtifactError, ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
+
+
+def model_files(path: Optional[str | Path]) -> List[Path]:
+    """The model file and the external data files it references (those that exist).
+
+    Args:
+        path: the model's path, or None.
+
+    Returns:
+        Absolute paths; empty when ``path`` is None or not a file. A file that is not ONNX yields
+        only itself (loading it later gives the error).
+    """
+    if not path or not Path(path).is_file():
+        return []
+    path = Path(path).absolute()
+    files = [path]
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not ONNX: load_model reports it
+        return files
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {e.key: e.value for e in tensor.external_data}.get("location")
+            data = path.parent / location if location else None
+            if data is not None and data.is_file() and data not in files:
+                files.append(data)
+    return files
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@dataclass
+class OutputPlan:
+    """The resolved output paths of one run.
+
+    Attributes:
+        paths: ``{option: path}`` for every file the run writes that the user can name.
+        protected: the model and its external data files (never written).
+    """
+
+    paths: Dict[str, Path] = field(default_factory=dict)
+    protected: List[Path] = field(default_factory=list)
+    reserved: List[Path] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Remove reserved default outputs the run left empty (it stopped before writing them)."""
+        for path in self.reserved:
+            try:
+                if path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
+
+    def get(self, option: str) -> Optional[Path]:
+        """The resolved path of ``option``, or None when the run does not write it."""
+        return self.paths.get(option)
+
+
+def _companions(option: str, path: Path) -> List[Path]:
+    """Files written beside ``path``: a model's external data file."""
+    return [path.with_name(path.name + ".data")] if option in MODEL_OUTPUTS else []
+
+
+#: options whose file is an ONNX model (may get ``<name>.data`` beside it)
+MODEL_OUTPUTS = {"output", "min_good", "artifacts.iter_artifact"}
+
+
+def plan_outputs(options: Dict[str, Optional[str | Path]], defaults: Dict[str, str], protected: Iterable[Path],
+                 artifact_paths: Iterable[str] = ()) -> OutputPlan:
+    """Resolve and check every output path before any work.
+
+    Args:
+        options: ``{option: value}`` as the user gave them (None when unset).
+        defaults: ``{option: file name}`` used when an option is unset (e.g. ``output`` ->
+            ``reduced.onnx``); a default that would overwrite an existing file is replaced by a
+            free name (``reduced_1.onnx``), and the log says so.
+        protected: files never to write (the model and its external data).
+        artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
+
+    Returns:
+        The plan. Default-named outputs are reserved (created empty, exclusively), so two runs
+        started together in one directory never pick the same name; ``OutputPlan.release``
+        removes the ones a failed run left empty.
+
+    Raises:
+        ArtifactError: an output is a protected file (or its data file would be), two options
+            name the same file, or a location cannot be written.
+        ConfigError: an output's directory does not exist.
+    """
+    plan = OutputPlan(protected=[Path(p) for p in protected])
+    for option, value in options.items():
+        default = defaults.get(option)
+        if not value and not default:
+            continue
+        path = Path(value or default).absolute()  # type: ignore[arg-type]
+        if not value:
+            _check_writable(option, path)
+            free = reserve(path)
+            if free != path:
+                log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
+            path = free
+            plan.reserved.append(path)
+        for target in [path, *_companions(option, path)]:
+            for p in plan.protected:
+                if _same(target, p) or target == p:
+                    what = "model" if p == plan.protected[0] else "model's external data file"
+                    raise ArtifactError(f"{option}={value or default} would overwrite the {what} {p}"
+                                        f"{f' (through {target})' if target != path else ''}; choose another {option}=")
+        for other, other_path in plan.paths.items():
+            if other_path == path or _same(path, other_path):
+                raise ArtifactError(f"{option} and {other} both name {path}; give them different paths")
+        _check_writable(option, path)
+        plan.paths[option] = path
+    for entry in artifact_paths:
+        for p in plan.protected:
+            if _same(Path(entry), p):
+                raise ArtifactError(f"artifacts.paths lists {entry}, which is the model {p}; artifacts are moved into "
+                                    "good/ and bad/ after each check, so list only files the check writes")
+    return plan
+
+
+def reserve(path: Path) -> Path:
+    """Create ``path`` empty if nothing is there, else the first free ``stem_N.suffix``; atomic
+    (``O_EXCL``), so concurrent runs never get the same name.
+
+    Raises:
+        OSError: when the directory cannot be written.
+    """
+    stem, suffix = split_name(path.name)
+    n = 0
+    while True:
+        candidate = path if n == 0 else path.with_name(f"{stem}_{n}{suffix}")
+        try:
+            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return candidate
+        except FileExistsError:
+            n += 1
+
+
+def _check_writable(option: str, path: Path) -> None:
+    parent = path.parent
+    if not parent.exists():
+        if option in ("output", "min_good", "save_golden"):
+            raise ConfigError(f"{option}={path}: directory {parent} does not exist; create it or choose another path")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArtifactError(f"{option}={path}: cannot create {parent} ({e.strerror}); choose a writable path") from None
+    if path.is_dir():
+        raise ArtifactError(f"{option}={path} is a directory; give a file path")
+    probe = parent / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise ArtifactError(f"{option}={path}: directory {parent} is not writable ({e.strerror}); choose a writable path") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ArtifactError(f"{option}={path} exists and is not writable; choose another path or fix its permissions")

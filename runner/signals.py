@@ -1,0 +1,59 @@
+"""SIGTERM and SIGHUP end a run the way Ctrl-C does: the check is killed, the summary says "interrupted".
+
+A signal handler raises ``Interrupted`` (a ``KeyboardInterrupt``) in the main thread, so the same
+cleanup runs for all three; the exit code is 128 + the signal number (130, 143, 129), as a shell
+reports a process ended by that signal.
+"""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+#: the signals handled like Ctrl-C
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by the handler of SIGTERM or SIGHUP.
+
+    Args:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+def _raise(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    """Handle SIGTERM and SIGHUP like Ctrl-C for the rest of the process (main thread only)."""
+    for sig in SIGNALS:
+        signal.signal(sig, _raise)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Handle SIGTERM and SIGHUP like Ctrl-C inside the block, then restore the previous handlers.
+
+    Outside the main thread (where handlers cannot be set) the block runs unchanged.
+    """
+    try:
+        previous = {sig: signal.signal(sig, _raise) for sig in SIGNALS}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
