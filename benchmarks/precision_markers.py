@@ -19,7 +19,7 @@ from _common import MODELS, print_rows, runner_cmd, timed
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.strategies.test_precision import GRAPHS  # noqa: E402  (the planted-overflow graphs)
+from tests.helpers.graphs import GRAPHS  # noqa: E402  (the planted-overflow graphs)
 
 RUNS = [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"), ("linear", "reverse"), ("minimal", "forward")]
 

@@ -37,18 +37,19 @@ def _hydra_main() -> int:
     from omegaconf import DictConfig
 
     import conf
-    from runner.app import EXIT_CODES, run
+    from runner.app import run
     from runner.config import register_configs
 
     logging.raiseExceptions = False  # a log line to a closed stdout/terminal is dropped, not a traceback
     register_configs()
+    codes: list[int] = []  # Hydra drops the task's return value; a sweep's jobs append theirs here
 
     @hydra.main(version_base=None, config_path=str(Path(conf.__file__).resolve().parent), config_name="config")
     def main(cfg: DictConfig) -> None:
-        EXIT_CODES.append(run(cfg))
+        codes.append(run(cfg))
 
     main()
-    return max(EXIT_CODES, default=0)
+    return max(codes, default=0)
 
 
 def cli() -> int:
@@ -61,6 +62,8 @@ def cli() -> int:
         return code
     except KeyboardInterrupt as e:
         return signals.exit_code(e)
+    except SystemExit as e:  # a Hydra callback's verdict on a whole sweep (runner.sweep)
+        return e.code if isinstance(e.code, int) else 2
     except BrokenPipeError:
         # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

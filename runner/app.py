@@ -7,15 +7,18 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
-from hydra.utils import get_method, instantiate
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 from runner import signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
+from runner.config import MODE_KEYS, check_mode_keys, mode_options, set_keys
+from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.identity import run_identity
 from runner.jsonio import write_json_atomic
@@ -26,13 +29,9 @@ from runner.replay import Replay
 from runner.report import print_table
 from runner.rundir import lock_run_dir, release_run_dir
 from statemachine.lifecycle import Lifecycle
+from strategies.base import Strategy
 
 log = logging.getLogger("runner")
-
-EXIT_INTERRUPTED = 130
-
-#: exit codes of the jobs of this process (one for a run; several for a serial multirun)
-EXIT_CODES: list = []
 
 #: output options the user can set, as (option, key in the config)
 OUTPUT_OPTIONS = (("output", "output"), ("min_good", "min_good"), ("artifacts.iter_artifact", "artifacts.iter_artifact"),
@@ -47,12 +46,47 @@ def _build_checker(cfg: DictConfig) -> Checker:
         key = getattr(e, "full_key", "") or "a checker option"
         raise ConfigError(f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive") from None
     except Exception as e:
-        # instantiate wraps the constructor's RunnerError in an InstantiationException
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, RunnerError):
-            raise cause from None
-        raise
+        _raise_cause(e)
     return checker
+
+
+def _raise_cause(e: Exception) -> None:
+    """``instantiate`` wraps what a constructor raised: re-raise a user error as itself, else ``e``."""
+    if isinstance(e, RunnerError):
+        raise e
+    cause = e.__cause__ or e.__context__
+    if isinstance(cause, (RunnerError, KeyboardInterrupt)):
+        raise cause from None
+    raise e
+
+
+def _set_keys() -> List[str]:
+    """The top-level keys the user set on the command line (none known outside Hydra)."""
+    try:
+        return set_keys(HydraConfig.get().overrides.task)
+    except ValueError:  # not running under Hydra (library use)
+        return []
+
+
+def _context(cfg: DictConfig, directory: Path) -> RunContext:
+    """The run's shared context from the (already planned) config."""
+    return RunContext(mode=cfg.mode.name, run_dir=directory, model_path=Path(cfg.model) if cfg.get("model") else None,
+                      input_shapes=cfg.get("model_input_shapes"), inputs=cfg.get("inputs"), golden=cfg.get("golden"),
+                      save_golden=cfg.get("save_golden"), seed=cfg.get("seed", 0))
+
+
+def _build_strategy(cfg: DictConfig, ctx: RunContext, options: Dict[str, Any]) -> Strategy:
+    """``instantiate`` the mode's ``_target_`` with its options, then call it with the context (and
+    the marker factory, for modes with a marker)."""
+    extra: Dict[str, Any] = {"ctx": ctx}
+    if "marker" in MODE_KEYS[cfg.mode.name].__dataclass_fields__:
+        extra["marker"] = instantiate(cfg.marker, _partial_=True)
+    try:
+        factory = instantiate({"_target_": cfg.mode._target_, **options}, _partial_=True, _convert_="all")
+        strategy: Strategy = factory(**extra)
+    except Exception as e:
+        _raise_cause(e)
+    return strategy
 
 
 def _plan(cfg: DictConfig) -> OutputPlan:
@@ -104,17 +138,19 @@ def run(cfg: DictConfig) -> int:
         try:
             directory = lock_run_dir(run_dir(cfg))
             summary_path = directory / "summary.json"
+            check_mode_keys(cfg.mode.name, _set_keys())
             plan = _plan(cfg)
             summary_path = plan.get("summary") or summary_path
             # cheap checks first: a bad replay file fails before the model is loaded
             identity = run_identity(cfg, model_files(cfg.get("model")))
             replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None,
                             identity, cfg.replay.force)
-            strategy = get_method(cfg.mode._target_)(cfg)
-            if getattr(strategy, "needs_checker", True):
+            ctx = _context(cfg, directory)
+            strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg))
+            if strategy.needs_checker:
                 checker = _build_checker(cfg)
                 checker.output_dir = directory / "checks"
-                checker.bind(cfg, strategy)
+                checker.bind(ctx)
             iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
             paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
             sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)

@@ -5,12 +5,15 @@ type or choice before any work begins.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from runner.errors import ConfigError
 
 RUN_DIR = "${hydra:runtime.output_dir}"
 
@@ -32,7 +35,8 @@ class Precision(Enum):
 
 @dataclass
 class ModeConf:
-    """Which strategy drives the lifecycle. ``_target_`` is a ``from_config(cfg)`` factory."""
+    """Which strategy drives the lifecycle. ``_target_`` is built with ``instantiate``, given the
+    mode's options (``MODE_KEYS``) and the run context as keyword arguments."""
 
     _target_: str = MISSING
     name: str = MISSING
@@ -41,10 +45,10 @@ class ModeConf:
 
 @dataclass
 class MarkerConf:
-    """A pure marker: chooses the next candidate from verdicts (see ``strategies/``)."""
+    """A pure marker: chooses the next candidate from verdicts (see ``strategies/``); built with
+    ``instantiate(cfg.marker, _partial_=True)`` into a factory that takes the count."""
 
     _target_: str = MISSING
-    name: str = MISSING
 
 
 @dataclass
@@ -71,10 +75,11 @@ class InteractiveCheckerConf:
 
 @dataclass
 class PythonCheckerConf:
-    """Calls a user's function ``target(artifact_path) -> bool`` (True = pass)."""
+    """Calls a user's function ``target(artifact_path, *args) -> bool`` (True = pass)."""
 
     _target_: str = "runner.checkers.python.PythonChecker"
     target: str = MISSING
+    args: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -111,46 +116,168 @@ class ReplayConf:
     force: bool = False  # reuse a loaded replay whose identity (model, check, inputs) differs
 
 
+# -- the keys each mode uses --------------------------------------------------------------------
+# The command line stays flat (``direction=``, ``until=``, ``min_good=``); each mode's dataclass
+# below names the keys that mode uses, and ``RunConfig`` inherits them all. A key set for a mode
+# that does not use it is an error naming the modes that do (``mode_options``).
+
+
 @dataclass
-class RunConfig:
-    """The top-level config: every key a user types on the command line."""
+class CommonKeys:
+    """Keys every mode uses."""
 
     mode: Any = MISSING
-    marker: Any = MISSING
-    checker: Any = MISSING
     artifacts: ArtifactsConf = field(default_factory=ArtifactsConf)
     replay: ReplayConf = field(default_factory=ReplayConf)
-    model: Optional[str] = None
-    until: Optional[str] = None
-    output: Optional[str] = None
     summary: str = RUN_DIR + "/summary.json"
     verbose: bool = False
-    # ONNX loading and saving
+
+
+@dataclass
+class CheckedKeys:
+    """The checker, for modes that check candidates."""
+
+    checker: Any = MISSING
+
+
+@dataclass
+class DataKeys(CheckedKeys):
+    """The model and the data in-process checks and shape inference run on."""
+
+    model: Optional[str] = None
     model_input_shapes: Any = None  # {input: [dims]}; validated in runner.graph.feeds
-    external_data: bool = False
-    external_data_threshold: int = 1024
-    # reduce
-    reduce_inputs: bool = True
-    reduce_outputs: bool = True
-    min_good: Optional[str] = None
-    keep_constant_nodes: bool = False  # default: carried Constant nodes become initializers
-    # data for in-process checks
     inputs: Optional[str] = None
     golden: Optional[str] = None
     save_golden: Optional[str] = None
     seed: int = 0
-    # precision
+
+
+@dataclass
+class SaveKeys:
+    """Where and how a mode's ONNX result is written."""
+
+    output: Optional[str] = None
+    external_data: bool = False
+    external_data_threshold: int = 1024
+
+
+@dataclass
+class ReduceKeys(DataKeys, SaveKeys):
+    """``mode=reduce``."""
+
+    marker: Any = MISSING
+    reduce_inputs: bool = True
+    reduce_outputs: bool = True
+    min_good: Optional[str] = None
+    keep_constant_nodes: bool = False  # default: carried Constant nodes become initializers
+
+
+@dataclass
+class PrecisionKeys(DataKeys, SaveKeys):
+    """``mode=precision``."""
+
+    marker: Any = MISSING
     direction: Direction = Direction.forward
     precision: Precision = Precision.float32
     low_precision: Precision = Precision.float16
     weak_typing: bool = False  # TensorRT <= 10: candidates are engines with layer precisions
-    # build
+
+
+@dataclass
+class RepeatKeys(DataKeys):
+    """``mode=repeat``."""
+
+    until: Optional[str] = None
+
+
+@dataclass
+class BuildKeys(CheckedKeys):
+    """``mode=build``."""
+
+    model: Optional[str] = None
+    model_input_shapes: Any = None
+    until: Optional[str] = None
     workspace: Optional[int] = None
     timing_cache: Optional[str] = None
-    # diff_tactics
+
+
+@dataclass
+class DiffTacticsKeys:
+    """``mode=diff_tactics``."""
+
     dir: Optional[str] = None
     good: List[str] = field(default_factory=list)
     bad: List[str] = field(default_factory=list)
+
+
+#: mode name -> the keys it uses (beyond ``CommonKeys``)
+MODE_KEYS: Dict[str, type] = {
+    "reduce": ReduceKeys,
+    "precision": PrecisionKeys,
+    "repeat": RepeatKeys,
+    "build": BuildKeys,
+    "diff_tactics": DiffTacticsKeys,
+}
+
+
+@dataclass
+class RunConfig(ReduceKeys, PrecisionKeys, RepeatKeys, BuildKeys, DiffTacticsKeys, CommonKeys):
+    """The top-level config: every key a user types on the command line (the union of the modes' keys)."""
+
+
+def _names(cls: type) -> List[str]:
+    return [f.name for f in fields(cls)]
+
+
+def set_keys(overrides: Iterable[str]) -> List[str]:
+    """The top-level keys a list of Hydra overrides sets (``+fp16=true`` -> ``fp16``)."""
+    out = []
+    for text in overrides:
+        match = re.match(r"^[~+]*([A-Za-z_][\w-]*)", text)
+        if match and match.group(1) not in out:
+            out.append(match.group(1))
+    return out
+
+
+def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
+    """Check that every key the user set is used by ``mode``.
+
+    Args:
+        mode: the mode's name (a key of ``MODE_KEYS``).
+        keys: the top-level keys the user set (``set_keys`` of the overrides).
+
+    Raises:
+        ConfigError: a key no mode knows (``+fp16=true``), or one the mode does not use, naming
+            the modes that do.
+    """
+    used = set(_names(MODE_KEYS[mode])) | set(_names(CommonKeys))
+    for key in keys:
+        if key == "hydra" or key in used:
+            continue
+        users = [m for m, cls in MODE_KEYS.items() if key in _names(cls)]
+        if not users:
+            raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
+        raise ConfigError(f"{key}= is not used by mode={mode}; it is an option of {', '.join(f'mode={m}' for m in users)}")
+
+
+def mode_options(mode: str, cfg: Any) -> Dict[str, Any]:
+    """The mode's own options from the config.
+
+    Returns:
+        ``{key: value}`` for each key of the mode's schema except ``checker`` and ``marker``
+        (built separately), values as plain Python (enums by value).
+    """
+    from omegaconf import OmegaConf
+
+    options = {}
+    for name in _names(MODE_KEYS[mode]):
+        if name in ("checker", "marker"):
+            continue
+        value = cfg.get(name)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        options[name] = getattr(value, "value", value)
+    return options
 
 
 def register_configs() -> None:

@@ -45,7 +45,9 @@ def format_rows(rows: List[Dict[str, Any]]) -> str:
 
 
 class SweepTable(Callback):
-    """Hydra callback: at the end of a multirun, print and save the comparison table."""
+    """Hydra callback: at the end of a multirun, print and save the comparison table, and end the
+    process with exit code 2 when any job did not finish ok (jobs of a parallel launcher report
+    only through their summaries)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Read every job's summary and print the table (nothing when no job wrote one)."""
@@ -56,7 +58,5 @@ class SweepTable(Callback):
         table = format_rows(rows)
         print(f"\nSweep of {len(rows)} runs ({sweep_dir}):\n{table}", flush=True)
         write_json_atomic(sweep_dir / "sweep.json", rows)
-        from runner.app import EXIT_CODES
-
         if any(r["status"] != "ok" for r in rows):  # parallel jobs report through their summaries
-            EXIT_CODES.append(2)
+            raise SystemExit(2)

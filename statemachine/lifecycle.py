@@ -3,7 +3,9 @@
 One ``transitions.Machine`` owns the loop; a mode is a ``Strategy`` it calls. The machine is
 queued, so each state's ``on_enter_*`` callback fires the next trigger without recursion.
 A candidate whose key is already known (from a loaded replay, or checked earlier in this run)
-takes the ``reused`` path: its recorded verdict is used, no check runs and nothing is sorted.
+takes the conditional ``generated -> advance`` transition: its recorded verdict is used, no check
+runs and nothing is sorted. Triggers are declared on the model class with transitions' typed
+``event`` placeholders (``model_override``), so mypy sees them.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from transitions import Machine
+from transitions.experimental.utils import event, with_model_definitions
 
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
@@ -21,20 +24,27 @@ from runner.replay import Replay
 from strategies.base import Candidate, Strategy, Verdict
 
 log = logging.getLogger(__name__)
-logging.getLogger("transitions").setLevel(logging.WARNING)
+logging.getLogger("transitions").setLevel(logging.ERROR)  # it warns of every helper model_override skips
 
 STATES = ["ready", "generate", "check", "sort", "advance", "stopped", "failed"]
 
-TRANSITIONS = [
-    {"trigger": "start", "source": "ready", "dest": "generate"},
-    {"trigger": "generated", "source": "generate", "dest": "check"},
-    {"trigger": "exhausted", "source": "generate", "dest": "stopped"},
-    {"trigger": "checked", "source": "check", "dest": "sort"},
-    {"trigger": "reused", "source": "check", "dest": "advance"},
-    {"trigger": "sorted", "source": "sort", "dest": "advance"},
-    {"trigger": "advanced", "source": "advance", "dest": "generate"},
-    {"trigger": "abort", "source": "*", "dest": "failed"},
-]
+#: trigger -> its transitions, tried in order (the first whose conditions hold is taken)
+TRANSITIONS: Dict[str, List[Dict[str, Any]]] = {
+    "start": [{"source": "ready", "dest": "generate"}],
+    # a candidate whose verdict is known (loaded replay, or checked earlier) skips check and sort
+    "generated": [{"source": "generate", "dest": "advance", "conditions": "verdict_known", "before": "reuse_verdict"},
+                  {"source": "generate", "dest": "check"}],
+    "exhausted": [{"source": "generate", "dest": "stopped"}],
+    "checked": [{"source": "check", "dest": "sort"}],
+    "sorted": [{"source": "sort", "dest": "advance"}],
+    "advanced": [{"source": "advance", "dest": "generate"}],
+    "abort": [{"source": "*", "dest": "failed"}],
+}
+
+
+@with_model_definitions
+class LifecycleMachine(Machine):
+    """A ``transitions`` machine that adds the transitions a model class declares with ``event``."""
 
 
 class Lifecycle:
@@ -56,6 +66,16 @@ class Lifecycle:
         passes: iterations whose verdict (checked or reused) was a pass.
         failure_codes: the return codes of failing verdicts so far.
     """
+
+    state: str = "ready"
+    # triggers, typed for mypy; the machine binds them from TRANSITIONS
+    start = event(*TRANSITIONS["start"])
+    generated = event(*TRANSITIONS["generated"])
+    exhausted = event(*TRANSITIONS["exhausted"])
+    checked = event(*TRANSITIONS["checked"])
+    sorted = event(*TRANSITIONS["sorted"])
+    advanced = event(*TRANSITIONS["advanced"])
+    abort = event(*TRANSITIONS["abort"])
 
     def __init__(
         self,
@@ -83,10 +103,9 @@ class Lifecycle:
         self.candidate: Optional[Candidate] = None
         self.verdict: Optional[Verdict] = None
         self._reused = False
-        self.machine = Machine(
+        self.machine = LifecycleMachine(
             model=self,
             states=STATES,
-            transitions=TRANSITIONS,
             initial="ready",
             queued=True,
             auto_transitions=False,
@@ -94,42 +113,54 @@ class Lifecycle:
         )
 
     def _record_state(self) -> None:
-        self.history.append(self.state)  # type: ignore[attr-defined]
+        self.history.append(self.state)
 
-    def run(self) -> None:
+    def run(self) -> str:
         """Run until the strategy is done.
+
+        Returns:
+            The final state, "stopped".
 
         Raises:
             Whatever a callback raised (a RunnerError, KeyboardInterrupt, ...), after entering
             the ``failed`` state; the replay written so far stays on disk.
         """
         try:
-            self.start()  # type: ignore[attr-defined]
+            self.start()
         except BaseException:
-            self.abort()  # type: ignore[attr-defined]
+            self.abort()
             raise
+        return self.state
+
+    def verdict_known(self) -> bool:
+        """Condition: the replay already holds a verdict for the candidate."""
+        assert self.candidate is not None
+        return self.replay.lookup(self.candidate.key) is not None
+
+    def reuse_verdict(self) -> None:
+        """Before the ``generated -> advance`` transition: take the known verdict, run no check."""
+        assert self.candidate is not None
+        known = self.replay.lookup(self.candidate.key)
+        assert known is not None
+        log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, self.candidate.label, _word(known))
+        self.verdict = known
+        self._reused = True
+        self.reused_count += 1
 
     def on_enter_generate(self) -> None:
         """Ask the strategy for the next candidate; none left stops the run."""
         candidate = self.strategy.next_candidate()
         if candidate is None:
-            self.exhausted()  # type: ignore[attr-defined]
+            self.exhausted()
             return
         self.iteration += 1
         self.candidate = candidate
-        self.generated()  # type: ignore[attr-defined]
+        self._reused = False
+        self.generated()
 
     def on_enter_check(self) -> None:
-        """Reuse a known verdict, or write the artifact and run the checker."""
+        """Write the artifact and run the checker."""
         assert self.candidate is not None
-        known = self.replay.lookup(self.candidate.key)
-        self._reused = known is not None
-        if known is not None:
-            log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, self.candidate.label, _word(known))
-            self.verdict = known
-            self.reused_count += 1
-            self.reused()  # type: ignore[attr-defined]
-            return
         # the path is passed even when the strategy writes nothing: the check may produce it
         artifact = self.iter_artifact
         self.iter_artifact.parent.mkdir(parents=True, exist_ok=True)
@@ -140,14 +171,14 @@ class Lifecycle:
         self.checks += 1  # counted when started: a check that stops the run has run too
         self.verdict = self.checker.check(artifact, self.iteration, self.candidate)
         log.info("Iteration %d: %s -> %s (%s)", self.iteration, self.candidate.label, _word(self.verdict), self.verdict.reason)
-        self.checked()  # type: ignore[attr-defined]
+        self.checked()
 
     def on_enter_sort(self) -> None:
         """Keep the intermediate if asked (before sorting may move it), then sort into good/ or bad/."""
         assert self.verdict is not None
         self.sorter.keep(self.iteration, self.iter_artifact, self.verdict)
         self.sorter.sort(self.iteration, self.verdict)
-        self.sorted()  # type: ignore[attr-defined]
+        self.sorted()
 
     def on_enter_advance(self) -> None:
         """Hand the verdict to the strategy, record it in the replay, update progress."""
@@ -158,7 +189,7 @@ class Lifecycle:
         self._write_info(self.verdict)
         if self.progress is not None:
             self.progress.update(self.iteration, _word(self.verdict), self.strategy.remaining(), self.checks)
-        self.advanced()  # type: ignore[attr-defined]
+        self.advanced()
 
     @property
     def same_failure(self) -> bool:

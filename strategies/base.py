@@ -8,7 +8,10 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass
@@ -37,14 +40,15 @@ class Candidate:
         label: a short human description for the log and the progress bar.
         write: writes the iteration artifact to the given path (None: the check makes its own).
         info: the mode's state for the iteration info file and the replay (JSON-able).
-        payload: anything an in-process checker may use (e.g. the candidate's ``onnx.ModelProto``).
+        payload: returns the candidate's model for in-process checkers (built on first call), or
+            None when the candidate is not an ONNX model in memory (the checker reads the artifact).
     """
 
     key: str
     label: str
     write: Optional[Callable[[Path], None]] = None
     info: Dict[str, Any] = field(default_factory=dict)
-    payload: Any = None
+    payload: Optional[Callable[[], "onnx.ModelProto"]] = None
 
 
 class Strategy(abc.ABC):
@@ -52,6 +56,9 @@ class Strategy(abc.ABC):
 
     #: file suffix of the iteration artifact, e.g. ".onnx" or ".engine"
     artifact_suffix: str = ".onnx"
+
+    #: False for modes that check nothing (a report such as diff_tactics): no checker is built
+    needs_checker: bool = True
 
     #: True for searches whose answer means something only if some check passed: a run where no
     #: check passed ends with status "check never passed" instead of an answer

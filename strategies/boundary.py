@@ -7,7 +7,7 @@ Subclasses choose the order of the tests (``next``) and estimate what remains.
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import Any, Optional
 
 
 class BoundaryMarker(abc.ABC):
@@ -52,3 +52,14 @@ class BoundaryMarker(abc.ABC):
     def boundary(self) -> int:
         """The smallest index known to hold."""
         return self.hi
+
+
+def marker_name(factory: Any) -> str:
+    """The class name of a marker factory (a class, or a ``functools.partial`` of one from ``instantiate``)."""
+    target = getattr(factory, "func", factory)
+    return getattr(target, "__name__", str(target))
+
+
+def searches_sets(factory: Any) -> bool:
+    """Whether a marker factory's class is meant for a set search (``BoundaryMarker.searches_sets``)."""
+    return bool(getattr(getattr(factory, "func", factory), "searches_sets", False))

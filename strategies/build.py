@@ -13,18 +13,15 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from runner.graph.feeds import check_input_shapes
-from runner.graph.load import load_model
-from runner.paths import run_dir
+from runner.context import RunContext
 from runner.trt import load_tensorrt
-from strategies.base import Candidate
-from strategies.repeat import RepeatStrategy
-from strategies.until import Until
+from strategies.base import Candidate, Strategy, Verdict
+from strategies.until import RunCounter, Until
 
 log = logging.getLogger(__name__)
 
 
-class BuildStrategy(RepeatStrategy):
+class BuildStrategy(Strategy):
     """One candidate per build until ``until`` is met (counting as ``mode=repeat`` does).
 
     Args:
@@ -36,27 +33,26 @@ class BuildStrategy(RepeatStrategy):
     artifact_suffix = ".engine"
 
     def __init__(self, builder: Any, until: Until, tactics_path: Path):
-        super().__init__(until)
+        self.counter = RunCounter(until)
         self.builder = builder
         self.tactics_path = Path(tactics_path)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "BuildStrategy":
-        """Parse ``cfg.model`` once with TensorRT.
+    def create(cls, ctx: RunContext, until: Optional[str] = None, workspace: Optional[int] = None,
+               timing_cache: Optional[str] = None, **unused: Any) -> "BuildStrategy":
+        """Parse ``ctx.model`` once with TensorRT (``BuildKeys``).
 
         Raises:
             MissingExtraError: TensorRT is not installed (names the ``trt`` extra).
             ConfigError: bad ``until`` or shapes. ModelError: bad model or parser failure.
         """
         load_tensorrt("mode=build")
-        until = Until.parse(cfg.until, "build")
-        model = load_model(cfg.model)
-        shapes = check_input_shapes(model, cfg.model_input_shapes)
+        parsed = Until.parse(until, "build")
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
 
-        cache = Path(cfg.timing_cache).read_bytes() if cfg.timing_cache and Path(cfg.timing_cache).is_file() else None
-        builder = EngineBuilder(model.SerializeToString(), cfg.workspace, profiles_from_shapes(shapes), cache)
-        return cls(builder, until, run_dir(cfg) / "tactics.json")
+        cache = Path(timing_cache).read_bytes() if timing_cache and Path(timing_cache).is_file() else None
+        builder = EngineBuilder(ctx.model.SerializeToString(), workspace, profiles_from_shapes(ctx.shapes), cache)
+        return cls(builder, parsed, ctx.run_dir / "tactics.json")
 
     def artifacts(self) -> List[Path]:
         """The tactic record, sorted with the check's artifacts."""
@@ -64,9 +60,9 @@ class BuildStrategy(RepeatStrategy):
 
     def next_candidate(self) -> Optional[Candidate]:
         """The next build, unless ``until`` was met."""
-        if self.done:
+        if self.counter.done:
             return None
-        n = self.runs + 1
+        n = self.counter.runs + 1
 
         def write(path: Path) -> None:
             result = self.builder.build()
@@ -75,6 +71,18 @@ class BuildStrategy(RepeatStrategy):
 
         return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n})
 
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Count the verdict and decide whether ``until`` is met."""
+        self.counter.count(verdict.passed)
+
+    def remaining(self) -> Optional[int]:
+        """Builds left for ``until=N``; unknown for good/bad."""
+        return self.counter.remaining()
+
+    def state(self) -> Dict[str, Any]:
+        """Counts so far."""
+        return dict(self.counter.state())
+
     def result(self) -> Dict[str, Any]:
         """Counts of good and bad builds (``builds`` is ``runs``)."""
-        return {**super().result(), "builds": self.runs}
+        return {**self.counter.state(), "until_met": self.counter.done, "builds": self.counter.runs}

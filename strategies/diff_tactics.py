@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.tactic_records import RecordError, load_record
 from strategies.base import Candidate, Strategy, Verdict
@@ -84,12 +85,17 @@ class DiffTacticsStrategy(Strategy):
         self.report: Optional[Dict[str, Any]] = None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "DiffTacticsStrategy":
-        """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad``."""
-        good, bad = list(cfg.good or []), list(cfg.bad or [])
-        if cfg.dir:
-            good = good or [str(Path(cfg.dir) / "good")]
-            bad = bad or [str(Path(cfg.dir) / "bad")]
+    def create(cls, ctx: RunContext, dir: Optional[str] = None, good: Sequence[str] = (), bad: Sequence[str] = (),
+               **unused: Any) -> "DiffTacticsStrategy":
+        """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad`` (``DiffTacticsKeys``).
+
+        Raises:
+            ConfigError: neither ``dir`` nor both ``good`` and ``bad`` given.
+        """
+        good, bad = list(good or []), list(bad or [])
+        if dir:
+            good = good or [str(Path(dir) / "good")]
+            bad = bad or [str(Path(dir) / "bad")]
         if not good or not bad:
             raise ConfigError("mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]")
         return cls(good, bad)

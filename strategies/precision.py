@@ -15,28 +15,27 @@ Markers:
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import numpy as np
 import onnx
-from hydra.utils import get_class
 
+from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
-from runner.graph.activations import run_all_tensors
 from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, float_nodes, name_nodes
-from runner.graph.feeds import check_input_shapes, model_feeds
-from runner.graph.load import check_saved, load_model, save_model
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate, Verdict
+from strategies.boundary import BoundaryMarker, marker_name, searches_sets
+from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units, fingerprint
+from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
 
 
-def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Dict[str, np.ndarray]) -> List[int]:
+def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Mapping[str, np.ndarray]) -> List[int]:
     """Order ``layers`` by the largest magnitude among each node's outputs and weights, largest first.
 
     Args:
@@ -70,183 +69,137 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Dict[
     return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
 
 
-def _choice(value: Any) -> str:
-    """An enum option's value; a plain string when the config came from a run's snapshot."""
-    return str(getattr(value, "value", value))
-
-
-class PrecisionStrategy(Strategy):
+class PrecisionStrategy(OnnxSearchStrategy):
     """Searches for the kept (high-precision) node set.
 
     Args:
         model: the fp32 model, nodes named, Constant nodes as initializers.
         layers: indices of the nodes that can be kept, in topological order.
-        marker_cls: BisectMarker, LinearMarker or MinimalMarker.
+        marker: ``marker(count)`` returns a boundary marker (bisect, linear or minimal).
         direction: "forward" or "reverse" (prefix markers only).
         low: "float16" or "bfloat16".
         output: where the final mixed-precision model is written.
-        ranking: the order for the minimal marker (default: topological).
+        ranking: the order for a set search (minimal marker); None means a prefix search.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
+        weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
+
+    Raises:
+        ConfigError: when the model has no float nodes.
     """
 
-    def __init__(self, model: onnx.ModelProto, layers: List[int], marker_cls: type, direction: str = "forward",
-                 low: str = "float16", output: Path = Path("mixed_precision.onnx"), ranking: Optional[List[int]] = None,
-                 save_opts: Optional[Dict[str, Any]] = None):
+    def __init__(self, model: onnx.ModelProto, layers: List[int], marker: Callable[[int], BoundaryMarker],
+                 direction: str = "forward", low: str = "float16", output: Path = Path("mixed_precision.onnx"),
+                 ranking: Optional[List[int]] = None, save_opts: Optional[Dict[str, Any]] = None, weak_typing: bool = False):
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
         self.model = model
         self.layers = list(layers)
-        self.direction = direction
+        self.direction = direction if ranking is None else "ranked"
         self.low = low
-        self.output = Path(output)
-        self.save_opts = save_opts or {}
-        self.marker_cls = marker_cls
-        self.sets = bool(getattr(marker_cls, "searches_sets", False))
-        self.order = list(ranking or layers) if self.sets else (self.layers if direction == "forward" else self.layers[::-1])
-        self.fingerprint = hashlib.sha1("|".join(n.name for n in model.graph.node).encode()).hexdigest()[:8]
-        self.phase = "all_high"
-        self.search: Optional[SetSearch[int]] = None
-        self.marker: Any = None
-        self._pending: Optional[FrozenSet[int]] = None
-        self._pending_index: Optional[int] = None
-        self.final: Optional[FrozenSet[int]] = None
-        self.weak_typing = False
+        self.weak_typing = weak_typing
+        self.artifact_suffix = ".engine" if weak_typing else ".onnx"
+        search: Search = (SetSearch(ranking, marker) if ranking is not None
+                          else PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker))
+        super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
+        self.marker_name = marker_name(marker)
+        everything, nothing = frozenset(self.layers), frozenset()
+        self.gates.extend([Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed),
+                           Gate(lambda: self.candidate(nothing, "no node kept"), False, self._none_kept_passed)])
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "PrecisionStrategy":
-        """Load and prepare the model; rank nodes for the minimal marker.
+    def create(cls, ctx: RunContext, marker: Callable[[int], BoundaryMarker], direction: str = "forward",
+               precision: str = "float32", low_precision: str = "float16", weak_typing: bool = False,
+               output: Optional[str] = None, external_data: bool = False, external_data_threshold: int = 1024,
+               **unused: Any) -> "PrecisionStrategy":
+        """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
+
+        Args:
+            ctx: the run context (model; feeds and fp32 values for the ranking).
+            marker, direction, precision, low_precision, weak_typing, output, external_data,
+                external_data_threshold: the mode's options (``PrecisionKeys``).
+            unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
             ModelError: bad model. ConfigError: unsupported precisions or options.
+            MissingExtraError: ``weak_typing=true`` without TensorRT.
         """
-        high, low = _choice(cfg.precision), _choice(cfg.low_precision)
-        if high != "float32":
-            raise ConfigError(f"precision={high}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
+        if precision != "float32":
+            raise ConfigError(f"precision={precision}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
                               "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16")
-        if low not in ("float16", "bfloat16"):
-            raise ConfigError(f"low_precision={low}: use float16 or bfloat16")
-        source = load_model(cfg.model)
-        model = constants_to_initializers(name_nodes(source))
-        layers = float_nodes(model)
-        marker_cls = get_class(cfg.marker._target_)
-        ranking, values = None, None
-        if getattr(marker_cls, "searches_sets", False):
-            shapes = check_input_shapes(source, cfg.model_input_shapes)
-            values = run_all_tensors(model, model_feeds(source, shapes, cfg.inputs, cfg.seed))
-            ranking = sensitivity_ranking(model, layers, values)
-        checker = cfg.checker.get("backend") if "backend" in cfg.checker else None
-        if checker == "onnxruntime" and list(cfg.checker.get("providers", [])) == ["CPUExecutionProvider"]:
-            log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
-                        "overflows; checker.backend=fp16_emulation shows them")
-        strategy = cls(model, layers, marker_cls, _choice(cfg.direction), low, Path(cfg.output or "mixed_precision.onnx"), ranking,
-                       {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold})
-        strategy.source_model = source
-        strategy.activations = values  # the fp32 run of the ranking, reused by checker=compare
-        if cfg.weak_typing:
+        if low_precision not in ("float16", "bfloat16"):
+            raise ConfigError(f"low_precision={low_precision}: use float16 or bfloat16")
+        if weak_typing:
             from runner.trt import load_tensorrt
 
             load_tensorrt("weak_typing=true")
-            strategy.weak_typing = True
-            strategy.artifact_suffix = ".engine"
-        return strategy
+        model = constants_to_initializers(name_nodes(ctx.model))
+        layers = float_nodes(model)
+        ranking = sensitivity_ranking(model, layers, ctx.activations) if searches_sets(marker) else None
+        return cls(model, layers, marker, direction, low_precision, Path(output or "mixed_precision.onnx"), ranking,
+                   {"external_data": external_data, "threshold": external_data_threshold}, weak_typing)
 
     # -- candidates -----------------------------------------------------------------------
 
-    def _candidate(self, kept: FrozenSet[int], label: str) -> Candidate:
-        self._pending = kept
-        names = sorted(self.model.graph.node[i].name for i in kept)
-        key = f"{self.fingerprint}:{self.low}:" + hashlib.sha1(",".join(names).encode()).hexdigest()[:16]
-        model = functools.cache(lambda: convert_except(self.model, names, self.low))
+    def names(self, units: Iterable[int]) -> List[str]:
+        """The node names of ``units``, sorted."""
+        return sorted(self.model.graph.node[i].name for i in units)
+
+    def model_for(self, units: Units) -> onnx.ModelProto:
+        """The model in the low precision except ``units``, which stay in float32."""
+        return convert_except(self.model, self.names(units), self.low)
+
+    def size(self, units: Units) -> str:
+        """How many nodes stay in float32."""
+        return f"{len(units)} of {len(self.layers)} nodes in float32"
+
+    def variant(self) -> str:
+        """The low precision (and the TensorRT path when weakly typed)."""
+        return self.low + (":weak" if self.weak_typing else "")
+
+    def info(self, units: Units) -> Dict[str, Any]:
+        """Kept and total node counts."""
+        return {"kept": len(units), "total": len(self.layers)}
+
+    def describe(self, units: Iterable[int]) -> List[Dict[str, str]]:
+        """Name and op type of each node, in topological order."""
+        return [{"name": self.model.graph.node[i].name, "op": self.model.graph.node[i].op_type} for i in sorted(units)]
+
+    def candidate(self, units: Units, label: str) -> Candidate:
+        """An ONNX candidate, or with ``weak_typing`` an engine built with layer precisions."""
+        if not self.weak_typing:
+            return super().candidate(units, label)
+        names = self.names(units)
 
         def write(path: Path) -> None:
-            if self.weak_typing:
-                from runner.trt.weak_precision import build_weakly_typed
+            from runner.trt.weak_precision import build_weakly_typed
 
-                path.write_bytes(build_weakly_typed(self.model.SerializeToString(), names, self.low))
-            else:
-                save_model(model(), path, **self.save_opts)
+            path.write_bytes(build_weakly_typed(self.model.SerializeToString(), names, self.low))
 
-        return Candidate(key, f"{label}: {len(kept)} of {len(self.layers)} nodes in float32", write,
-                         {"kept": len(kept), "total": len(self.layers)}, payload=None if self.weak_typing else model)
+        self._pending = units
+        return Candidate(self.key(units), f"{label}: {self.size(units)}", write, self.info(units))
 
-    def next_candidate(self) -> Optional[Candidate]:
-        """All kept (must pass), none kept, then the marker's candidates."""
-        if self.phase == "all_high":
-            return self._candidate(frozenset(self.layers), "all nodes kept")
-        if self.phase == "all_low":
-            return self._candidate(frozenset(), "no node kept")
-        if self.phase == "done":
-            return None
-        if self.sets:
-            assert self.search is not None
-            kept = self.search.next()
-            if kept is None:
-                self.final = self.search.result if self.search.result is not None else frozenset(self.layers)
-                self.phase = "done"
-                return None
-            return self._candidate(kept, f"set search round {self.search.rounds + 1}")
-        index = self.marker.next()
-        if index is None:
-            self.final = frozenset(self.order[: self.marker.boundary])
-            self.phase = "done"
-            return None
-        self._pending_index = index
-        return self._candidate(frozenset(self.order[:index]), f"{self.direction} prefix {index}")
+    # -- gates ----------------------------------------------------------------------------
 
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Advance the phase or feed the marker (target: the check passes)."""
-        if self.phase == "all_high":
-            if not verdict.passed:
-                raise CheckNeverPassedError("the check fails even with every node in float32, so no kept set can pass; "
-                                            "check the checker, its tolerances and the golden outputs",
-                                            tail=verdict.details.get("output_tail", ""))
-            self.phase = "all_low"
-        elif self.phase == "all_low":
-            if verdict.passed:
-                self.final, self.phase = frozenset(), "done"
-            else:
-                self.phase = "search"
-                if self.sets:
-                    self.search = SetSearch(self.order, self.marker_cls)
-                else:
-                    self.marker = self.marker_cls(len(self.order))
-        elif self.sets:
-            assert self.search is not None
-            self.search.step(verdict.passed)
-        else:
-            self.marker.step(self._pending_index, verdict.passed)
+    def _all_kept_failed(self, verdict: Verdict) -> None:
+        raise CheckNeverPassedError("the check fails even with every node in float32, so no kept set can pass; "
+                                    "check the checker, its tolerances and the golden outputs",
+                                    tail=verdict.details.get("output_tail", ""))
 
-    def remaining(self) -> Optional[int]:
-        """Checks left in the current phase or round."""
-        if self.phase in ("all_high", "all_low"):
-            return 2 if self.phase == "all_high" else 1
-        if self.phase == "done":
-            return 0
-        return self.search.remaining() if self.search is not None else self.marker.remaining()
+    def _none_kept_passed(self, verdict: Verdict) -> None:
+        log.info("The check passes with every node in %s: no node needs float32", self.low)
+        self.final = frozenset()
 
-    def state(self) -> Dict[str, Any]:
-        """The phase and, for the set search, the nodes found necessary so far."""
-        found = sorted(self.search.required) if self.search is not None else []
-        return {"phase": self.phase, "necessary": [self.model.graph.node[i].name for i in found]}
-
-    def finish(self) -> None:
-        """Write the final mixed-precision model and check it with onnx.checker."""
-        assert self.final is not None
-        names = [self.model.graph.node[i].name for i in sorted(self.final)]
-        save_model(convert_except(self.model, names, self.low), self.output, **self.save_opts)
-        check_saved(self.output)
-        log.info("Mixed-precision model: %s (%d of %d nodes kept in float32)", self.output, len(self.final), len(self.layers))
+    # -- results --------------------------------------------------------------------------
 
     def result(self) -> Dict[str, Any]:
         """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json."""
         assert self.final is not None
-        nodes = [self.model.graph.node[i] for i in sorted(self.final)]
         return {
-            "kept_nodes": [{"name": n.name, "op": n.op_type} for n in nodes],
-            "kept": len(nodes),
+            "kept_nodes": self.describe(self.final),
+            "kept": len(self.final),
             "total": len(self.layers),
             "output": str(self.output),
-            "marker": getattr(self.marker_cls, "__name__", str(self.marker_cls)),
-            "direction": self.direction if not self.sets else "ranked",
+            "marker": self.marker_name,
+            "direction": self.direction,
             "low_precision": self.low,
         }

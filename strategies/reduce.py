@@ -6,42 +6,42 @@ node can be dropped (under a monotone failure). ``reduce_inputs=false`` closes e
 under ancestors (it keeps the original graph inputs), ``reduce_outputs=false`` under
 descendants (it keeps the original graph outputs), as Polygraphy's ``--no-reduce-*`` do.
 
-Before the search: iteration 1 checks the user's model exactly as given (it must fail), then the
-whole model as extraction rewrites it (Constant nodes as initializers); if that passes, the
-rewrite hid the failure, so the run says so and keeps Constant nodes as nodes. After the search,
-if no check passed, one control candidate without the answer's nodes is checked: a check that
-fails on it too fails whatever the model holds, and the run says so instead of naming a culprit.
+Gates before the search: iteration 1 checks the user's model exactly as given (it must fail),
+then the whole model as extraction rewrites it (Constant nodes as initializers); if that passes,
+the rewrite hid the failure, so the run says so and keeps Constant nodes as nodes. After the
+search, if no check passed, one control candidate without the answer's nodes is checked: a check
+that fails on it too fails whatever the model holds, and the run says so instead of naming a
+culprit.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import shutil
-from functools import partial
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import onnx
-from hydra.utils import get_class
 
+from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
-from runner.graph.feeds import check_input_shapes, model_feeds
-from runner.graph.load import check_saved, load_model, save_model
+from runner.graph.load import save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
 from runner.outputs import model_files
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate, Verdict
+from strategies.boundary import BoundaryMarker, marker_name
+from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
 
 
-class ReduceStrategy(Strategy):
+class ReduceStrategy(OnnxSearchStrategy):
     """Generates subgraph candidates of a model and keeps shrinking the failing ones.
 
     Args:
         index: the model's node index.
-        marker_cls: the boundary marker class (bisect, linear or minimal).
+        marker: ``marker(count)`` returns a boundary marker (bisect, linear or minimal).
         reduce_inputs: allow intermediate tensors to become graph inputs.
         reduce_outputs: allow intermediate tensors to become graph outputs.
         output: where the reduced model is written.
@@ -54,58 +54,72 @@ class ReduceStrategy(Strategy):
         ConfigError: when both reductions are off (nothing could change).
     """
 
-    @property
-    def needs_pass(self) -> bool:  # type: ignore[override]
-        """A reduced answer rests on some check passing; the unreduced model itself does not."""
-        return self.final is None or self.final != self.closure(self.full)
-
-    def __init__(self, index: GraphIndex, marker_cls: type, reduce_inputs: bool = True, reduce_outputs: bool = True,
-                 output: Path = Path("reduced.onnx"), min_good: Optional[Path] = None, save_opts: Optional[Dict[str, Any]] = None,
-                 source_path: Optional[Path] = None):
+    def __init__(self, index: GraphIndex, marker: Callable[[int], BoundaryMarker], reduce_inputs: bool = True,
+                 reduce_outputs: bool = True, output: Path = Path("reduced.onnx"), min_good: Optional[Path] = None,
+                 save_opts: Optional[Dict[str, Any]] = None, source_path: Optional[Path] = None):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError("reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one")
         self.index = index
-        self.source_model = index.model
-        #: every tensor's value from the shape fallback run, when there was one (reused by checker=compare)
-        self.activations = index.meta.activations
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
-        self.output = Path(output)
-        self.min_good = Path(min_good) if min_good else None
-        self.save_opts = save_opts or {}
-        self.source_path = Path(source_path) if source_path else None
         self.order = list(index.units) if reduce_outputs else list(reversed(index.units))
-        self.search: SetSearch[int] = SetSearch(self.order, marker_cls)
-        self.marker_name = getattr(marker_cls, "__name__", str(marker_cls))
-        self.full = frozenset(index.units)
-        #: "original" (the user's file), "rewritten" (the whole model as extracted), "search", "control", "done"
-        self.phase = "original"
+        super().__init__(SetSearch(self.order, marker), index.units, False, output, save_opts, index.fingerprint)
+        self.marker_name = marker_name(marker)
+        self.min_good = Path(min_good) if min_good else None
+        self.min_good_written: Optional[str] = None
+        self.source_path = Path(source_path) if source_path else None
+        self.full = self.universe
         self.passed_any = False
-        self._pending: Optional[FrozenSet[int]] = None
-        self._passing: List[Tuple[int, FrozenSet[int]]] = []
-        self.final: Optional[FrozenSet[int]] = None
-        self.nodes_before = len(index.nodes)
+        self._passing: List[Tuple[int, Units]] = []
+        self.gates.extend([Gate(self._original, False, self._original_passed),
+                           Gate(self._rewritten, False, self._rewritten_passed)])
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "ReduceStrategy":
-        """Load ``cfg.model``, infer its tensor shapes and index it.
+    def create(cls, ctx: RunContext, marker: Callable[[int], BoundaryMarker], reduce_inputs: bool = True,
+               reduce_outputs: bool = True, output: Optional[str] = None, min_good: Optional[str] = None,
+               keep_constant_nodes: bool = False, external_data: bool = False, external_data_threshold: int = 1024,
+               **unused: Any) -> "ReduceStrategy":
+        """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
+
+        Args:
+            ctx: the run context (model, input shapes, feeds).
+            marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
+                external_data, external_data_threshold: the mode's options (``ReduceKeys``).
+            unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
             ModelError: bad model file or graph. ConfigError: bad options.
         """
-        model = load_model(cfg.model)
-        shapes = check_input_shapes(model, cfg.model_input_shapes)
-        meta = TensorMeta(model, shapes, partial(model_feeds, model, shapes, cfg.inputs, cfg.seed))
-        index = GraphIndex(model, meta, keep_constant_nodes=cfg.keep_constant_nodes)
-        output = Path(cfg.output or "reduced.onnx")
-        return cls(
-            index, get_class(cfg.marker._target_), cfg.reduce_inputs, cfg.reduce_outputs, output,
-            Path(cfg.min_good) if cfg.min_good else None,
-            {"external_data": cfg.external_data, "threshold": cfg.external_data_threshold},
-            Path(cfg.model),
-        )
+        meta = TensorMeta(ctx.model, ctx.shapes, lambda: ctx.activations)
+        index = GraphIndex(ctx.model, meta, keep_constant_nodes=keep_constant_nodes)
+        return cls(index, marker, reduce_inputs, reduce_outputs, Path(output or "reduced.onnx"),
+                   Path(min_good) if min_good else None,
+                   {"external_data": external_data, "threshold": external_data_threshold}, ctx.model_path)
 
-    def closure(self, units: FrozenSet[int]) -> FrozenSet[int]:
+    # -- candidates ---------------------------------------------------------------------------
+
+    def model_for(self, units: Units) -> onnx.ModelProto:
+        """The subgraph of ``units`` (closed as the reduction options require) as a model."""
+        return self.index.extract(units)
+
+    def size(self, units: Units) -> str:
+        """How many nodes the candidate's model holds."""
+        return f"{self.index.count_nodes(units)} nodes"
+
+    def variant(self) -> str:
+        """Whether Constant nodes are kept as nodes."""
+        return "constants-kept" if self.index.keep_constant_nodes else ""
+
+    def info(self, units: Units) -> Dict[str, Any]:
+        """Nodes, units, and the subgraph's boundary tensors."""
+        order, inputs, outputs = self.index.boundary(units)
+        return {"nodes": self.index.node_count(order), "units": len(units), "inputs": inputs, "outputs": outputs}
+
+    def describe(self, units: Iterable[int]) -> List[Dict[str, str]]:
+        """Name and op type of each unit, in topological order."""
+        return self.index.describe(units)
+
+    def closure(self, units: Units) -> Units:
         """The candidate for a unit set: closed under ancestors/descendants when a reduction is off.
 
         Computed on demand by a graph walk (time linear in the nodes reached), not from per-node
@@ -118,10 +132,14 @@ class ReduceStrategy(Strategy):
             out |= self.index.reachable(out, upward=False)
         return frozenset(out)
 
+    def candidate(self, units: Units, label: str) -> Candidate:
+        """A search candidate: the closure of ``units``."""
+        return super().candidate(self.closure(units), label)
+
+    # -- gates --------------------------------------------------------------------------------
+
     def _original(self) -> Candidate:
-        """Iteration 1: the user's model exactly as given (a byte copy of the file; a model with
-        external data is saved again, with its tensors in ``<artifact>.data``)."""
-        self._pending = self.full
+        """The user's model exactly as given (a byte copy; with external data, saved again)."""
         model = self.index.model
         single_file = self.source_path is not None and len(model_files(self.source_path)) == 1
 
@@ -135,45 +153,47 @@ class ReduceStrategy(Strategy):
                 save_model(copy, path, **{**self.save_opts, "external_data": True})
 
         n = len(self.index.nodes)
-        key = f"{self.index.fingerprint}:original"
-        return Candidate(key, f"your model as given: {n} nodes", write, {"nodes": n}, payload=lambda: model)
+        return Candidate(f"{self.fingerprint}:original", f"your model as given: {n} nodes", write, {"nodes": n},
+                         payload=lambda: model)
 
-    def _candidate(self, units: FrozenSet[int], label: str) -> Candidate:
-        self._pending = units
-        order, inputs, outputs = self.index.boundary(units)
-        n = self.index.node_count(order)
-        model = functools.cache(lambda: self.index.extract(units))
+    def _original_passed(self, verdict: Verdict) -> None:
+        raise NothingToDoError(
+            "the check passes on the unreduced model (your file as given), so there is no failure to reduce; "
+            "check the check command (or its fail_codes/fail_regex) on the model first"
+        )
 
-        def write(path: Path) -> None:
-            save_model(model(), path, **self.save_opts)
+    def _rewritten(self) -> Candidate:
+        kept = "Constant nodes kept" if self.index.keep_constant_nodes else "Constant nodes as initializers"
+        return self.candidate(self.full, f"whole model as extracted ({kept})")
 
-        info = {"nodes": n, "units": len(units), "inputs": inputs, "outputs": outputs}
-        return Candidate(self.index.key(units), f"{label}: {n} nodes", write, info, payload=model)
+    def _rewritten_passed(self, verdict: Verdict) -> None:
+        if self.index.keep_constant_nodes:
+            raise NothingToDoError(
+                "the check fails on your model but passes on the same nodes re-exported by onnx-graphsurgeon, so "
+                "no subgraph can show the failure; the failure depends on how the file is written, not on its nodes"
+            )
+        log.warning("The check fails on your model but passes once its Constant nodes become initializers: the "
+                    "failure needs Constant nodes, so they are kept as nodes (keep_constant_nodes=true)")
+        self.index.keep_constant_nodes = True
+        self.gates.appendleft(Gate(self._rewritten, False, self._rewritten_passed))
 
-    def next_candidate(self) -> Optional[Candidate]:
-        """The user's model, the whole model as extracted (both must fail), the set search's
-        candidates, then a control candidate when no check passed."""
-        if self.phase == "original":
-            return self._original()
-        if self.phase == "rewritten":
-            kept = "Constant nodes kept" if self.index.keep_constant_nodes else "Constant nodes as initializers"
-            return self._candidate(self.full, f"whole model as extracted ({kept})")
-        if self.phase == "search":
-            units = self.search.next()
-            if units is not None:
-                label = (f"the {len(units)} needed node(s) alone" if self.search.probing
-                         else f"round {self.search.rounds + 1}, searching for needed node {len(self.search.required) + 1}")
-                return self._candidate(self.closure(units), label)
-            self.final = self.closure(self.search.result or frozenset(self.full))
-            control = None if self.passed_any else self._control_units()
-            if control is None:
-                self.phase = "done"
-                return None
-            self.phase = "control"
-            return self._candidate(control, "control: nodes outside the answer (no check has passed yet)")
-        return None
+    def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
+        """Remember passing candidates (for ``min_good`` and the control check)."""
+        if verdict.passed:
+            self.passed_any = True
+            self._passing.append((len(units), units))
 
-    def _control_units(self) -> Optional[FrozenSet[int]]:
+    def after_search(self) -> Optional[Gate]:
+        """The closed result; when no check passed, a control candidate of nodes outside it."""
+        assert self.final is not None
+        self.final = self.closure(self.final)
+        control = None if self.passed_any else self._control_units()
+        if control is None:
+            return None
+        return Gate(lambda: self.candidate(control, "control: nodes outside the answer (no check has passed yet)"),
+                    True, lambda verdict: None)
+
+    def _control_units(self) -> Optional[Units]:
         """One unit whose candidate holds none of the answer's nodes (the last such in the search
         order), or None when every candidate would hold some of them."""
         assert self.final is not None
@@ -184,52 +204,14 @@ class ReduceStrategy(Strategy):
                     return units
         return None
 
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Feed a verdict to the search.
+    @property
+    def needs_pass(self) -> bool:  # type: ignore[override]
+        """A reduced answer rests on some check passing; the unreduced model itself does not."""
+        return self.final is None or self.final != self.closure(self.full)
 
-        Raises:
-            NothingToDoError: the user's model passes, or the whole model passes as extracted
-                even with Constant nodes kept.
-        """
-        assert self._pending is not None
-        if verdict.passed and self.phase not in ("original", "rewritten"):
-            self.passed_any = True
-        if self.phase == "original":
-            if verdict.passed:
-                raise NothingToDoError(
-                    "the check passes on the unreduced model (your file as given), so there is no failure to reduce; "
-                    "check the check command (or its fail_codes/fail_regex) on the model first"
-                )
-            self.phase = "rewritten"
-        elif self.phase == "rewritten":
-            if not verdict.passed:
-                self.phase = "search"
-            elif not self.index.keep_constant_nodes:
-                log.warning("The check fails on your model but passes once its Constant nodes become initializers: the "
-                            "failure needs Constant nodes, so they are kept as nodes (keep_constant_nodes=true)")
-                self.index.keep_constant_nodes = True
-            else:
-                raise NothingToDoError(
-                    "the check fails on your model but passes on the same nodes re-exported by onnx-graphsurgeon, so "
-                    "no subgraph can show the failure; the failure depends on how the file is written, not on its nodes"
-                )
-        elif self.phase == "control":
-            self.phase = "done"
-        else:
-            if verdict.passed:
-                self._passing.append((len(self._pending), self._pending))
-            self.search.step(not verdict.passed)
+    # -- results ------------------------------------------------------------------------------
 
-    def remaining(self) -> Optional[int]:
-        """Checks left in the current round (later rounds are unknown)."""
-        before = {"original": 2, "rewritten": 1}.get(self.phase, 0)
-        return before + (self.search.remaining() if self.phase in ("original", "rewritten", "search") else 0)
-
-    def state(self) -> Dict[str, Any]:
-        """Rounds done and the nodes found necessary so far."""
-        return {"phase": self.phase, "rounds": self.search.rounds, "necessary": self.index.describe(self.search.required)}
-
-    def _min_good_set(self) -> Optional[FrozenSet[int]]:
+    def _min_good_set(self) -> Optional[Units]:
         """Polygraphy's choice: the largest passing candidate smaller than the result, else the
         smallest passing one larger than it."""
         assert self.final is not None
@@ -242,11 +224,7 @@ class ReduceStrategy(Strategy):
 
     def finish(self) -> None:
         """Write the reduced model (checked with onnx.checker) and the min-good model if asked."""
-        assert self.final is not None
-        save_model(self.index.extract(self.final), self.output, **self.save_opts)
-        check_saved(self.output)
-        log.info("Reduced model: %s (%d of %d nodes)", self.output, self.index.count_nodes(self.final), self.nodes_before)
-        self.min_good_written = None
+        super().finish()
         if self.min_good is not None:
             good = self._min_good_set()
             if good is None:
@@ -259,18 +237,17 @@ class ReduceStrategy(Strategy):
         """``nodes_before``, ``nodes_after``, ``output`` and the nodes kept, for summary.json."""
         assert self.final is not None
         _, inputs, outputs = self.index.boundary(self.final)
-        units = sorted(self.final)
         return {
-            "nodes_before": self.nodes_before,
+            "nodes_before": len(self.index.nodes),
             "nodes_after": self.index.count_nodes(self.final),
             "compute_nodes_before": len(self.index.units),
             "compute_nodes_after": len(self.final),
             "keep_constant_nodes": self.index.keep_constant_nodes,
             "output": str(self.output),
-            "min_good": getattr(self, "min_good_written", None),
+            "min_good": self.min_good_written,
             "rounds": self.search.rounds,
             "marker": self.marker_name,
-            "reduced_nodes": self.index.describe(units),
+            "reduced_nodes": self.index.describe(sorted(self.final)),
             "reduced_inputs": inputs,
             "reduced_outputs": outputs,
         }

@@ -4,15 +4,13 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from runner.context import RunContext
 from runner.errors import ModelError
-from runner.graph.load import load_model
-
 from strategies.base import Candidate, Strategy, Verdict
-from strategies.until import Until
+from strategies.until import RunCounter, Until
 
 
 class RepeatStrategy(Strategy):
@@ -20,59 +18,51 @@ class RepeatStrategy(Strategy):
 
     Args:
         until: the stop condition.
-        model_path: a model handed to in-process checkers each run, loaded when one first asks
-            (``model=`` with ``checker=compare`` checks a backend for nondeterministic outputs).
+        ctx: the run context; with ``model=``, its model is handed to in-process checkers each run
+            (``checker=compare`` checks a backend for nondeterministic outputs), loaded on first use.
     """
 
     artifact_suffix = ""
 
-    def __init__(self, until: Until, model_path: Optional[Path] = None):
-        self.until = until
-        self.model = functools.cache(lambda: load_model(model_path)) if model_path else None
-        self.runs = 0
-        self.good = 0
-        self.bad = 0
-        self.done = False
+    def __init__(self, until: Until, ctx: Optional[RunContext] = None):
+        self.counter = RunCounter(until)
+        self.ctx = ctx if ctx is not None and ctx.model_path is not None else None
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "RepeatStrategy":
-        """Build from the run config (reads ``until``).
+    def create(cls, ctx: RunContext, until: Optional[str] = None, **unused: Any) -> "RepeatStrategy":
+        """Build from the mode's options (``RepeatKeys``).
 
         Raises:
             ConfigError: when ``until`` is missing or invalid.
             ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
                 that loads it).
         """
-        until = Until.parse(cfg.until, "repeat")
-        if cfg.model and not Path(cfg.model).is_file():
-            raise ModelError(f"model={cfg.model}: no such file; check the path (mode=repeat does not need a model)")
-        return cls(until, Path(cfg.model) if cfg.model else None)
+        parsed = Until.parse(until, "repeat")
+        if ctx.model_path is not None and not Path(ctx.model_path).is_file():
+            raise ModelError(f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)")
+        return cls(parsed, ctx)
 
     def next_candidate(self) -> Optional[Candidate]:
         """Return run number ``runs + 1`` unless ``until`` was met."""
-        if self.done:
+        if self.counter.done:
             return None
-        n = self.runs + 1
+        n = self.counter.runs + 1
+        ctx = self.ctx
         return Candidate(key=f"run:{n}", label=f"run {n}", info={"run": n},
-                         payload=self.model)
+                         payload=(lambda: ctx.model) if ctx is not None else None)
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Count the verdict and decide whether ``until`` is met."""
-        self.runs += 1
-        if verdict.passed:
-            self.good += 1
-        else:
-            self.bad += 1
-        self.done = self.until.met(self.runs, verdict.passed)
+        self.counter.count(verdict.passed)
 
     def remaining(self) -> Optional[int]:
         """Runs left for ``until=N``; unknown for good/bad."""
-        return 0 if self.done else self.until.remaining(self.runs)
+        return self.counter.remaining()
 
     def state(self) -> Dict[str, Any]:
         """Counts so far."""
-        return {"runs": self.runs, "good": self.good, "bad": self.bad}
+        return dict(self.counter.state())
 
     def result(self) -> Dict[str, Any]:
         """Counts of good and bad runs, and whether ``until`` was met."""
-        return {"runs": self.runs, "good": self.good, "bad": self.bad, "until_met": self.done}
+        return {**self.counter.state(), "until_met": self.counter.done}

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar
 
+from strategies.boundary import BoundaryMarker
+
 T = TypeVar("T", bound=Hashable)
 
 
@@ -39,13 +41,13 @@ class SetSearch(Generic[T]):
     The caller must know that ``target(required + universe)`` holds.
     """
 
-    def __init__(self, universe: Sequence[T], marker_factory: Callable[[int], object], required: Sequence[T] = ()):
+    def __init__(self, universe: Sequence[T], marker_factory: Callable[[int], BoundaryMarker], required: Sequence[T] = ()):
         self.required: List[T] = list(required)
         self.rest: List[T] = [u for u in universe if u not in set(self.required)]
         self.marker_factory = marker_factory
         self.rounds = 0
         self.done = False
-        self._marker = None
+        self._marker: Optional[BoundaryMarker] = None
         self._probing = bool(self.required)
         self._pending: Optional[int] = None
         self._last: Optional[FrozenSet[T]] = None
@@ -79,7 +81,7 @@ class SetSearch(Generic[T]):
             if self._marker is None:
                 self._start_round()
                 continue
-            index = self._marker.next()  # type: ignore[attr-defined]
+            index = self._marker.next()
             if index is None:
                 self._finish_round()
                 continue
@@ -98,16 +100,22 @@ class SetSearch(Generic[T]):
                 self.done = self._confirmed = True
             return
         assert self._marker is not None and self._pending is not None
-        self._marker.step(self._pending, hit)  # type: ignore[attr-defined]
+        self._marker.step(self._pending, hit)
 
     def _finish_round(self) -> None:
         assert self._marker is not None
-        b = self._marker.boundary  # type: ignore[attr-defined]
+        b = self._marker.boundary
         self.required.append(self.rest[b - 1])
         self.rest = self.rest[: b - 1]
         self._marker = None
         self.rounds += 1
         self._probing = True
+
+    def label(self, noun: str = "element") -> str:
+        """What the set last returned by ``next()`` is, for the log."""
+        if self._probing or self.done:
+            return f"the {len(self.required)} needed {noun}(s) alone"
+        return f"round {self.rounds + 1}, searching for needed {noun} {len(self.required) + 1}"
 
     def remaining(self) -> int:
         """Tests left in this round (plus the probe that ends it); later rounds are unknown."""
@@ -115,4 +123,4 @@ class SetSearch(Generic[T]):
             return 0
         if self._marker is None:
             return 1
-        return self._marker.remaining() + 1  # type: ignore[attr-defined]
+        return self._marker.remaining() + 1

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 from runner.errors import ConfigError
 
@@ -51,3 +51,38 @@ class Until:
         if count <= 0:
             raise ConfigError(f"until={count} must be a positive number of iterations; use until=1 or more")
         return cls(count=count)
+
+
+class RunCounter:
+    """Counts good and bad runs until a stop condition is met (shared by repeat and build).
+
+    Args:
+        until: the stop condition.
+
+    Attributes:
+        runs, good, bad: counts so far. done: ``until`` was met.
+    """
+
+    def __init__(self, until: Until):
+        self.until = until
+        self.runs = 0
+        self.good = 0
+        self.bad = 0
+        self.done = False
+
+    def count(self, passed: bool) -> None:
+        """Count one run's verdict and decide whether ``until`` is met."""
+        self.runs += 1
+        if passed:
+            self.good += 1
+        else:
+            self.bad += 1
+        self.done = self.until.met(self.runs, passed)
+
+    def remaining(self) -> Optional[int]:
+        """Runs left for ``until=N``; unknown (None) for good/bad."""
+        return 0 if self.done else self.until.remaining(self.runs)
+
+    def state(self) -> Dict[str, int]:
+        """Counts so far."""
+        return {"runs": self.runs, "good": self.good, "bad": self.bad}

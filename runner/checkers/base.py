@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from strategies.base import Candidate, Verdict
+
+if TYPE_CHECKING:
+    from runner.context import RunContext
 
 
 class Checker(abc.ABC):
@@ -18,8 +21,8 @@ class Checker(abc.ABC):
 
     output_dir: Optional[Path] = None
 
-    def bind(self, cfg: Any, strategy: Any) -> None:
-        """Receive the run's config and strategy before the first check (default: nothing)."""
+    def bind(self, ctx: "RunContext") -> None:
+        """Receive the run's shared context before the first check (default: nothing)."""
 
     @abc.abstractmethod
     def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:

@@ -18,7 +18,8 @@ from runner.checkers.base import Checker
 from runner.checkers.tolerance import compare_outputs
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
-from runner.graph.feeds import check_input_shapes, graph_inputs, load_npz, model_feeds
+from runner.context import RunContext
+from runner.graph.feeds import graph_inputs, load_npz
 from runner.graph.load import load_model
 from strategies.base import Candidate, Verdict
 
@@ -97,8 +98,9 @@ class CompareChecker(Checker):
         self.reference_name = reference
         self.providers = list(providers)
         self.values: Dict[str, np.ndarray] = {}
+        self._warned = False
 
-    def bind(self, cfg: Any, strategy: Any) -> None:
+    def bind(self, ctx: RunContext) -> None:
         """Make the inputs and golden values once: loaded (``golden=``) or from the reference run.
 
         Raises:
@@ -106,29 +108,27 @@ class CompareChecker(Checker):
             ConfigError: unreadable ``inputs=``/``golden=`` files.
             ArtifactError: ``save_golden=`` cannot be written.
         """
-        model = getattr(strategy, "source_model", None) or load_model(cfg.model)
-        shapes = check_input_shapes(model, cfg.model_input_shapes)
-        golden = load_npz(cfg.golden, "golden") if cfg.golden else None
+        model = ctx.model
+        golden = load_npz(ctx.golden, "golden") if ctx.golden else None
         if golden is None and self.reference_name == "onnxruntime":
-            # the strategy may already have run the original model on the same inputs (same seed/file)
-            golden = getattr(strategy, "activations", None)
+            golden = ctx.activations  # the run's one fp32 run of every tensor, shared with the strategy
         names = [i.name for i in graph_inputs(model)]
-        if golden is not None and (not cfg.inputs or not cfg.golden) and all(n in golden for n in names):
+        if golden is not None and (not ctx.inputs or not ctx.golden) and all(n in golden for n in names):
             feeds = {n: golden[n] for n in names}
         else:
-            feeds = model_feeds(model, shapes, cfg.inputs, cfg.seed)
+            feeds = ctx.feeds
         if golden is None:
             golden = self.reference_values(model, feeds)
         missing = [o.name for o in model.graph.output if o.name not in golden]
         if missing:
-            raise ConfigError(f"golden={cfg.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model")
+            raise ConfigError(f"golden={ctx.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model")
         self.values = _through_casts(model, {**golden, **feeds})
-        if cfg.save_golden:
+        if ctx.save_golden:
             try:
-                np.savez(cfg.save_golden, **self.values)
+                np.savez(ctx.save_golden, **self.values)
             except OSError as e:
-                raise ArtifactError(f"save_golden={cfg.save_golden}: cannot write ({e.strerror}); choose a writable path") from None
-            log.info("Saved %d golden tensors to %s", len(self.values), cfg.save_golden)
+                raise ArtifactError(f"save_golden={ctx.save_golden}: cannot write ({e.strerror}); choose a writable path") from None
+            log.info("Saved %d golden tensors to %s", len(self.values), ctx.save_golden)
 
     def reference_values(self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """Every tensor's value from one reference run (ONNX Runtime keeps intermediates too)."""
@@ -147,7 +147,8 @@ class CompareChecker(Checker):
         Raises:
             ConfigError: when a tensor the candidate needs as input has no recorded value.
         """
-        model = candidate.payload() if callable(candidate.payload) else load_model(artifact, "iteration artifact")
+        model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
+        self._warn_fp16_on_cpu(model)
         names: List[str] = [i.name for i in graph_inputs(model)]
         missing = [n for n in names if n not in self.values]
         if missing:
@@ -174,6 +175,16 @@ class CompareChecker(Checker):
                       st["max_abs"], st["max_rel"], 100 * st["mismatch_fraction"])
         reason = "all outputs within tolerance" if passed else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         return Verdict(passed, reason=reason, details={"outputs": stats})
+
+    def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
+        """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""
+        if self._warned or self.backend_name != "onnxruntime" or self.providers != ["CPUExecutionProvider"]:
+            return
+        if any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer) or any(
+                v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in list(model.graph.input) + list(model.graph.output)):
+            self._warned = True
+            log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
+                        "overflows; checker.backend=fp16_emulation shows them")
 
     def close(self) -> None:
         """Release the backend's sessions."""

@@ -9,7 +9,6 @@ import onnx
 from onnx import helper
 
 from runner.errors import ModelError
-from runner.graph.activations import run_all_tensors
 from runner.graph.load import as_file, is_large
 
 log = logging.getLogger(__name__)
@@ -72,23 +71,23 @@ class TensorMeta:
     """Dtype and concrete shape of the model's top-level tensors.
 
     Shape inference runs on a copy of the model whose inputs carry ``input_shapes``; tensors it
-    leaves incomplete are filled from one ONNX Runtime run on ``feeds()`` (whose values are kept
-    in ``activations`` for reuse).
+    leaves incomplete are filled from the values of one ONNX Runtime run (``values()``, e.g.
+    ``RunContext.activations``, shared with the checker), asked for only then.
 
     Args:
         model: the model (not modified).
         input_shapes: ``{input: [dims]}`` from ``model_input_shapes=``.
-        feeds: returns the inputs for the fallback run (called at most once).
+        values: returns every tensor's value from one run (called at most once, only when
+            shapes are missing); may raise ModelError.
 
     Attributes:
         meta: ``{tensor name: (numpy dtype, [dims])}``.
-        activations: the fallback run's values, or None when it was not needed or failed.
         fallback_error: why the fallback run failed, or None.
     """
 
-    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], feeds: Callable[[], Mapping[str, np.ndarray]]):
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                 values: Callable[[], Mapping[str, np.ndarray]]):
         self.meta: Dict[str, Meta] = {}
-        self.activations: Optional[Dict[str, np.ndarray]] = None
         self.fallback_error: Optional[str] = None
         fixed = _with_input_shapes(model, input_shapes)
         try:
@@ -106,13 +105,13 @@ class TensorMeta:
         if missing:
             log.info("%d of %d tensors have no static shape after inference; running ONNX Runtime once", len(missing), len(wanted))
             try:
-                self.activations = run_all_tensors(model, feeds())
+                activations = values()
             except ModelError as e:
                 self.fallback_error = str(e)
                 log.warning("Shape fallback failed: %s", e)
             else:
                 for name in missing:
-                    value = self.activations.get(name)
+                    value = activations.get(name)
                     if value is not None:
                         self.meta[name] = (value.dtype, list(value.shape))
 

@@ -5,18 +5,9 @@ import hashlib
 
 import pytest
 
-from tests.conftest import check_cmd, chain_model, write_script
+from tests.helpers.models import chain_model
+from tests.helpers.cli import one_line_error, check_cmd, write_script
 import onnx
-
-
-def _one_line_error(r, *words):
-    assert r.returncode != 0
-    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, r.stderr
-    assert "Traceback" not in r.stderr
-    for w in words:
-        assert w in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture
@@ -24,49 +15,49 @@ def ok_script(tmp_path):
     return write_script(tmp_path / "ok.py", "import sys\nsys.exit(1)\n")
 
 
-def test_missing_model(run_cli, ok_script, tmp_path):
-    r = run_cli("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script))
-    _one_line_error(r, "no such file", "model=")
+def test_missing_model(run, ok_script, tmp_path):
+    r = run("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script))
+    one_line_error(r, "no such file", "model=")
     assert r.summary["status"].startswith("error: ")
 
 
-def test_not_onnx(run_cli, ok_script, tmp_path):
+def test_not_onnx(run, ok_script, tmp_path):
     bad = tmp_path / "notes.onnx"
     bad.write_text("this is not a model\n" * 20)
-    r = run_cli("mode=reduce", f"model={bad}", check_cmd(ok_script))
-    _one_line_error(r, "not an ONNX model")
+    r = run("mode=reduce", f"model={bad}", check_cmd(ok_script))
+    one_line_error(r, "not an ONNX model")
     assert bad.read_text() == "this is not a model\n" * 20
 
 
-def test_no_model_given(run_cli, ok_script):
-    _one_line_error(run_cli("mode=reduce", check_cmd(ok_script)), "no model given", "model=")
+def test_no_model_given(run, ok_script):
+    one_line_error(run("mode=reduce", check_cmd(ok_script)), "no model given", "model=")
 
 
-def test_check_command_not_found(run_cli, tmp_path):
+def test_check_command_not_found(run, tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(3), model)
-    r = run_cli("mode=reduce", f"model={model}", 'checker.cmd="no-such-program-xyz {artifact}"')
-    _one_line_error(r, "no-such-program-xyz", "not found")
+    r = run("mode=reduce", f"model={model}", 'checker.cmd="no-such-program-xyz {artifact}"')
+    one_line_error(r, "no-such-program-xyz", "not found")
 
 
-def test_check_command_not_set(run_cli):
-    _one_line_error(run_cli("mode=repeat", "until=1"), "checker.cmd", "not set")
+def test_check_command_not_set(run):
+    one_line_error(run("mode=repeat", "until=1"), "checker.cmd", "not set")
 
 
-def test_artifacts_dir_not_writable(run_cli, ok_script, tmp_path):
+def test_artifacts_dir_not_writable(run, ok_script, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    r = run_cli("mode=repeat", "until=1", check_cmd(ok_script), "artifacts.paths=[a.txt]", f"artifacts.dir={blocker / 'sub'}")
-    _one_line_error(r, "artifacts.dir", "not a writable directory")
+    r = run("mode=repeat", "until=1", check_cmd(ok_script), "artifacts.paths=[a.txt]", f"artifacts.dir={blocker / 'sub'}")
+    one_line_error(r, "artifacts.dir", "not a writable directory")
 
 
 @pytest.mark.parametrize("until, words", [("0", ["until=0", "positive"]), ("-3", ["until=-3", "positive"]), ("soon", ["until='soon'"])])
-def test_bad_until(run_cli, ok_script, until, words):
-    _one_line_error(run_cli("mode=repeat", f"until={until}", check_cmd(ok_script)), *words)
+def test_bad_until(run, ok_script, until, words):
+    one_line_error(run("mode=repeat", f"until={until}", check_cmd(ok_script)), *words)
 
 
-def test_missing_until(run_cli, ok_script):
-    _one_line_error(run_cli("mode=repeat", check_cmd(ok_script)), "until=")
+def test_missing_until(run, ok_script):
+    one_line_error(run("mode=repeat", check_cmd(ok_script)), "until=")
 
 
 def test_unknown_key_fails_before_work(run_cli, ok_script, tmp_path):
@@ -76,34 +67,34 @@ def test_unknown_key_fails_before_work(run_cli, ok_script, tmp_path):
     assert not (r.run_dir / "replay.json").exists()
 
 
-def test_bad_replay_file(run_cli, ok_script, tmp_path):
+def test_bad_replay_file(run, ok_script, tmp_path):
     junk = tmp_path / "replay.json"
     junk.write_text("{}")
-    _one_line_error(run_cli("mode=repeat", "until=1", check_cmd(ok_script), f"replay.load={junk}"), "not a replay file")
+    one_line_error(run("mode=repeat", "until=1", check_cmd(ok_script), f"replay.load={junk}"), "not a replay file")
 
 
-def test_nothing_to_reduce_when_original_passes(run_cli, tmp_path, has_nodes_script):
+def test_nothing_to_reduce_when_original_passes(run, tmp_path, has_nodes_script):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(4), model)
     before = hashlib.sha256(model.read_bytes()).hexdigest()
-    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "not_a_node"))
-    _one_line_error(r, "passes on the unreduced model")
+    r = run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "not_a_node"))
+    one_line_error(r, "passes on the unreduced model")
     assert r.summary["checks"] == 1
     assert hashlib.sha256(model.read_bytes()).hexdigest() == before
 
 
-def test_both_reductions_off(run_cli, tmp_path, has_nodes_script):
+def test_both_reductions_off(run, tmp_path, has_nodes_script):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(4), model)
-    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "reduce_inputs=false", "reduce_outputs=false")
-    _one_line_error(r, "nothing to reduce")
+    r = run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "reduce_inputs=false", "reduce_outputs=false")
+    one_line_error(r, "nothing to reduce")
 
 
-def test_unknown_input_in_model_input_shapes(run_cli, tmp_path, has_nodes_script):
+def test_unknown_input_in_model_input_shapes(run, tmp_path, has_nodes_script):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(4), model)
-    r = run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "model_input_shapes={nope:[1]}")
-    _one_line_error(r, "nope", "not a model input")
+    r = run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "model_input_shapes={nope:[1]}")
+    one_line_error(r, "nope", "not a model input")
 
 
 def _save_unchecked(path, nodes, inputs, outputs, inits=()):
@@ -114,32 +105,32 @@ def _save_unchecked(path, nodes, inputs, outputs, inits=()):
     return path
 
 
-def test_empty_graph(run_cli, tmp_path, has_nodes_script):
-    from tests.conftest import f32
+def test_empty_graph(run, tmp_path, has_nodes_script):
+    from tests.helpers.models import f32
     model = _save_unchecked(tmp_path / "empty.onnx", [], [f32("x", [1])], [f32("x", [1])])
-    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "a")), "no nodes")
+    one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "a")), "no nodes")
 
 
-def test_cycle(run_cli, tmp_path, has_nodes_script):
+def test_cycle(run, tmp_path, has_nodes_script):
     from onnx import helper
-    from tests.conftest import f32
+    from tests.helpers.models import f32
     nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second"),
              helper.make_node("Identity", ["b"], ["y"], name="out")]
     model = _save_unchecked(tmp_path / "cycle.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
-    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "second")), "cycle")
+    one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "second")), "cycle")
 
 
-def test_missing_initializer(run_cli, tmp_path, has_nodes_script):
+def test_missing_initializer(run, tmp_path, has_nodes_script):
     from onnx import helper
-    from tests.conftest import f32
+    from tests.helpers.models import f32
     nodes = [helper.make_node("Mul", ["x", "weights"], ["y"], name="mul")]
     model = _save_unchecked(tmp_path / "noinit.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
-    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "mul")), "'weights'", "initializer")
+    one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "mul")), "'weights'", "initializer")
 
 
-def test_tensor_without_shape_names_the_tensor_and_the_option(run_cli, tmp_path, has_nodes_script):
+def test_tensor_without_shape_names_the_tensor_and_the_option(run, tmp_path, has_nodes_script):
     from onnx import helper
-    from tests.conftest import f32
+    from tests.helpers.models import f32
     # a custom-domain op: shape inference cannot type its output and ONNX Runtime cannot run it
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Mystery", ["r"], ["m"], name="mystery", domain="com.example"),
@@ -148,19 +139,19 @@ def test_tensor_without_shape_names_the_tensor_and_the_option(run_cli, tmp_path,
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     path = tmp_path / "custom.onnx"
     onnx.save(model, path)
-    r = run_cli("mode=reduce", f"model={path}", check_cmd(has_nodes_script, "{artifact}", "neg"))
-    line = _one_line_error(r, "'m'", "model_input_shapes=", "inputs=")
+    r = run("mode=reduce", f"model={path}", check_cmd(has_nodes_script, "{artifact}", "neg"))
+    line = one_line_error(r, "'m'", "model_input_shapes=", "inputs=")
     assert "ONNX Runtime could not run the model" in line
 
 
-def test_verbose_shows_the_traceback(run_cli, ok_script, tmp_path):
-    r = run_cli("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script), "verbose=true")
+def test_verbose_shows_the_traceback(run, ok_script, tmp_path):
+    r = run("mode=reduce", f"model={tmp_path / 'nope.onnx'}", check_cmd(ok_script), "verbose=true")
     assert r.returncode == 2 and "Traceback" in r.stderr and "error: model=" in r.stderr
 
 
 @pytest.mark.parametrize("kind", ["npy", "truncated"])
 @pytest.mark.parametrize("option", ["inputs", "golden"])
-def test_inputs_that_are_not_npz(run_cli, tmp_path, kind, option):
+def test_inputs_that_are_not_npz(run, tmp_path, kind, option):
     import numpy as np
 
     model = tmp_path / "m.onnx"
@@ -175,10 +166,10 @@ def test_inputs_that_are_not_npz(run_cli, tmp_path, kind, option):
         path = tmp_path / "cut.npz"
         path.write_bytes(data[: len(data) // 2])
         words = ["not a readable .npz"]
-    _one_line_error(run_cli("mode=reduce", f"model={model}", "checker=compare", f"{option}={path}"), f"{option}=", *words)
+    one_line_error(run("mode=reduce", f"model={model}", "checker=compare", f"{option}={path}"), f"{option}=", *words)
 
 
-def test_missing_external_data_file(run_cli, tmp_path, ok_script):
+def test_missing_external_data_file(run, tmp_path, ok_script):
     import numpy as np
     from onnx import numpy_helper
 
@@ -187,7 +178,7 @@ def test_missing_external_data_file(run_cli, tmp_path, ok_script):
     model = tmp_path / "ext.onnx"
     onnx.save(m, model, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
     (tmp_path / "ext.onnx.data").unlink()
-    _one_line_error(run_cli("mode=reduce", f"model={model}", check_cmd(ok_script)), "external data", "keep the data file")
+    one_line_error(run("mode=reduce", f"model={model}", check_cmd(ok_script)), "external data", "keep the data file")
 
 
 @pytest.mark.parametrize("override", ["mode=mode_schema", "marker=marker_schema", "checker=command_schema"])

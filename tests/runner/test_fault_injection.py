@@ -13,7 +13,8 @@ from pathlib import Path
 
 import onnx
 
-from tests.conftest import chain_model, check_cmd, write_script
+from tests.helpers.models import chain_model
+from tests.helpers.cli import check_cmd, write_script
 
 #: fails while the model holds node n40 (its name's bytes; no other name or tensor contains them)
 CHECK = '''

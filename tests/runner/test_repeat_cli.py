@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import check_cmd, write_script
+from tests.helpers.cli import check_cmd, write_script
 
 # Fails on the runs whose numbers are given on the command line; writes out.txt each run.
 FLAKY = '''
@@ -41,8 +41,8 @@ def exit_with(tmp_path):
 
 
 @pytest.mark.parametrize("until, fails, expected_runs", [("bad", "3", 3), ("good", "1 2", 3), ("4", "2", 4), ("1", "", 1)])
-def test_until_forms(run_cli, flaky, until, fails, expected_runs):
-    r = run_cli("mode=repeat", f"until={until}", check_cmd(flaky, *fails.split()))
+def test_until_forms(run, flaky, until, fails, expected_runs):
+    r = run("mode=repeat", f"until={until}", check_cmd(flaky, *fails.split()))
     assert r.returncode == 0, r.stderr
     s = r.summary
     assert s["status"] == "ok"
@@ -51,9 +51,9 @@ def test_until_forms(run_cli, flaky, until, fails, expected_runs):
     assert [e["passed"] for e in r.replay["iterations"]] == [str(i) not in fails.split() for i in range(1, expected_runs + 1)]
 
 
-def test_artifacts_sorted_into_good_and_bad(run_cli, flaky, tmp_path):
+def test_artifacts_sorted_into_good_and_bad(run, flaky, tmp_path):
     art = tmp_path / "sorted"
-    r = run_cli("mode=repeat", "until=4", check_cmd(flaky, "2", "4"), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
+    r = run("mode=repeat", "until=4", check_cmd(flaky, "2", "4"), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
     assert r.returncode == 0, r.stderr
     good = sorted(p.name for p in (art / "good").iterdir())
     bad = sorted(p.name for p in (art / "bad").iterdir())
@@ -65,25 +65,25 @@ def test_artifacts_sorted_into_good_and_bad(run_cli, flaky, tmp_path):
     assert not (tmp_path / "out.txt").exists(), "artifacts are moved, not copied"
 
 
-def test_sorting_never_overwrites(run_cli, flaky, tmp_path):
+def test_sorting_never_overwrites(run, flaky, tmp_path):
     art = tmp_path / "sorted"
     for _ in range(2):
-        r = run_cli("mode=repeat", "until=1", check_cmd(flaky), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
+        r = run("mode=repeat", "until=1", check_cmd(flaky), "artifacts.paths=[out.txt]", f"artifacts.dir={art}")
         assert r.returncode == 0, r.stderr
     kept = list((art / "good").iterdir())
     assert len(kept) == 2, kept
 
 
-def test_missing_artifact_is_a_warning(run_cli, exit_with, tmp_path):
-    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0"), "artifacts.paths=[never_made.bin]", f"artifacts.dir={tmp_path / 'a'}")
+def test_missing_artifact_is_a_warning(run, exit_with, tmp_path):
+    r = run("mode=repeat", "until=1", check_cmd(exit_with, "0"), "artifacts.paths=[never_made.bin]", f"artifacts.dir={tmp_path / 'a'}")
     assert r.returncode == 0
     assert "never_made.bin was not produced" in r.stdout
 
 
-def test_iter_info_written_each_iteration(run_cli, tmp_path):
+def test_iter_info_written_each_iteration(run, tmp_path):
     script = write_script(tmp_path / "read_info.py", 'import json,sys\nd=json.load(open(sys.argv[1]))\nsys.exit(0 if d["iteration"]==int(__import__("os").environ["RUNNER_ITERATION"]) else 1)\n')
     info = tmp_path / "info.json"
-    r = run_cli("mode=repeat", "until=3", check_cmd(script, str(info)), f"artifacts.iter_info={info}")
+    r = run("mode=repeat", "until=3", check_cmd(script, str(info)), f"artifacts.iter_info={info}")
     assert r.returncode == 0, r.stderr
     assert r.summary["good"] == 3, "the check read its own iteration's info"
     data = json.loads(info.read_text())
@@ -97,8 +97,8 @@ def test_iter_info_written_each_iteration(run_cli, tmp_path):
     (4, "checker.ignore_fail_codes=[3]", False),
     (0, "checker.fail_codes=[0]", False),
 ])
-def test_fail_codes(run_cli, exit_with, code, option, passed):
-    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, str(code)), option)
+def test_fail_codes(run, exit_with, code, option, passed):
+    r = run("mode=repeat", "until=1", check_cmd(exit_with, str(code)), option)
     assert r.returncode == 0, r.stderr
     assert r.replay["iterations"][0]["passed"] is passed
     assert r.replay["iterations"][0]["returncode"] == code
@@ -110,24 +110,24 @@ def test_fail_codes(run_cli, exit_with, code, option, passed):
     (1, "CRASH", ["checker.fail_codes=[2]"], True),   # both must agree
     (2, "CRASH", ["checker.fail_codes=[2]"], False),
 ])
-def test_fail_regex(run_cli, exit_with, code, text, extra, passed):
-    r = run_cli("mode=repeat", "until=1", check_cmd(exit_with, str(code), text), "checker.fail_regex=[CRA.H]", *extra)
+def test_fail_regex(run, exit_with, code, text, extra, passed):
+    r = run("mode=repeat", "until=1", check_cmd(exit_with, str(code), text), "checker.fail_regex=[CRA.H]", *extra)
     assert r.returncode == 0, r.stderr
     assert r.replay["iterations"][0]["passed"] is passed
 
 
-def test_show_output_and_hide_fail_output(run_cli, exit_with):
-    quiet = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"))
+def test_show_output_and_hide_fail_output(run, exit_with):
+    quiet = run("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"))
     assert "passing-words" not in quiet.stdout
-    shown = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"), "checker.show_output=true")
+    shown = run("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"), "checker.show_output=true")
     assert "passing-words" in shown.stdout
-    failing = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"))
+    failing = run("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"))
     assert "failing-words" in failing.stdout
-    hidden = run_cli("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"), "checker.hide_fail_output=true")
+    hidden = run("mode=repeat", "until=1", check_cmd(exit_with, "1", "failing-words"), "checker.hide_fail_output=true")
     assert "failing-words" not in hidden.stdout
 
 
-def test_timeout_kills_process_group(run_cli, tmp_path):
+def test_timeout_kills_process_group(run, tmp_path):
     pidfile = tmp_path / "child.pid"
     script = write_script(tmp_path / "hang.py", f'''
 import subprocess, sys, time
@@ -136,7 +136,7 @@ open({str(pidfile)!r}, "w").write(str(child.pid))
 time.sleep(60)
 ''')
     start = time.monotonic()
-    r = run_cli("mode=repeat", "until=1", check_cmd(script), "checker.timeout_s=1.5")
+    r = run("mode=repeat", "until=1", check_cmd(script), "checker.timeout_s=1.5")
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - start < 30
     entry = r.replay["iterations"][0]
@@ -149,9 +149,9 @@ time.sleep(60)
     assert not status.exists() or "State:\tZ" in status.read_text()
 
 
-def test_env_and_placeholder(run_cli, tmp_path):
+def test_env_and_placeholder(run, tmp_path):
     script = write_script(tmp_path / "env.py", 'import os,sys\nsys.exit(0 if sys.argv[1]==os.environ["RUNNER_ARTIFACT"] and sys.argv[1].endswith("it.bin") else 1)\n')
-    r = run_cli("mode=repeat", "until=1", check_cmd(script, "{artifact}"), f"artifacts.iter_artifact={tmp_path / 'it.bin'}")
+    r = run("mode=repeat", "until=1", check_cmd(script, "{artifact}"), f"artifacts.iter_artifact={tmp_path / 'it.bin'}")
     assert r.replay["iterations"][0]["passed"] is True
 
 
@@ -166,10 +166,10 @@ def _wait_for_entries(replay: Path, n: int, proc: subprocess.Popen, limit: float
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_kill_then_resume(run_cli, tmp_path, sig):
+def test_kill_then_resume(run, tmp_path, sig):
     """A run stopped mid-way and resumed with its replay ends like an uninterrupted run, with fewer checks."""
-    script = write_script(tmp_path / "slow.py", 'import os,sys,time\ntime.sleep(0.3)\nsys.exit(1 if os.environ["RUNNER_ITERATION"] in ("5",) else 0)\n')
-    full = run_cli("mode=repeat", "until=bad", check_cmd(script))
+    script = write_script(tmp_path / "slow.py", 'import os,sys,time\ntime.sleep(0.15)\nsys.exit(1 if os.environ["RUNNER_ITERATION"] in ("5",) else 0)\n')
+    full = run("mode=repeat", "until=bad", check_cmd(script))
     assert full.summary["runs"] == 5 and full.summary["checks"] == 5
 
     first_dir = tmp_path / "interrupted"
@@ -184,7 +184,7 @@ def test_kill_then_resume(run_cli, tmp_path, sig):
         assert proc.returncode == 130
         assert json.loads((first_dir / "summary.json").read_text())["status"] == "interrupted"
 
-    resumed = run_cli("mode=repeat", "until=bad", check_cmd(script), f"replay.load={first_dir / 'replay.json'}")
+    resumed = run("mode=repeat", "until=bad", check_cmd(script), f"replay.load={first_dir / 'replay.json'}")
     assert resumed.returncode == 0, resumed.stderr
     s = resumed.summary
     assert s["runs"] == 5 and s["bad"] == 1
@@ -239,19 +239,19 @@ def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
     assert again.summary["runs"] == 3 and again.summary["bad"] == 1
 
 
-def test_repeat_compare_checks_a_backend_run_after_run(run_cli, tmp_path):
-    from tests.conftest import CLASSIFIER, need
-    r = run_cli("mode=repeat", "until=3", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=onnx_reference",
+def test_repeat_compare_checks_a_backend_run_after_run(run, tmp_path):
+    from tests.helpers.models import CLASSIFIER, need
+    r = run("mode=repeat", "until=3", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=onnx_reference",
                 "model_input_shapes={x:[1,3,48,192]}")
     assert r.returncode == 0, r.stderr
     assert r.summary["good"] == 3
     assert all("outputs" in e["details"] for e in r.replay["iterations"])
 
 
-def test_moving_the_replay_keeps_the_iteration_artifact_in_the_run_dir(run_cli, tmp_path):
+def test_moving_the_replay_keeps_the_iteration_artifact_in_the_run_dir(run, tmp_path):
     script = write_script(tmp_path / "where.py", 'import os,sys\nsys.exit(0 if os.path.dirname(os.environ["RUNNER_ARTIFACT"]) == sys.argv[1] else 1)\n')
     run_dir = tmp_path / "the_run"
-    r = run_cli("mode=repeat", "until=1", check_cmd(script, str(run_dir)), f"replay.save={tmp_path / 'elsewhere' / 'replay.json'}", run_dir=run_dir)
+    r = run("mode=repeat", "until=1", check_cmd(script, str(run_dir)), f"replay.save={tmp_path / 'elsewhere' / 'replay.json'}", run_dir=run_dir)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "elsewhere" / "replay.json").is_file()
     assert json.loads((tmp_path / "elsewhere" / "replay.json").read_text())["iterations"][0]["passed"] is True

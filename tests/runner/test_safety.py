@@ -17,21 +17,13 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import chain_model, check_cmd, write_script
+from tests.helpers.models import chain_model
+from tests.helpers.checks import python_check
+from tests.helpers.cli import check_cmd, one_line_error, write_script
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _one_line_error(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
-    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, r.stderr
-    assert "Traceback" not in r.stderr
-    for w in words:
-        assert w in errors[0], errors[0]
-    return errors[0]
 
 
 @pytest.fixture
@@ -42,7 +34,9 @@ def chain(tmp_path) -> Path:
 
 
 def _reduce_args(model, script, *culprits):
-    return ["mode=reduce", f"model={model}", check_cmd(script, "{artifact}", *culprits)]
+    """A reduce whose check fails while the model holds the culprits: the command ``script``, or in-process when None."""
+    check = [check_cmd(script, "{artifact}", *culprits)] if script else python_check(*culprits)
+    return ["mode=reduce", f"model={model}", *check]
 
 
 # -- output safety ------------------------------------------------------------------------------
@@ -51,7 +45,7 @@ def _reduce_args(model, script, *culprits):
 @pytest.mark.parametrize("option", ["output", "min_good", "artifacts.iter_artifact", "summary", "replay.save",
                                     "artifacts.iter_info"])
 @pytest.mark.parametrize("spelling", ["absolute", "dot", "symlink", "hardlink"])
-def test_no_option_may_name_the_model(run_cli, tmp_path, chain, has_nodes_script, option, spelling):
+def test_no_option_may_name_the_model(run, tmp_path, chain, has_nodes_script, option, spelling):
     before = _sha(chain)
     if spelling == "absolute":
         target = str(chain)
@@ -63,39 +57,39 @@ def test_no_option_may_name_the_model(run_cli, tmp_path, chain, has_nodes_script
     else:
         os.link(chain, tmp_path / "hard.onnx")
         target = "hard.onnx"
-    r = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), f"{option}={target}")
-    _one_line_error(r, f"{option}=", "would overwrite the model", str(chain))
+    r = run(*_reduce_args(chain, None, "n3"), f"{option}={target}")
+    one_line_error(r, f"{option}=", "would overwrite the model", str(chain), code=2)
     assert _sha(chain) == before
     assert r.summary["checks"] == 0
 
 
-def test_save_golden_and_precision_output_may_not_name_the_model(run_cli, tmp_path, chain):
+def test_save_golden_and_precision_output_may_not_name_the_model(run, tmp_path, chain):
     before = _sha(chain)
-    r = run_cli("mode=reduce", f"model={chain}", "checker=compare", f"save_golden={chain}")
-    _one_line_error(r, "save_golden=", "would overwrite the model")
-    r = run_cli("mode=precision", f"model={chain}", "checker=compare", "checker.backend=fp16_emulation", "output=./model.onnx")
-    _one_line_error(r, "output=", "would overwrite the model")
+    r = run("mode=reduce", f"model={chain}", "checker=compare", f"save_golden={chain}")
+    one_line_error(r, "save_golden=", "would overwrite the model", code=2)
+    r = run("mode=precision", f"model={chain}", "checker=compare", "checker.backend=fp16_emulation", "output=./model.onnx")
+    one_line_error(r, "output=", "would overwrite the model", code=2)
     assert _sha(chain) == before
 
 
-def test_external_data_file_is_protected(run_cli, tmp_path, has_nodes_script):
+def test_external_data_file_is_protected(run, tmp_path, has_nodes_script):
     model = chain_model(8)
     model.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "unused_w"))
     path = tmp_path / "ext.onnx"
     onnx.save(model, path, save_as_external_data=True, location="out.onnx.data", size_threshold=0)
     data = tmp_path / "out.onnx.data"
     before = _sha(data)
-    r = run_cli(*_reduce_args(path, has_nodes_script, "n3"), f"output={tmp_path / 'out.onnx'}", "external_data=true")
-    _one_line_error(r, "output=", "external data file", str(data))
-    r = run_cli(*_reduce_args(path, has_nodes_script, "n3"), f"summary={data}")
-    _one_line_error(r, "summary=", "external data file")
+    r = run(*_reduce_args(path, None, "n3"), f"output={tmp_path / 'out.onnx'}", "external_data=true")
+    one_line_error(r, "output=", "external data file", str(data), code=2)
+    r = run(*_reduce_args(path, None, "n3"), f"summary={data}")
+    one_line_error(r, "summary=", "external data file", code=2)
     assert _sha(data) == before
 
 
-def test_reduce_again_with_the_default_output_picks_a_free_name(run_cli, tmp_path, has_nodes_script):
+def test_reduce_again_with_the_default_output_picks_a_free_name(run, tmp_path, has_nodes_script):
     onnx.save(chain_model(8), tmp_path / "reduced.onnx")
     before = _sha(tmp_path / "reduced.onnx")
-    r = run_cli(*_reduce_args("reduced.onnx", has_nodes_script, "n3"))
+    r = run(*_reduce_args("reduced.onnx", None, "n3"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert _sha(tmp_path / "reduced.onnx") == before
     assert r.summary["output"] == str(tmp_path / "reduced_1.onnx")
@@ -103,17 +97,17 @@ def test_reduce_again_with_the_default_output_picks_a_free_name(run_cli, tmp_pat
     assert "reduced.onnx exists; writing output=" in r.stdout + r.stderr
 
 
-def test_two_options_naming_one_file(run_cli, tmp_path, chain, has_nodes_script):
-    r = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), "output=same.onnx", "min_good=same.onnx")
-    _one_line_error(r, "min_good and output both name")
+def test_two_options_naming_one_file(run, tmp_path, chain, has_nodes_script):
+    r = run(*_reduce_args(chain, None, "n3"), "output=same.onnx", "min_good=same.onnx")
+    one_line_error(r, "min_good and output both name", code=2)
 
 
 @pytest.mark.parametrize("option", ["output", "min_good", "replay.save", "artifacts.iter_info", "summary"])
-def test_unwritable_output_stops_before_the_first_check(run_cli, tmp_path, chain, has_nodes_script, option):
+def test_unwritable_output_stops_before_the_first_check(run, tmp_path, chain, has_nodes_script, option):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    r = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), f"{option}={blocker / 'sub' / 'x.json'}")
-    _one_line_error(r, f"{option}=")
+    r = run(*_reduce_args(chain, None, "n3"), f"{option}={blocker / 'sub' / 'x.json'}")
+    one_line_error(r, f"{option}=", code=2)
     assert not (r.run_dir / "checks").exists(), "no check ran"
 
 
@@ -122,7 +116,7 @@ def test_unwritable_run_dir_is_one_line(tmp_path, chain, has_nodes_script):
     blocker.write_text("x")
     cmd = [sys.executable, "-m", "runner", *_reduce_args(chain, has_nodes_script, "n3"), f"hydra.run.dir={blocker / 'run'}"]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    _one_line_error(r, "hydra.run.dir=", "not a writable directory")
+    one_line_error(r, "hydra.run.dir=", "not a writable directory", code=2)
 
 
 def test_files_get_the_users_umask(tmp_path, chain, has_nodes_script):
@@ -192,34 +186,34 @@ def test_a_run_directory_in_use_is_refused(tmp_path, chain):
 # -- replay identity ----------------------------------------------------------------------------
 
 
-def test_replay_of_another_check_model_or_shapes_is_refused(run_cli, tmp_path, chain, has_nodes_script):
-    first = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), "output=a.onnx")
+def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain, has_nodes_script):
+    first = run(*_reduce_args(chain, None, "n3"), "output=a.onnx")
     assert first.returncode == 0, first.stderr[-2000:]
     replay = first.run_dir / "replay.json"
-    other_check = run_cli(*_reduce_args(chain, has_nodes_script, "n5"), "output=b.onnx", f"replay.load={replay}")
-    _one_line_error(other_check, "replay.load=", "another check", "replay.force=true")
+    other_check = run(*_reduce_args(chain, None, "n5"), "output=b.onnx", f"replay.load={replay}")
+    one_line_error(other_check, "replay.load=", "another check", "replay.force=true", code=2)
     edited = tmp_path / "edited.onnx"
     model = chain_model(8)
     model.graph.node[3].name = "n3"
     model.doc_string = "edited"
     onnx.save(model, edited)
-    other_model = run_cli(*_reduce_args(edited, has_nodes_script, "n3"), "output=c.onnx", f"replay.load={replay}")
-    _one_line_error(other_model, "model content")
-    other_shapes = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), "output=d.onnx", f"replay.load={replay}",
+    other_model = run(*_reduce_args(edited, None, "n3"), "output=c.onnx", f"replay.load={replay}")
+    one_line_error(other_model, "model content", code=2)
+    other_shapes = run(*_reduce_args(chain, None, "n3"), "output=d.onnx", f"replay.load={replay}",
                            "model_input_shapes={x:[1,4]}")
-    _one_line_error(other_shapes, "options (model_input_shapes)")
-    forced = run_cli(*_reduce_args(chain, has_nodes_script, "n5"), "output=e.onnx", f"replay.load={replay}", "replay.force=true")
+    one_line_error(other_shapes, "options (model_input_shapes)", code=2)
+    forced = run(*_reduce_args(chain, None, "n5"), "output=e.onnx", f"replay.load={replay}", "replay.force=true")
     assert forced.returncode == 0 and forced.summary["checks"] == 0, "forced: every verdict reused"
 
 
-def test_replay_after_the_check_script_changed_is_refused(run_cli, tmp_path, chain):
+def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):
     script = write_script(tmp_path / "check.py", SLOW_HAS_NODES)
-    first = run_cli("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=a.onnx")
+    first = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=a.onnx")
     assert first.returncode == 0
     script.write_text(SLOW_HAS_NODES + "\n# fixed a bug\n")
-    again = run_cli("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=b.onnx",
+    again = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=b.onnx",
                     f"replay.load={first.run_dir / 'replay.json'}")
-    _one_line_error(again, "another check", "files")
+    one_line_error(again, "another check", "files", code=2)
 
 
 @pytest.mark.parametrize("entry, words", [
@@ -228,27 +222,27 @@ def test_replay_after_the_check_script_changed_is_refused(run_cli, tmp_path, cha
     ({"key": "k", "passed": True, "returncode": "1"}, ["returncode="]),
     ({"passed": True}, ["lacks 'key'"]),
 ])
-def test_replay_entries_of_the_wrong_type_are_errors(run_cli, tmp_path, chain, has_nodes_script, entry, words):
-    first = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), "output=a.onnx")
+def test_replay_entries_of_the_wrong_type_are_errors(run, tmp_path, chain, has_nodes_script, entry, words):
+    first = run(*_reduce_args(chain, None, "n3"), "output=a.onnx")
     data = json.loads((first.run_dir / "replay.json").read_text())
     data["iterations"].append(entry)
     bad = tmp_path / "bad_replay.json"
     bad.write_text(json.dumps(data))
-    r = run_cli(*_reduce_args(chain, has_nodes_script, "n3"), "output=b.onnx", f"replay.load={bad}")
-    _one_line_error(r, "replay.load=", *words)
+    r = run(*_reduce_args(chain, None, "n3"), "output=b.onnx", f"replay.load={bad}")
+    one_line_error(r, "replay.load=", *words, code=2)
 
 
-def test_replay_nested_too_deeply(run_cli, tmp_path, chain, has_nodes_script):
+def test_replay_nested_too_deeply(run, tmp_path, chain, has_nodes_script):
     bad = tmp_path / "deep.json"
     bad.write_text("[" * 100_000 + "]" * 100_000)
-    _one_line_error(run_cli(*_reduce_args(chain, has_nodes_script, "n3"), f"replay.load={bad}"), "replay.load=")
+    one_line_error(run(*_reduce_args(chain, None, "n3"), f"replay.load={bad}"), "replay.load=", code=2)
 
 
 # -- check sanity -------------------------------------------------------------------------------
 
 
-def test_a_check_that_never_passes_is_not_a_culprit(run_cli, tmp_path, chain):
-    r = run_cli("mode=reduce", f"model={chain}", f'checker.cmd="{sys.executable} {tmp_path / "missing_script.py"} {{artifact}}"')
+def test_a_check_that_never_passes_is_not_a_culprit(run, tmp_path, chain):
+    r = run("mode=reduce", f"model={chain}", f'checker.cmd="{sys.executable} {tmp_path / "missing_script.py"} {{artifact}}"')
     assert r.returncode == 2, r.stderr[-2000:]
     assert "check never passed" in r.stderr and "Traceback" not in r.stderr
     assert "missing_script.py" in r.stderr, "the last check's output is shown"
@@ -260,15 +254,15 @@ def test_a_check_that_never_passes_is_not_a_culprit(run_cli, tmp_path, chain):
 
 
 @pytest.mark.parametrize("code, words", [(127, ["exited 127", "not found"]), (126, ["exited 126", "cannot be executed"])])
-def test_exit_126_and_127_stop_at_the_first_check(run_cli, chain, code, words):
-    r = run_cli("mode=reduce", f"model={chain}", f"checker.cmd=\"bash -c 'echo oops; exit {code}'\"")
-    _one_line_error(r, *words, "oops")
+def test_exit_126_and_127_stop_at_the_first_check(run, chain, code, words):
+    r = run("mode=reduce", f"model={chain}", f"checker.cmd=\"bash -c 'echo oops; exit {code}'\"")
+    one_line_error(r, *words, "oops", code=2)
     assert r.summary["checks"] == 1
 
 
-def test_the_culprit_first_in_order_is_still_found(run_cli, tmp_path, chain, has_nodes_script):
+def test_the_culprit_first_in_order_is_still_found(run, tmp_path, chain, has_nodes_script):
     """No search candidate passes when the culprit is the first node: a control check shows the check can pass."""
-    r = run_cli(*_reduce_args(chain, has_nodes_script, "n0"))
+    r = run(*_reduce_args(chain, None, "n0"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["n0"]
     labels = [e["label"] for e in r.replay["iterations"]]
@@ -281,11 +275,11 @@ os.kill(os.getpid(), signal.SIGKILL)
 '''
 
 
-def test_a_check_killed_by_a_signal(run_cli, tmp_path):
+def test_a_check_killed_by_a_signal(run, tmp_path):
     script = write_script(tmp_path / "oom.py", KILLED)
-    r = run_cli("mode=repeat", "until=3", check_cmd(script))
-    _one_line_error(r, "killed by SIGKILL", "out of memory?", "checker.signal_is=fail")
-    r = run_cli("mode=repeat", "until=3", check_cmd(script), "checker.signal_is=fail")
+    r = run("mode=repeat", "until=3", check_cmd(script))
+    one_line_error(r, "killed by SIGKILL", "out of memory?", "checker.signal_is=fail", code=2)
+    r = run("mode=repeat", "until=3", check_cmd(script), "checker.signal_is=fail")
     assert r.returncode == 0 and r.summary["bad"] == 3
     assert r.replay["iterations"][0]["reason"] == "killed by SIGKILL (out of memory?)"
 
@@ -310,11 +304,11 @@ def _alive(pid: int) -> bool:
         return f.read().split(") ")[-1][0] != "Z"
 
 
-def test_background_child_does_not_delay_the_verdict(run_cli, tmp_path):
+def test_background_child_does_not_delay_the_verdict(run, tmp_path):
     script = write_script(tmp_path / "bg.py", BACKGROUND_CHILD)
     pid_file = tmp_path / "child.pid"
     started = time.monotonic()
-    r = run_cli("mode=repeat", "until=1", check_cmd(script, str(pid_file)), "checker.timeout_s=30")
+    r = run("mode=repeat", "until=1", check_cmd(script, str(pid_file)), "checker.timeout_s=30")
     assert time.monotonic() - started < 30
     assert r.returncode == 0 and r.summary["bad"] == 1
     assert r.replay["iterations"][0]["reason"] == "exit code 1", "a false FAIL by timeout would say timeout"
@@ -322,9 +316,9 @@ def test_background_child_does_not_delay_the_verdict(run_cli, tmp_path):
     assert not _alive(int(pid_file.read_text())), "the background child is ended with the check's process group"
 
 
-def test_big_check_output_is_capped_in_the_log(run_cli, tmp_path):
+def test_big_check_output_is_capped_in_the_log(run, tmp_path):
     script = write_script(tmp_path / "loud.py", "import sys\nsys.stdout.write('x' * 10_000_000 + '\\nLAST LINE\\n')\nsys.exit(1)\n")
-    r = run_cli("mode=repeat", "until=1", check_cmd(script))
+    r = run("mode=repeat", "until=1", check_cmd(script))
     assert r.returncode == 0
     log = (r.run_dir / "runner.log").read_text()
     assert len(log) < 50_000 and "LAST LINE" in log
@@ -399,9 +393,9 @@ sys.exit(1 if "const" in has and "n3" in has else 0)
 '''
 
 
-def test_a_failure_that_needs_constant_nodes_keeps_them(run_cli, tmp_path, chain):
+def test_a_failure_that_needs_constant_nodes_keeps_them(run, tmp_path, chain):
     script = write_script(tmp_path / "needs_const.py", NEEDS_A_CONSTANT_NODE)
-    r = run_cli("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}"))
+    r = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}"))
     assert r.returncode == 0, r.stderr[-2000:]
     first = r.replay["iterations"][0]
     assert first["label"].startswith("your model as given") and first["passed"] is False
@@ -411,7 +405,7 @@ def test_a_failure_that_needs_constant_nodes_keeps_them(run_cli, tmp_path, chain
     assert "n3" in names and "const" in names
 
 
-def test_iteration_one_checks_a_byte_copy_of_the_users_file(run_cli, tmp_path, chain):
+def test_iteration_one_checks_a_byte_copy_of_the_users_file(run, tmp_path, chain):
     script = write_script(tmp_path / "same.py", f'''
 import hashlib, os, sys
 same = hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest() == "{_sha(chain)}"
@@ -419,5 +413,5 @@ open(sys.argv[2], "a").write(f"{{os.environ['RUNNER_ITERATION']}} {{same}}\\n")
 sys.exit(1 if same or os.environ["RUNNER_ITERATION"] != "1" else 0)
 ''')
     log = tmp_path / "seen.txt"
-    run_cli("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", str(log)))
+    run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", str(log)))
     assert log.read_text().splitlines()[0] == "1 True"

@@ -36,7 +36,8 @@ def test_reused_verdicts_skip_check_and_sort(tmp_path):
     checker = CommandChecker(f"{sys.executable} -c 'import sys; sys.exit(0)'")
     lc = Lifecycle(RepeatStrategy(Until(count=3)), checker, ArtifactSorter([], tmp_path / "art"), replay, tmp_path / "it")
     lc.run()
-    assert lc.history == ["ready", "generate", "check", "advance", "generate", "check", "advance",
+    # a known verdict takes the conditional generate -> advance transition: no check state, no sort
+    assert lc.history == ["ready", "generate", "advance", "generate", "advance",
                           "generate", "check", "sort", "advance", "generate", "stopped"]
     assert lc.checks == 1 and lc.reused_count == 2
 

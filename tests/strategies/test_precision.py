@@ -6,46 +6,15 @@ import json
 import numpy as np
 import onnx
 import pytest
-from omegaconf import OmegaConf
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 from runner.checkers.compare import CompareChecker
+from runner.context import RunContext
 from strategies.base import Candidate
-from tests.conftest import DETECTOR, f32, make_model, need
+from tests.helpers.graphs import GRAPHS
+from tests.helpers.models import DETECTOR, need
 
 CHECK = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=1e-3", "checker.rtol=1e-2"]
-
-
-def _const(name, value):
-    return numpy_helper.from_array(np.array(value, np.float32), name)
-
-
-def one_sensitive():
-    """Mul by 1e5 (past fp16's 65504) on small inputs: only that node's weight needs fp32."""
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"), helper.make_node("Abs", ["a"], ["b"], name="abs0"),
-             helper.make_node("Mul", ["b", "C"], ["c"], name="big_mul"), helper.make_node("Relu", ["c"], ["d"], name="relu1"),
-             helper.make_node("Neg", ["d"], ["e"], name="neg"), helper.make_node("Abs", ["e"], ["y"], name="abs1")]
-    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("C", 1e5)]), ["big_mul"], 1e-3
-
-
-def two_branches():
-    """Two Muls by constants past fp16's range on different branches, joined by an Add."""
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"),
-             helper.make_node("Mul", ["a", "CA"], ["pa"], name="mul_a"), helper.make_node("Relu", ["pa"], ["qa"], name="relu_a"),
-             helper.make_node("Mul", ["a", "CB"], ["pb"], name="mul_b"), helper.make_node("Abs", ["pb"], ["qb"], name="abs_b"),
-             helper.make_node("Add", ["qa", "qb"], ["s"], name="join"), helper.make_node("Relu", ["s"], ["y"], name="relu_out")]
-    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("CA", 1e5), _const("CB", 2e5)]), ["mul_a", "mul_b"], 1e-3
-
-
-def chain():
-    """x^2 overflows fp16 for x ~ 300 and the Sqrt after it must read it in fp32: both stay together."""
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu0"), helper.make_node("Abs", ["a"], ["b"], name="abs0"),
-             helper.make_node("Pow", ["b", "two"], ["p"], name="square"), helper.make_node("Sqrt", ["p"], ["r"], name="root"),
-             helper.make_node("Relu", ["r"], ["s"], name="relu1"), helper.make_node("Neg", ["s"], ["y"], name="neg")]
-    return make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], [_const("two", 2.0)]), ["square", "root"], 300.0
-
-
-GRAPHS = {"one_sensitive": one_sensitive, "two_branches": two_branches, "chain": chain}
 
 
 def _setup(tmp_path, name):
@@ -60,18 +29,17 @@ def _setup(tmp_path, name):
 
 def _passes(model_path, original, inputs):
     checker = CompareChecker(backend="fp16_emulation", atol=1e-3, rtol=1e-2)
-    checker.bind(OmegaConf.create({"model": str(original), "model_input_shapes": None, "inputs": str(inputs), "golden": None,
-                                   "save_golden": None, "seed": 0}), None)
+    checker.bind(RunContext(mode="precision", run_dir=original.parent, model_path=original, inputs=str(inputs)))
     return checker.check(model_path, 1, Candidate("final", "final")).passed
 
 
 @pytest.mark.parametrize("graph", list(GRAPHS))
 @pytest.mark.parametrize("marker, direction", [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"),
                                                ("linear", "reverse"), ("minimal", "forward")])
-def test_planted_overflows(run_cli, tmp_path, graph, marker, direction):
+def test_planted_overflows(run, tmp_path, graph, marker, direction):
     path, inputs, needed, order = _setup(tmp_path, graph)
     out = tmp_path / "mixed.onnx"
-    r = run_cli("mode=precision", f"marker={marker}", f"direction={direction}", f"model={path}", f"inputs={inputs}",
+    r = run("mode=precision", f"marker={marker}", f"direction={direction}", f"model={path}", f"inputs={inputs}",
                 f"output={out}", *CHECK)
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     s = r.summary
@@ -91,30 +59,30 @@ def test_planted_overflows(run_cli, tmp_path, graph, marker, direction):
     assert len(types) >= len(order)
 
 
-def test_nothing_needed_keeps_nothing(run_cli, tmp_path):
+def test_nothing_needed_keeps_nothing(run, tmp_path):
     path, inputs, _, _ = _setup(tmp_path, "chain")
     np.savez(inputs, x=np.ones((1, 8), np.float32))  # no overflow at x = 1
-    r = run_cli("mode=precision", f"model={path}", f"inputs={inputs}", f"output={tmp_path / 'o.onnx'}", *CHECK)
+    r = run("mode=precision", f"model={path}", f"inputs={inputs}", f"output={tmp_path / 'o.onnx'}", *CHECK)
     assert r.returncode == 0, r.stderr
     assert r.summary["kept"] == 0 and r.summary["checks"] == 2
 
 
-def test_unreachable_accuracy_is_an_error(run_cli, tmp_path):
+def test_unreachable_accuracy_is_an_error(run, tmp_path):
     path, inputs, _, _ = _setup(tmp_path, "chain")
     golden = tmp_path / "golden.npz"
     np.savez(golden, y=np.zeros((1, 8), np.float32), x=np.load(inputs)["x"])
-    r = run_cli("mode=precision", f"model={path}", f"golden={golden}", *CHECK)
+    r = run("mode=precision", f"model={path}", f"golden={golden}", *CHECK)
     assert r.returncode == 2 and "fails even with every node in float32" in r.stderr
 
 
-def test_bf16_low_precision(run_cli, tmp_path):
+def test_bf16_low_precision(run, tmp_path):
     path, inputs, needed, _ = _setup(tmp_path, "one_sensitive")
     model = onnx.load(str(path))
     model.opset_import[0].version = 17
     onnx.save(model, path)
     out = tmp_path / "bf16.onnx"
     # bf16 keeps fp32's range: the 1e5 weight is fine, and only rounding (3 significant digits) remains
-    r = run_cli("mode=precision", "marker=minimal", "low_precision=bfloat16", f"model={path}", f"inputs={inputs}",
+    r = run("mode=precision", "marker=minimal", "low_precision=bfloat16", f"model={path}", f"inputs={inputs}",
                 f"output={out}", "checker=compare", "checker.backend=bf16_emulation", "checker.rtol=2e-2")
     assert r.returncode == 0, r.stderr + r.stdout[-1500:]
     assert r.summary["kept"] == 0 and r.summary["low_precision"] == "bfloat16"
@@ -122,13 +90,13 @@ def test_bf16_low_precision(run_cli, tmp_path):
     assert TensorProto.BFLOAT16 in types
 
 
-def test_precision_float16_high_is_refused(run_cli, tmp_path):
+def test_precision_float16_high_is_refused(run, tmp_path):
     path, inputs, _, _ = _setup(tmp_path, "chain")
-    r = run_cli("mode=precision", "precision=float16", f"model={path}", *CHECK)
+    r = run("mode=precision", "precision=float16", f"model={path}", *CHECK)
     assert r.returncode == 2 and "precision=float32" in r.stderr
 
 
-def test_detector_fed_unnormalised_pixels(run_cli, tmp_path):
+def test_detector_fed_unnormalised_pixels(run, tmp_path):
     """The real detector with 0-255 input: fp16 breaks it; the minimal marker finds a small kept set."""
     model = need(DETECTOR)
     inputs = tmp_path / "pixels.npz"
@@ -137,12 +105,11 @@ def test_detector_fed_unnormalised_pixels(run_cli, tmp_path):
     results = {}
     for marker in ("minimal", "bisect"):
         out = tmp_path / f"{marker}.onnx"
-        r = run_cli("mode=precision", f"marker={marker}", f"model={model}", f"inputs={inputs}", f"output={out}", *check)
+        r = run("mode=precision", f"marker={marker}", f"model={model}", f"inputs={inputs}", f"output={out}", *check)
         assert r.returncode == 0, r.stderr + r.stdout[-1500:]
         results[marker] = r.summary
         checker = CompareChecker(backend="fp16_emulation", atol=0.05, rtol=0, max_mismatch_fraction=0.01)
-        checker.bind(OmegaConf.create({"model": str(model), "model_input_shapes": None, "inputs": str(inputs), "golden": None,
-                                       "save_golden": None, "seed": 0}), None)
+        checker.bind(RunContext(mode="precision", run_dir=tmp_path, model_path=model, inputs=str(inputs)))
         assert checker.check(out, 1, Candidate(marker, marker)).passed
     assert 0 < results["minimal"]["kept"] <= 10
     assert "p2o.BatchNormalization.1" in [n["name"] for n in results["minimal"]["kept_nodes"]]

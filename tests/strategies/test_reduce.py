@@ -15,8 +15,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests.conftest import (CLASSIFIER, DETECTOR, VAD, VAD_IF, branchy_model, chain_model, check_cmd, f32,
-                            make_model, need)
+from tests.helpers.models import CLASSIFIER, DETECTOR, VAD, VAD_IF, branchy_model, chain_model, f32, make_model, need
+from tests.helpers.checks import python_check
+from tests.helpers.cli import check_cmd
 
 
 def _names(path):
@@ -27,9 +28,12 @@ def _compute_names(path):
     return [n.name for n in onnx.load(str(path)).graph.node if n.op_type != "Constant"]
 
 
-def _reduce(run_cli, model_path, script, culprits, *extra, out=None):
+def _reduce(run, model_path, culprits, *extra, out=None, script=None):
+    """Reduce with a check that fails while the model holds every culprit: in-process (checker=python),
+    or the command ``script`` when given."""
     out = out or model_path.parent / "reduced.onnx"
-    r = run_cli("mode=reduce", f"model={model_path}", check_cmd(script, "{artifact}", *culprits), f"output={out}", *extra)
+    check = [check_cmd(script, "{artifact}", *culprits)] if script else python_check(*culprits)
+    r = run("mode=reduce", f"model={model_path}", *check, f"output={out}", *extra)
     assert r.returncode == 0, r.stderr + r.stdout[-3000:]
     onnx.checker.check_model(str(out))
     return r, out
@@ -37,10 +41,10 @@ def _reduce(run_cli, model_path, script, culprits, *extra, out=None):
 
 @pytest.mark.parametrize("marker", ["bisect", "linear"])
 @pytest.mark.parametrize("culprit", ["n0", "n3", "n7"])
-def test_single_node_fault_in_a_chain(run_cli, tmp_path, has_nodes_script, marker, culprit):
+def test_single_node_fault_in_a_chain(run, tmp_path, has_nodes_script, marker, culprit):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, [culprit], f"marker={marker}")
+    r, out = _reduce(run, model, [culprit], f"marker={marker}")
     assert _compute_names(out) == [culprit]
     s = r.summary
     assert s["nodes_before"] == 9 and s["compute_nodes_after"] == 1 and s["output"] == str(out)
@@ -52,20 +56,20 @@ def test_single_node_fault_in_a_chain(run_cli, tmp_path, has_nodes_script, marke
 
 
 @pytest.mark.parametrize("marker", ["bisect", "linear"])
-def test_two_node_fault_on_different_branches(run_cli, tmp_path, has_nodes_script, marker):
+def test_two_node_fault_on_different_branches(run, tmp_path, has_nodes_script, marker):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["a1", "b1"], f"marker={marker}")
+    r, out = _reduce(run, model, ["a1", "b1"], f"marker={marker}", script=has_nodes_script)
     assert sorted(_compute_names(out)) == ["a1", "b1"]
     reduced = onnx.load(str(out))
     assert {i.name for i in reduced.graph.input} == {"a0o", "b0o"}
     assert [i.name for i in reduced.graph.initializer] == ["w"], "initializers stay initializers"
 
 
-def test_fault_at_a_second_graph_output(run_cli, tmp_path, has_nodes_script):
+def test_fault_at_a_second_graph_output(run, tmp_path, has_nodes_script):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["side_out"])
+    r, out = _reduce(run, model, ["side_out"])
     reduced = onnx.load(str(out))
     assert _compute_names(out) == ["side_out"]
     assert [o.name for o in reduced.graph.output] == ["side"]
@@ -74,29 +78,29 @@ def test_fault_at_a_second_graph_output(run_cli, tmp_path, has_nodes_script):
     assert vi.elem_type == TensorProto.FLOAT and [d.dim_value for d in vi.shape.dim] == [1, 4]
 
 
-def test_reduce_inputs_off_keeps_graph_inputs(run_cli, tmp_path, has_nodes_script):
+def test_reduce_inputs_off_keeps_graph_inputs(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["n3"], "reduce_inputs=false")
+    r, out = _reduce(run, model, ["n3"], "reduce_inputs=false")
     assert _compute_names(out) == ["n0", "n1", "n2", "n3"]
     assert [i.name for i in onnx.load(str(out)).graph.input] == ["x"]
 
 
-def test_reduce_outputs_off_keeps_graph_outputs(run_cli, tmp_path, has_nodes_script):
+def test_reduce_outputs_off_keeps_graph_outputs(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["n3"], "reduce_outputs=false")
+    r, out = _reduce(run, model, ["n3"], "reduce_outputs=false")
     assert _compute_names(out) == ["n3", "n4", "n5", "n6", "n7"]
     assert [o.name for o in onnx.load(str(out)).graph.output] == ["y"]
 
 
-def test_dynamic_shapes_become_concrete_at_boundaries(run_cli, tmp_path, has_nodes_script):
+def test_dynamic_shapes_become_concrete_at_boundaries(run, tmp_path, has_nodes_script):
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=[1, 0]),
              helper.make_node("Sigmoid", ["t"], ["y"], name="sig")]
     model = tmp_path / "dyn.onnx"
     onnx.save(make_model(nodes, [f32("x", ["N", 4])], [f32("y", [4, "N"])]), model)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["tr"], "model_input_shapes={x:[3,4]}")
+    r, out = _reduce(run, model, ["tr"], "model_input_shapes={x:[3,4]}")
     reduced = onnx.load(str(out))
     dims = lambda vi: [d.dim_value for d in vi.type.tensor_type.shape.dim]
     assert dims(reduced.graph.input[0]) == [3, 4] and dims(reduced.graph.output[0]) == [4, 3]
@@ -104,41 +108,41 @@ def test_dynamic_shapes_become_concrete_at_boundaries(run_cli, tmp_path, has_nod
     assert sess.run(None, {"r": np.ones((3, 4), np.float32)})[0].shape == (4, 3)
 
 
-def test_min_good_is_written(run_cli, tmp_path, has_nodes_script):
+def test_min_good_is_written(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
     good = tmp_path / "good.onnx"
-    r, out = _reduce(run_cli, model, has_nodes_script, ["n5"], f"min_good={good}")
+    r, out = _reduce(run, model, ["n5"], f"min_good={good}")
     assert r.summary["min_good"] == str(good)
     assert "n5" not in _names(good) and len(_compute_names(good)) >= 1
     onnx.checker.check_model(str(good))
 
 
-def test_constant_nodes_become_initializers_unless_kept(run_cli, tmp_path, has_nodes_script):
+def test_constant_nodes_become_initializers_unless_kept(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(6), model)
-    _, out = _reduce(run_cli, model, has_nodes_script, ["n3"])
+    _, out = _reduce(run, model, ["n3"])
     reduced = onnx.load(str(out))
     assert [n.name for n in reduced.graph.node] == ["n3"] and [i.name for i in reduced.graph.initializer] == ["c"]
-    r, kept = _reduce(run_cli, model, has_nodes_script, ["n3"], "keep_constant_nodes=true", out=tmp_path / "kept.onnx")
+    r, kept = _reduce(run, model, ["n3"], "keep_constant_nodes=true", out=tmp_path / "kept.onnx")
     assert _names(kept) == ["const", "n3"] and r.summary["nodes_after"] == 2
 
 
-def test_metadata_and_names_are_kept(run_cli, tmp_path, has_nodes_script):
+def test_metadata_and_names_are_kept(run, tmp_path, has_nodes_script):
     m = chain_model(6)
     m.producer_name = "unit-test"
     helper.set_model_props(m, {"owner": "me"})
     model = tmp_path / "chain.onnx"
     onnx.save(m, model)
     before = hashlib.sha256(model.read_bytes()).hexdigest()
-    _, out = _reduce(run_cli, model, has_nodes_script, ["n2"])
+    _, out = _reduce(run, model, ["n2"])
     reduced = onnx.load(str(out))
     assert reduced.producer_name == "unit-test"
     assert {p.key: p.value for p in reduced.metadata_props} == {"owner": "me"}
     assert hashlib.sha256(model.read_bytes()).hexdigest() == before, "the input file is never modified"
 
 
-def test_external_data_round_trip(run_cli, tmp_path, has_nodes_script):
+def test_external_data_round_trip(run, tmp_path, has_nodes_script):
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).random((64, 64), dtype=np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
              helper.make_node("MatMul", ["b", "w"], ["y"], name="mm2")]
@@ -148,18 +152,18 @@ def test_external_data_round_trip(run_cli, tmp_path, has_nodes_script):
     assert (tmp_path / "ext.onnx.data").stat().st_size == 64 * 64 * 4
     out = tmp_path / "out" / "reduced.onnx"
     out.parent.mkdir()
-    r, _ = _reduce(run_cli, model, has_nodes_script, ["mm2"], "external_data=true", "external_data_threshold=16", out=out)
+    r, _ = _reduce(run, model, ["mm2"], "external_data=true", "external_data_threshold=16", out=out)
     assert (out.parent / "reduced.onnx.data").stat().st_size >= 64 * 64 * 4
     loaded = onnx.load(str(out))
     assert _compute_names(out) == ["mm2"] and onnx.numpy_helper.to_array(loaded.graph.initializer[0]).shape == (64, 64)
 
 
-def test_kill_then_resume_reduce(run_cli, tmp_path):
-    slow = tmp_path / "slow_has.py"
-    slow.write_text("import sys, time, onnx\ntime.sleep(0.25)\nnames={n.name for n in onnx.load(sys.argv[1]).graph.node}\nsys.exit(1 if 'n9' in names else 0)\n")
+def test_kill_then_resume_reduce(run, tmp_path):
+    slow = tmp_path / "slow_has.py"  # fails while the model holds node n9 (no other name or tensor has its bytes)
+    slow.write_text("import sys, time\ntime.sleep(0.1)\nsys.exit(1 if b'n9' in open(sys.argv[1], 'rb').read() else 0)\n")
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(16), model)
-    full = run_cli("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"), f"output={tmp_path / 'full.onnx'}")
+    full = run("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"), f"output={tmp_path / 'full.onnx'}")
     assert full.returncode == 0, full.stderr
 
     run_dir = tmp_path / "killed"
@@ -174,7 +178,7 @@ def test_kill_then_resume_reduce(run_cli, tmp_path):
     proc.wait()
     done = len(json.loads(replay.read_text())["iterations"])
 
-    resumed = run_cli("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
+    resumed = run("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
                       f"output={tmp_path / 'resumed.onnx'}", f"replay.load={replay}")
     assert resumed.returncode == 0, resumed.stderr
     assert _names(tmp_path / "resumed.onnx") == _names(tmp_path / "full.onnx")
@@ -184,10 +188,10 @@ def test_kill_then_resume_reduce(run_cli, tmp_path):
 
 # ---- real models ---------------------------------------------------------------------------
 
-def test_detector_bisect_beats_polygraphy(run_cli, tmp_path, has_nodes_script):
+def test_detector_bisect_beats_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["p2o.Conv.31"], "marker=bisect", "model_input_shapes={x:[1,3,160,160]}",
-                     out=tmp_path / "det.onnx")
+    r, out = _reduce(run, model, ["p2o.Conv.31"], "marker=bisect", "model_input_shapes={x:[1,3,160,160]}",
+                     out=tmp_path / "det.onnx", script=has_nodes_script)
     s = r.summary
     assert _compute_names(out) == ["p2o.Conv.31"]
     assert s["checks"] <= 15, "within 1.5x of ceil(log2 672) = 10"
@@ -196,9 +200,9 @@ def test_detector_bisect_beats_polygraphy(run_cli, tmp_path, has_nodes_script):
     assert s["nodes_after"] == 1, "no larger than Polygraphy's 1-node result: the weights are initializers"
 
 
-def test_detector_linear_half_of_polygraphy(run_cli, tmp_path, has_nodes_script):
+def test_detector_linear_half_of_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
-    r, out = _reduce(run_cli, model, has_nodes_script, ["p2o.Conv.31"], "marker=linear", "model_input_shapes={x:[1,3,160,160]}",
+    r, out = _reduce(run, model, ["p2o.Conv.31"], "marker=linear", "model_input_shapes={x:[1,3,160,160]}",
                      out=tmp_path / "det.onnx")
     assert _compute_names(out) == ["p2o.Conv.31"]
     assert r.summary["checks"] <= 555 // 2
@@ -206,35 +210,35 @@ def test_detector_linear_half_of_polygraphy(run_cli, tmp_path, has_nodes_script)
     assert len({e["key"] for e in entries}) == len(entries), "no candidate checked twice"
 
 
-def test_classifier_two_node_fault(run_cli, tmp_path, has_nodes_script):
+def test_classifier_two_node_fault(run, tmp_path, has_nodes_script):
     model = need(CLASSIFIER)
     names = [n.name for n in onnx.load(str(model)).graph.node if n.op_type == "Conv"]
     a, b = names[3], names[-2]
-    r, out = _reduce(run_cli, model, has_nodes_script, [a, b], "model_input_shapes={x:[1,3,48,192]}", out=tmp_path / "cls.onnx")
+    r, out = _reduce(run, model, [a, b], "model_input_shapes={x:[1,3,48,192]}", out=tmp_path / "cls.onnx")
     assert sorted(_compute_names(out)) == sorted([a, b])
     sess = ort.InferenceSession(str(out))
     feeds = {i.name: np.random.rand(*i.shape).astype(np.float32) for i in sess.get_inputs()}
     sess.run(None, feeds)
 
 
-def test_recurrent_model_with_int_inputs(run_cli, tmp_path, has_nodes_script):
+def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
     model = need(VAD)
     m = onnx.load(str(model))
     target = [n.name for n in m.graph.node if n.op_type == "Conv"][2]
     inputs = tmp_path / "vad_inputs.npz"
     np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
              state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
-    r, out = _reduce(run_cli, model, has_nodes_script, [target], f"inputs={inputs}",
+    r, out = _reduce(run, model, [target], f"inputs={inputs}",
                      "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "vad.onnx")
     assert _compute_names(out) == [target]
 
 
-def test_if_node_moves_as_one(run_cli, tmp_path, has_nodes_script):
+def test_if_node_moves_as_one(run, tmp_path, has_nodes_script):
     model = need(VAD_IF)
     inputs = tmp_path / "vad_inputs.npz"
     np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
              state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
-    r, out = _reduce(run_cli, model, has_nodes_script, ["If_0"], f"inputs={inputs}",
+    r, out = _reduce(run, model, ["If_0"], f"inputs={inputs}",
                      "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "if.onnx")
     reduced = onnx.load(str(out))
     assert _compute_names(out) == ["If_0"]
@@ -244,12 +248,12 @@ def test_if_node_moves_as_one(run_cli, tmp_path, has_nodes_script):
     assert len(got) == 2
 
 
-def test_keep_intermediate_and_sorted_iteration_models(run_cli, tmp_path, has_nodes_script):
+def test_keep_intermediate_and_sorted_iteration_models(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
     art = tmp_path / "art"
     it = tmp_path / "candidate.onnx"
-    r, _ = _reduce(run_cli, model, has_nodes_script, ["n4"], "artifacts.keep_intermediate=true", f"artifacts.dir={art}",
+    r, _ = _reduce(run, model, ["n4"], "artifacts.keep_intermediate=true", f"artifacts.dir={art}",
                    f"artifacts.iter_artifact={it}", f"artifacts.paths=[{it}]")
     checks = r.summary["checks"]
     kept = sorted((art / "intermediate").iterdir())

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import check_cmd
+from tests.helpers.cli import check_cmd
 
 pytestmark = pytest.mark.skipif(os.environ.get("RUNNER_BIG_TESTS") != "1", reason="set RUNNER_BIG_TESTS=1 to run the 2 GB test")
 

@@ -11,7 +11,7 @@ from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, name_nodes
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import model_feeds
-from tests.conftest import CLASSIFIER, DETECTOR, VAD_IF, need
+from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, need
 
 
 def _fp16(path):

@@ -6,21 +6,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from omegaconf import OmegaConf
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.checkers.compare import CompareChecker
+from runner.context import RunContext
 from runner.errors import ConfigError, MissingExtraError
 from strategies.base import Candidate
-from tests.conftest import CLASSIFIER, DETECTOR, need
+from tests.helpers.models import CLASSIFIER, DETECTOR, need
 
 SHAPES = {str(DETECTOR): {"x": [1, 3, 64, 64]}, str(CLASSIFIER): {"x": [1, 3, 48, 192]}}
 
 
 def _cfg(model, shapes=None, **kw):
-    base = {"model": str(model), "model_input_shapes": shapes, "inputs": None, "golden": None, "save_golden": None, "seed": 0}
-    base.update(kw)
-    return OmegaConf.create(base)
+    return RunContext(mode="reduce", run_dir=Path(model).parent, model_path=Path(model), input_shapes=shapes, **kw)
 
 
 def _check(checker, model_path: Path, key="k"):
@@ -45,7 +43,7 @@ def overflow_model() -> onnx.ModelProto:
 def test_real_models_pass_against_themselves(model, backend):
     need(model)
     checker = CompareChecker(backend=backend, atol=1e-4, rtol=1e-4)
-    checker.bind(_cfg(model, SHAPES[str(model)]), None)
+    checker.bind(_cfg(model, SHAPES[str(model)]))
     verdict = _check(checker, model)
     assert verdict.passed, verdict.reason
     assert set(verdict.details["outputs"]) == {o.name for o in onnx.load(str(model)).graph.output}
@@ -59,7 +57,7 @@ def test_fp16_overflow_fails_on_emulation_and_passes_on_onnxruntime(tmp_path):
     results = {}
     for backend in ("onnxruntime", "fp16_emulation"):
         checker = CompareChecker(backend=backend, reference="onnxruntime")
-        checker.bind(_cfg(path, inputs=str(inputs)), None)
+        checker.bind(_cfg(path, inputs=str(inputs)))
         results[backend] = _check(checker, path)
     assert results["onnxruntime"].passed
     emu = results["fp16_emulation"]
@@ -71,7 +69,7 @@ def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     model = onnx.load(str(need(CLASSIFIER)))
     golden = tmp_path / "golden.npz"
     checker = CompareChecker()
-    checker.bind(_cfg(CLASSIFIER, SHAPES[str(CLASSIFIER)], save_golden=str(golden)), None)
+    checker.bind(_cfg(CLASSIFIER, SHAPES[str(CLASSIFIER)], save_golden=str(golden)))
     assert _check(checker, CLASSIFIER).passed
     # perturb one Conv weight (held in a Constant node) near the end
     conv = [n for n in model.graph.node if n.op_type == "Conv"][-3]
@@ -82,20 +80,20 @@ def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     perturbed = tmp_path / "perturbed.onnx"
     onnx.save(model, perturbed)
     loaded = CompareChecker(atol=1e-4, rtol=1e-4)
-    loaded.bind(_cfg(perturbed, SHAPES[str(CLASSIFIER)], golden=str(golden)), None)
+    loaded.bind(_cfg(perturbed, SHAPES[str(CLASSIFIER)], golden=str(golden)))
     verdict = _check(loaded, perturbed)
     out = model.graph.output[0].name
     assert not verdict.passed and verdict.reason.startswith(f"{out}: ")
     assert verdict.details["outputs"][out]["max_abs"] > 1e-4
 
 
-def test_reduce_with_compare_finds_the_perturbed_node(run_cli, tmp_path):
+def test_reduce_with_compare_finds_the_perturbed_node(run, tmp_path):
     model = onnx.load(str(need(DETECTOR)))
     shapes = "model_input_shapes={x:[1,3,64,64]}"
     golden = tmp_path / "golden.npz"
     # golden values of every tensor of the original model, written by the checker itself
     checker = CompareChecker()
-    checker.bind(_cfg(DETECTOR, {"x": [1, 3, 64, 64]}, save_golden=str(golden)), None)
+    checker.bind(_cfg(DETECTOR, {"x": [1, 3, 64, 64]}, save_golden=str(golden)))
     conv = [n for n in model.graph.node if n.op_type == "Conv"][20]
     const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == conv.input[1])
     w = numpy_helper.to_array(const.attribute[0].t).copy()
@@ -104,20 +102,20 @@ def test_reduce_with_compare_finds_the_perturbed_node(run_cli, tmp_path):
     perturbed = tmp_path / "perturbed.onnx"
     onnx.save(model, perturbed)
     out = tmp_path / "reduced.onnx"
-    r = run_cli("mode=reduce", f"model={perturbed}", "checker=compare", f"golden={golden}", shapes, f"output={out}")
+    r = run("mode=reduce", f"model={perturbed}", "checker=compare", f"golden={golden}", shapes, f"output={out}")
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     names = [n.name for n in onnx.load(str(out)).graph.node if n.op_type != "Constant"]
     assert names == [conv.name]
     assert r.summary["checks"] <= 15
 
 
-def test_tensorrt_backend_without_tensorrt_names_the_extra(run_cli, tmp_path):
+def test_tensorrt_backend_without_tensorrt_names_the_extra(run, tmp_path):
     from runner.trt import tensorrt_available
     if tensorrt_available():
         pytest.skip("TensorRT is installed here")
     with pytest.raises(MissingExtraError, match=r"\[trt\]"):
         CompareChecker(backend="tensorrt")
-    r = run_cli("mode=reduce", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=tensorrt")
+    r = run("mode=reduce", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=tensorrt")
     assert r.returncode == 2 and "install the 'trt' extra" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -151,11 +149,11 @@ def test_python_checker_cli(run_cli, tmp_path):
     assert bad.returncode == 2 and "cannot be imported" in bad.stderr
 
 
-def test_reduce_an_fp16_model_against_fp32_golden_values(run_cli, tmp_path):
+def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
     """The fp16 workflow: golden values from the fp32 model, the fp16 model reduced under emulation."""
     from onnx import helper as h
     from runner.graph.convert import convert_except
-    from tests.conftest import f32, make_model
+    from tests.helpers.models import f32, make_model
     nodes = [h.make_node("Relu", ["x"], ["a"], name="relu"), h.make_node("Mul", ["a", "a"], ["sq"], name="square"),
              h.make_node("Div", ["sq", "k"], ["d"], name="scale"), h.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0),
              h.make_node("Neg", ["x"], ["n"], name="neg"), h.make_node("Abs", ["n"], ["z"], name="abs")]
@@ -165,10 +163,10 @@ def test_reduce_an_fp16_model_against_fp32_golden_values(run_cli, tmp_path):
     onnx.save(convert_except(fp32, []), fp16_path)
     inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
     np.savez(inputs, x=np.full(4, 3000, np.float32))
-    first = run_cli("mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}")
+    first = run("mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}")
     assert first.returncode == 0 and first.summary["good"] == 1, first.stderr
     out = tmp_path / "reduced.onnx"
-    r = run_cli("mode=reduce", f"model={fp16_path}", "checker=compare", "checker.backend=fp16_emulation", "checker.rtol=1e-2",
+    r = run("mode=reduce", f"model={fp16_path}", "checker=compare", "checker.backend=fp16_emulation", "checker.rtol=1e-2",
                 f"golden={golden}", f"output={out}")
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]

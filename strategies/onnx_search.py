@@ -1,0 +1,174 @@
+"""The shape shared by the ONNX search modes (reduce, precision): gates, a search, the result.
+
+A mode names its candidates by sets of node indices ("units"). Before the search, *gates* check
+the candidates whose verdict the search relies on (reduce: the model fails; precision: all kept
+passes); a gate whose verdict differs calls its handler, which stops the run, adjusts and checks
+again, or ends the search early. Then a ``PrefixSearch`` or ``SetSearch`` proposes unit sets
+until it has its result; a mode may add gates after it (reduce's control check). Candidates
+build their model only when a check needs it, and are keyed by the model's fingerprint, a
+variant (what else shapes the candidate) and the unit set.
+"""
+from __future__ import annotations
+
+import abc
+import functools
+import hashlib
+import logging
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Union
+
+import onnx
+
+from runner.graph.load import check_saved, save_model
+from strategies.base import Candidate, Strategy, Verdict
+from strategies.prefix_search import PrefixSearch
+from strategies.set_search import SetSearch
+
+log = logging.getLogger(__name__)
+
+Units = FrozenSet[int]
+Search = Union[PrefixSearch[int], SetSearch[int]]
+
+
+@dataclass
+class Gate:
+    """A check outside the search whose verdict the run relies on.
+
+    Attributes:
+        make: builds the gate's candidate.
+        expect_pass: the verdict the run needs.
+        otherwise: called with the verdict when it differs: raises to stop the run, or adjusts the
+            strategy (and may queue another gate).
+    """
+
+    make: Callable[[], Candidate]
+    expect_pass: bool
+    otherwise: Callable[[Verdict], None]
+
+
+def fingerprint(model: onnx.ModelProto) -> str:
+    """A short identity of a model's node structure (names and op types, in order): 8 hex digits."""
+    text = "|".join(f"{n.name}:{n.op_type}" for n in model.graph.node)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+class OnnxSearchStrategy(Strategy):
+    """Base of reduce and precision: gates, then ``search``, then ``finish`` writes the result.
+
+    Args:
+        search: the search over unit sets.
+        universe: every unit (the result when the search ends with none).
+        hit_on_pass: True when the search's target is a passing candidate (precision), False when
+            it is a failing one (reduce).
+        output: where the final model is written.
+        save_opts: ``external_data`` and ``threshold`` for ``save_model``.
+        model_fingerprint: ``fingerprint()`` of the model the units index.
+    """
+
+    noun = "node"
+
+    def __init__(self, search: Search, universe: Iterable[int], hit_on_pass: bool, output: Path,
+                 save_opts: Optional[Dict[str, Any]], model_fingerprint: str):
+        self.search = search
+        self.universe: Units = frozenset(universe)
+        self.hit_on_pass = hit_on_pass
+        self.output = Path(output)
+        self.save_opts = save_opts or {}
+        self.fingerprint = model_fingerprint
+        self.gates: Deque[Gate] = deque()
+        self.final: Optional[Units] = None
+        self._gate: Optional[Gate] = None
+        self._pending: Optional[Units] = None
+
+    # -- what a mode defines ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def model_for(self, units: Units) -> onnx.ModelProto:
+        """The candidate model of a unit set (built only when a check needs it)."""
+
+    @abc.abstractmethod
+    def size(self, units: Units) -> str:
+        """A short text of a candidate's size for its label, e.g. "12 nodes"."""
+
+    def variant(self) -> str:
+        """What besides the units shapes a candidate (part of its key); default none."""
+        return ""
+
+    def info(self, units: Units) -> Dict[str, Any]:
+        """The candidate's facts for the iteration info file (JSON-able)."""
+        return {"units": len(units)}
+
+    def after_search(self) -> Optional[Gate]:
+        """A gate to check once the search has its result (default none)."""
+        return None
+
+    def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
+        """Called with every search candidate's verdict before the search takes it (default nothing)."""
+
+    def describe(self, units: Iterable[int]) -> List[Dict[str, str]]:
+        """Name and op type of each unit, for the state and the summary."""
+        return []
+
+    # -- candidates -------------------------------------------------------------------------
+
+    def key(self, units: Units) -> str:
+        """The replay key of a unit set: fingerprint, variant and a digest of the sorted indices."""
+        digest = hashlib.sha1(",".join(map(str, sorted(units))).encode()).hexdigest()[:16]
+        return f"{self.fingerprint}:{self.variant()}:{digest}"
+
+    def candidate(self, units: Units, label: str) -> Candidate:
+        """The candidate of a unit set: its model is built on first use and kept for the iteration."""
+        self._pending = units
+        model = functools.cache(lambda: self.model_for(units))
+
+        def write(path: Path) -> None:
+            save_model(model(), path, **self.save_opts)
+
+        return Candidate(self.key(units), f"{label}: {self.size(units)}", write, self.info(units), payload=model)
+
+    def next_candidate(self) -> Optional[Candidate]:
+        """The next gate's candidate, else the search's, else the gates after the search."""
+        while True:
+            if self.gates:
+                self._gate = self.gates[0]
+                return self._gate.make()
+            self._gate = None
+            if self.final is not None:
+                return None
+            units = self.search.next()
+            if units is not None:
+                return self.candidate(units, self.search.label(self.noun))
+            result = self.search.result
+            self.final = result if result is not None else self.universe
+            gate = self.after_search()
+            if gate is None:
+                return None
+            self.gates.append(gate)
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """A gate's verdict goes to its handler when unexpected; a search candidate's to the search."""
+        if self._gate is not None:
+            gate = self.gates.popleft()
+            if verdict.passed != gate.expect_pass:
+                gate.otherwise(verdict)
+            return
+        assert self._pending is not None
+        self.on_search_verdict(self._pending, verdict)
+        self.search.step(verdict.passed == self.hit_on_pass)
+
+    def remaining(self) -> Optional[int]:
+        """Gates left plus the search's estimate for its current round."""
+        return len(self.gates) + (self.search.remaining() if self.final is None else 0)
+
+    def state(self) -> Dict[str, Any]:
+        """Rounds done and the units found necessary so far."""
+        return {"rounds": self.search.rounds, "necessary": self.describe(self.search.required)}
+
+    def finish(self) -> None:
+        """Write the final model (checked with onnx.checker)."""
+        assert self.final is not None
+        save_model(self.model_for(self.final), self.output, **self.save_opts)
+        check_saved(self.output)
+        log.info("Wrote %s (%s)", self.output, self.size(self.final))

@@ -1,0 +1,64 @@
+"""Running the tool as a user does: ``python -m runner`` in a subprocess, and check scripts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+HAS_NODES = '''
+import sys, onnx
+names = {n.name for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
+sys.exit(1 if all(x in names for x in sys.argv[2:]) else 0)
+'''
+
+
+class RunResult:
+    """A finished run: exit code, output and the run directory's files (subprocess or in-process)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str, run_dir: Path):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.run_dir = run_dir
+
+    @property
+    def summary(self) -> Dict[str, Any]:
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    @property
+    def replay(self) -> Dict[str, Any]:
+        return json.loads((self.run_dir / "replay.json").read_text())
+
+
+def run_process(tmp_path: Path, name: str, *args: str, cwd: Optional[Path] = None, timeout: float = 600,
+                run_dir: Optional[Path] = None) -> RunResult:
+    """Run ``python -m runner ARGS`` in a subprocess with its run directory in ``tmp_path/name``."""
+    run_dir = run_dir or tmp_path / name
+    cmd = [sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=cwd or tmp_path, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return RunResult(proc.returncode, proc.stdout, proc.stderr, run_dir)
+
+
+def write_script(path: Path, body: str) -> Path:
+    """Write a Python check script and return its path."""
+    path.write_text(body)
+    return path
+
+
+def check_cmd(script: Path, *args: str) -> str:
+    """The ``checker.cmd=...`` override for running ``script`` with this Python."""
+    argv = " ".join([sys.executable, str(script), *args])
+    return f'checker.cmd="{argv}"'
+
+
+def one_line_error(r: RunResult, *words: str, code: Optional[int] = None) -> str:
+    """Assert the run failed with exactly one ``error:`` line holding ``words`` and no traceback."""
+    assert r.returncode != 0 if code is None else r.returncode == code, (r.returncode, r.stderr[-2000:])
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in errors[0], errors[0]
+    return errors[0]

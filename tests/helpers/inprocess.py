@@ -1,0 +1,67 @@
+"""Running a job in-process: Hydra's compose API, then ``runner.app.run`` as ``python -m runner`` would.
+
+Composes the same config (``conf/``, the same overrides), sets the Hydra runtime the way Hydra's
+``run_job`` does (run directory, ``HydraConfig``), logs to the console stream and ``runner.log``
+as Hydra's job logging does, and captures stdout and stderr. No interpreter start-up per run, so
+mode tests cost what the mode costs.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+import conf
+from runner.app import run
+from runner.config import register_configs
+from tests.helpers.cli import RunResult
+
+CONF_DIR = str(Path(conf.__file__).resolve().parent)
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+def run_in_process(tmp_path: Path, name: str, *overrides: str, cwd: Optional[Path] = None,
+                   run_dir: Optional[Path] = None) -> RunResult:
+    """Compose ``overrides`` and run the job in this process, its run directory ``tmp_path/name``.
+
+    Raises:
+        hydra.errors.ConfigCompositionException: for an override Hydra rejects (the CLI exits 1).
+    """
+    register_configs()
+    run_dir = Path(run_dir or tmp_path / name).absolute()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="runner"):
+        cfg = compose("config", overrides=[*overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+        cfg.hydra.job.name = "runner"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers = [logging.StreamHandler(out), logging.FileHandler(run_dir / "runner.log")]
+    for h in handlers:
+        h.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(h)
+    level = root.level
+    root.setLevel(logging.INFO)
+    previous_cwd = os.getcwd()
+    HydraConfig.instance().set_config(cfg)
+    try:
+        os.chdir(cwd or tmp_path)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(task)
+    finally:
+        os.chdir(previous_cwd)
+        HydraConfig.instance().cfg = None  # type: ignore[assignment]
+        root.setLevel(level)
+        for h in handlers:
+            root.removeHandler(h)
+            h.close()
+    return RunResult(code, out.getvalue(), err.getvalue(), run_dir)

@@ -1,0 +1,81 @@
+"""Models for tests: the real ones (../shared/models, else the copies bundled in examples/), and small
+graphs built with onnx.helper."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Sequence
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = Path(os.environ.get("RUNNER_SHARED_MODELS", ROOT.parent / "shared" / "models"))
+EXAMPLES = ROOT / "examples"
+
+
+def real_model(name: str) -> Path:
+    """A real model by file name: from the shared models, else the bundled copy in examples/."""
+    shared = MODELS / name
+    return shared if shared.is_file() or not (EXAMPLES / name).is_file() else EXAMPLES / name
+
+
+DETECTOR = real_model("ch_PP-OCRv4_det_infer.onnx")
+CLASSIFIER = real_model("ch_ppocr_mobile_v2.0_cls_infer.onnx")
+VAD = real_model("silero_vad_16k_op15.onnx")
+VAD_IF = real_model("silero_vad.onnx")
+
+
+def need(path: Path) -> Path:
+    """Skip (with the reason) when a real model is neither beside the checkout nor bundled."""
+    if not path.is_file():
+        pytest.skip(f"{path} not found: put ../shared/models beside the checkout or set RUNNER_SHARED_MODELS")
+    return path
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto],
+               initializers: Sequence[onnx.TensorProto] = (), opset: int = 17) -> onnx.ModelProto:
+    """A checked model from nodes and value infos."""
+    graph = helper.make_graph(list(nodes), "test", list(inputs), list(outputs), list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def f32(name: str, shape: List) -> onnx.ValueInfoProto:
+    """A float32 tensor value info."""
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def chain_model(n: int, shape=(1, 4)) -> onnx.ModelProto:
+    """x -> Relu -> Add(const) -> Relu -> ... : ``n`` compute nodes named n0..n{n-1}, plus a Constant."""
+    nodes = [helper.make_node("Constant", [], ["c"], name="const",
+                              value=helper.make_tensor("cv", TensorProto.FLOAT, list(shape), np.ones(shape, np.float32).ravel()))]
+    prev = "x"
+    for i in range(n):
+        out = "y" if i == n - 1 else f"t{i}"
+        if i % 2:
+            nodes.append(helper.make_node("Add", [prev, "c"], [out], name=f"n{i}"))
+        else:
+            nodes.append(helper.make_node("Relu", [prev], [out], name=f"n{i}"))
+        prev = out
+    return make_model(nodes, [f32("x", list(shape))], [f32("y", list(shape))])
+
+
+def branchy_model() -> onnx.ModelProto:
+    """Two branches of three nodes each (a0..a2, b0..b2) joined by an Add, with two graph outputs."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 4], np.full(4, 0.5, np.float32))
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a0o"], name="a0"),
+        helper.make_node("Mul", ["a0o", "w"], ["a1o"], name="a1"),
+        helper.make_node("Sigmoid", ["a1o"], ["a2o"], name="a2"),
+        helper.make_node("Neg", ["x"], ["b0o"], name="b0"),
+        helper.make_node("Abs", ["b0o"], ["b1o"], name="b1"),
+        helper.make_node("Tanh", ["b1o"], ["b2o"], name="b2"),
+        helper.make_node("Add", ["a2o", "b2o"], ["sum"], name="join"),
+        helper.make_node("Identity", ["b2o"], ["side"], name="side_out"),
+    ]
+    return make_model(nodes, [f32("x", [1, 4])], [f32("sum", [1, 4]), f32("side", [1, 4])], [w])
