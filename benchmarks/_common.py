@@ -1,4 +1,5 @@
 """Helpers shared by the benchmark scripts: run a command, count check runs, count nodes."""
+
 from __future__ import annotations
 
 import json
@@ -15,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(os.environ.get("RUNNER_SHARED_MODELS", ROOT.parent / "shared" / "models"))
 
 #: a check that fails while the model holds every node named, and counts its own runs
-COUNTING_CHECK = '''
+COUNTING_CHECK = """
 import os, sys, onnx
 with open(os.environ["BENCH_COUNTER"], "a") as f:
     f.write("x")
 names = {n.name for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
 sys.exit(1 if all(x in names for x in sys.argv[2:]) else 0)
-'''
+"""
 
 
 def timed(cmd: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, subprocess.CompletedProcess]:

@@ -3,6 +3,7 @@ unnormalised pixels (0-255) and on the planted-overflow graphs of the tests.
 
 Usage: python benchmarks/precision_markers.py [--size 96]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-
 from _common import MODELS, print_rows, runner_cmd, timed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,13 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.graphs import GRAPHS  # noqa: E402  (the planted-overflow graphs)
 
-RUNS = [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"), ("linear", "reverse"), ("minimal", "forward")]
+RUNS = [
+    ("bisect", "forward"),
+    ("bisect", "reverse"),
+    ("linear", "forward"),
+    ("linear", "reverse"),
+    ("minimal", "forward"),
+]
 
 
 def main() -> None:
@@ -34,8 +40,14 @@ def main() -> None:
         cases = []
         pixels = work / "pixels.npz"
         np.savez(pixels, x=(np.random.default_rng(0).random((1, 3, args.size, args.size)) * 255).astype(np.float32))
-        cases.append(("detector 0-255", MODELS / "ch_PP-OCRv4_det_infer.onnx", pixels,
-                      ["checker.atol=0.05", "checker.rtol=0", "checker.max_mismatch_fraction=0.01"]))
+        cases.append(
+            (
+                "detector 0-255",
+                MODELS / "ch_PP-OCRv4_det_infer.onnx",
+                pixels,
+                ["checker.atol=0.05", "checker.rtol=0", "checker.max_mismatch_fraction=0.01"],
+            )
+        )
         for name, make in GRAPHS.items():
             model, _, scale = make()
             path = work / f"{name}.onnx"
@@ -46,14 +58,36 @@ def main() -> None:
         for label, model, inputs, tol in cases:
             for marker, direction in RUNS:
                 run_dir = work / f"{label}-{marker}-{direction}".replace(" ", "_")
-                wall, proc = timed(runner_cmd("mode=precision", f"marker={marker}", f"direction={direction}", f"model={model}",
-                                              f"inputs={inputs}", "checker=compare", "checker.backend=fp16_emulation", *tol,
-                                              f"output={run_dir}.onnx", f"hydra.run.dir={run_dir}"), work, {})
+                wall, proc = timed(
+                    runner_cmd(
+                        "mode=precision",
+                        f"marker={marker}",
+                        f"direction={direction}",
+                        f"model={model}",
+                        f"inputs={inputs}",
+                        "checker=compare",
+                        "checker.backend=fp16_emulation",
+                        *tol,
+                        f"output={run_dir}.onnx",
+                        f"hydra.run.dir={run_dir}",
+                    ),
+                    work,
+                    {},
+                )
                 if proc.returncode != 0:
                     sys.exit(f"{label} {marker} failed:\n{proc.stderr[-2000:]}")
                 s = json.loads((run_dir / "summary.json").read_text())
-                rows.append({"model": label, "marker": marker, "direction": direction if marker != "minimal" else "ranked",
-                             "kept": s["kept"], "total": s["total"], "checks": s["checks"], "wall_s": round(wall, 1)})
+                rows.append(
+                    {
+                        "model": label,
+                        "marker": marker,
+                        "direction": direction if marker != "minimal" else "ranked",
+                        "kept": s["kept"],
+                        "total": s["total"],
+                        "checks": s["checks"],
+                        "wall_s": round(wall, 1),
+                    }
+                )
     print_rows("precision markers: nodes kept in float32 and checks", rows)
 
 

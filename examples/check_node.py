@@ -6,6 +6,7 @@ Real checks run the model on the backend that misbehaves (e.g. `polygraphy run -
 own script) and exit non-zero when it does; this one just looks the nodes up, so the example runs
 anywhere. It also loads the model in ONNX Runtime, to prove each candidate is a runnable model.
 """
+
 import sys
 
 import onnx
@@ -15,5 +16,8 @@ model = onnx.load(sys.argv[1])
 ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 names = {n.name for n in model.graph.node}
 missing = [n for n in sys.argv[2:] if n not in names]
-print(f"{len(model.graph.node)} nodes; " + ("all named nodes present: FAIL" if not missing else f"absent: {missing}: pass"))
+print(
+    f"{len(model.graph.node)} nodes; "
+    + ("all named nodes present: FAIL" if not missing else f"absent: {missing}: pass")
+)
 sys.exit(0 if missing else 1)

@@ -4,6 +4,7 @@ Only the standard library is imported before the guard below, so Ctrl-C, SIGTERM
 any moment (even while the heavy imports load) ends the process quietly with 128 + the signal,
 and a closed stdout (``| head``) is quiet too.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,9 +32,9 @@ def absolute_config_path(argv: list[str]) -> list[str]:
 
 def _hydra_main() -> int:
     """Compose the config with Hydra and run the job(s); the exit code of the worst job."""
-    import hydra
     import logging
 
+    import hydra
     from omegaconf import DictConfig
 
     import conf

@@ -1,6 +1,8 @@
 """One run: build the strategy, checker and lifecycle from the config, run it, write the summary."""
+
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -17,7 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 from runner import signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
-from runner.config import MODE_KEYS, check_mode_keys, mode_options, set_keys
+from runner.config import check_mode_keys, mode_options, mode_uses, set_keys
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.identity import run_identity
@@ -34,9 +36,15 @@ from strategies.base import Strategy
 log = logging.getLogger("runner")
 
 #: output options the user can set, as (option, key in the config)
-OUTPUT_OPTIONS = (("output", "output"), ("min_good", "min_good"), ("artifacts.iter_artifact", "artifacts.iter_artifact"),
-                  ("summary", "summary"), ("replay.save", "replay.save"), ("artifacts.iter_info", "artifacts.iter_info"),
-                  ("save_golden", "save_golden"))
+OUTPUT_OPTIONS = (
+    ("output", "output"),
+    ("min_good", "min_good"),
+    ("artifacts.iter_artifact", "artifacts.iter_artifact"),
+    ("summary", "summary"),
+    ("replay.save", "replay.save"),
+    ("artifacts.iter_info", "artifacts.iter_info"),
+    ("save_golden", "save_golden"),
+)
 
 
 def _build_checker(cfg: DictConfig) -> Checker:
@@ -44,7 +52,9 @@ def _build_checker(cfg: DictConfig) -> Checker:
         checker = instantiate(cfg.checker)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "a checker option"
-        raise ConfigError(f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive") from None
+        raise ConfigError(
+            f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive"
+        ) from None
     except Exception as e:
         _raise_cause(e)
     return checker
@@ -70,16 +80,23 @@ def _set_keys() -> List[str]:
 
 def _context(cfg: DictConfig, directory: Path) -> RunContext:
     """The run's shared context from the (already planned) config."""
-    return RunContext(mode=cfg.mode.name, run_dir=directory, model_path=Path(cfg.model) if cfg.get("model") else None,
-                      input_shapes=cfg.get("model_input_shapes"), inputs=cfg.get("inputs"), golden=cfg.get("golden"),
-                      save_golden=cfg.get("save_golden"), seed=cfg.get("seed", 0))
+    return RunContext(
+        mode=cfg.mode.name,
+        run_dir=directory,
+        model_path=Path(cfg.model) if cfg.get("model") else None,
+        input_shapes=cfg.get("model_input_shapes"),
+        inputs=cfg.get("inputs"),
+        golden=cfg.get("golden"),
+        save_golden=cfg.get("save_golden"),
+        seed=cfg.get("seed", 0),
+    )
 
 
 def _build_strategy(cfg: DictConfig, ctx: RunContext, options: Dict[str, Any]) -> Strategy:
     """``instantiate`` the mode's ``_target_`` with its options, then call it with the context (and
     the marker factory, for modes with a marker)."""
     extra: Dict[str, Any] = {"ctx": ctx}
-    if "marker" in MODE_KEYS[cfg.mode.name].__dataclass_fields__:
+    if mode_uses(cfg.mode.name, "marker"):
         extra["marker"] = instantiate(cfg.marker, _partial_=True)
     try:
         factory = instantiate({"_target_": cfg.mode._target_, **options}, _partial_=True, _convert_="all")
@@ -95,9 +112,13 @@ def _plan(cfg: DictConfig) -> OutputPlan:
     for option, key in OUTPUT_OPTIONS:
         value = OmegaConf.select(cfg, key)
         options[option] = in_job_dir(option, value) if option in ("output", "min_good") else value
-    default = cfg.mode.get("default_output")
-    plan = plan_outputs(options, {"output": in_job_dir("output", default)} if default else {},
-                        model_files(cfg.get("model")), list(cfg.artifacts.paths))
+    default = in_job_dir("output", cfg.mode.get("default_output"))
+    plan = plan_outputs(
+        options,
+        {"output": default} if default else {},
+        model_files(cfg.get("model")),
+        list(cfg.artifacts.paths),
+    )
     with open_dict(cfg):
         for option, key in OUTPUT_OPTIONS:
             if plan.get(option) is not None:
@@ -107,10 +128,8 @@ def _plan(cfg: DictConfig) -> OutputPlan:
 
 def _say(text: str) -> None:
     """Print to stderr; a closed terminal (SIGHUP) or pipe must not turn into a second error."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def run(cfg: DictConfig) -> int:
@@ -143,8 +162,13 @@ def run(cfg: DictConfig) -> int:
             summary_path = plan.get("summary") or summary_path
             # cheap checks first: a bad replay file fails before the model is loaded
             identity = run_identity(cfg, model_files(cfg.get("model")))
-            replay = Replay(Path(cfg.replay.save), cfg.mode.name, Path(cfg.replay.load) if cfg.replay.load else None,
-                            identity, cfg.replay.force)
+            replay = Replay(
+                Path(cfg.replay.save),
+                cfg.mode.name,
+                Path(cfg.replay.load) if cfg.replay.load else None,
+                identity,
+                cfg.replay.force,
+            )
             ctx = _context(cfg, directory)
             strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg))
             if strategy.needs_checker:
@@ -167,7 +191,8 @@ def run(cfg: DictConfig) -> int:
                     f"{f' (every one {last.reason})' if last is not None and lifecycle.same_failure else ''}, so the "
                     "answer would rest on the check, not the model; run the check by hand on the iteration artifact "
                     "and fix it (see the check's output below and in the run directory's checks/)",
-                    tail=(last.details.get("output_tail", "") if last is not None else ""))
+                    tail=(last.details.get("output_tail", "") if last is not None else ""),
+                )
             strategy.finish()
             summary.update(strategy.result())
             summary["replay"] = str(replay.save_path)

@@ -1,4 +1,5 @@
 """Artifact policy: sort what each check produced into good/ and bad/, never overwriting anything."""
+
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,9 @@ def ensure_writable_dir(path: Path, what: str) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise ArtifactError(f"{what}={path} is not a writable directory ({e.strerror}); choose another with {what}=DIR") from None
+        raise ArtifactError(
+            f"{what}={path} is not a writable directory ({e.strerror}); choose another with {what}=DIR"
+        ) from None
     return path
 
 
@@ -113,7 +116,9 @@ class ArtifactSorter:
             try:
                 shutil.move(str(src), str(dest))
             except OSError as e:
-                raise ArtifactError(f"cannot move artifact {src} to {dest} ({e.strerror}); check artifacts.dir") from None
+                raise ArtifactError(
+                    f"cannot move artifact {src} to {dest} ({e.strerror}); check artifacts.dir"
+                ) from None
             log.info("Sorted %s into %s", src, dest)
             moved.append(dest)
         self.sorted_count[side] += 1

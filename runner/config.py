@@ -3,6 +3,7 @@
 The YAML files in ``conf/`` only pick values; these schemas make Hydra reject a wrong key,
 type or choice before any work begins.
 """
+
 from __future__ import annotations
 
 import re
@@ -239,6 +240,11 @@ def set_keys(overrides: Iterable[str]) -> List[str]:
     return out
 
 
+def mode_uses(mode: str, key: str) -> bool:
+    """Whether ``mode`` uses the top-level key ``key`` (its schema in ``MODE_KEYS`` holds it)."""
+    return key in _names(MODE_KEYS[mode])
+
+
 def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
     """Check that every key the user set is used by ``mode``.
 
@@ -257,7 +263,9 @@ def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
         users = [m for m, cls in MODE_KEYS.items() if key in _names(cls)]
         if not users:
             raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
-        raise ConfigError(f"{key}= is not used by mode={mode}; it is an option of {', '.join(f'mode={m}' for m in users)}")
+        raise ConfigError(
+            f"{key}= is not used by mode={mode}; it is an option of {', '.join(f'mode={m}' for m in users)}"
+        )
 
 
 def mode_options(mode: str, cfg: Any) -> Dict[str, Any]:

@@ -4,6 +4,7 @@ Expensive parts are made on first use and then kept: the loaded model, the input
 fp32 values of every tensor (one ONNX Runtime run) that the shape fallback, precision's ranking
 and ``checker=compare``'s golden values all need.
 """
+
 from __future__ import annotations
 
 import functools

@@ -3,6 +3,7 @@
 Each message says what is wrong and how to fix it; the entry point prints it, writes it into
 ``summary.json`` as ``status`` and exits with ``exit_code``.
 """
+
 from __future__ import annotations
 
 

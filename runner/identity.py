@@ -6,6 +6,7 @@ its external data), the mode, the check's definition (the checker's options and 
 every file its command line names, e.g. the check script), the inputs, golden values and input
 shapes, and the options that change what a candidate holds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,17 @@ from omegaconf import DictConfig, OmegaConf
 DISPLAY_ONLY = {"show_output", "hide_fail_output"}
 
 #: top-level options that change the candidates a mode writes (beyond their keys)
-CANDIDATE_OPTIONS = ("keep_constant_nodes", "external_data", "external_data_threshold", "precision", "low_precision",
-                     "weak_typing", "workspace", "model_input_shapes", "seed")
+CANDIDATE_OPTIONS = (
+    "keep_constant_nodes",
+    "external_data",
+    "external_data_threshold",
+    "precision",
+    "low_precision",
+    "weak_typing",
+    "workspace",
+    "model_input_shapes",
+    "seed",
+)
 
 #: files larger than this (bytes) named on a check's command line are identified by size and time, not content
 HASH_LIMIT = 256 * 2**20
@@ -39,7 +49,21 @@ def file_digest(paths: Iterable[Path]) -> str:
 
 #: suffixes of files that define what a check does (scripts, configs); data and log files a check
 #: writes are left out, or a resume would always look like another check
-DEFINING_SUFFIXES = {".py", ".sh", ".bash", ".zsh", ".pl", ".rb", ".js", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini"}
+DEFINING_SUFFIXES = {
+    ".py",
+    ".sh",
+    ".bash",
+    ".zsh",
+    ".pl",
+    ".rb",
+    ".js",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".ini",
+}
 
 
 def _named_files(cmd: str) -> Dict[str, str]:
@@ -59,7 +83,9 @@ def _named_files(cmd: str) -> Dict[str, str]:
                 if position and p.suffix.lower() not in DEFINING_SUFFIXES and not os.access(p, os.X_OK):
                     continue
                 st = p.stat()
-                out[part] = file_digest([p]) if st.st_size <= HASH_LIMIT else f"size {st.st_size} mtime {st.st_mtime_ns}"
+                out[part] = (
+                    file_digest([p]) if st.st_size <= HASH_LIMIT else f"size {st.st_size} mtime {st.st_mtime_ns}"
+                )
             except OSError:
                 continue
     return out
@@ -77,7 +103,7 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
     """
     checker = OmegaConf.to_container(cfg.checker, resolve=True) if cfg.get("checker") is not None else {}
     assert isinstance(checker, dict)
-    check: Dict[str, Any] = {k: v for k, v in checker.items() if k not in DISPLAY_ONLY}
+    check: Dict[str, Any] = {str(k): v for k, v in checker.items() if k not in DISPLAY_ONLY}
     if isinstance(check.get("cmd"), str):
         check["files"] = _named_files(check["cmd"])
     data: Dict[str, Any] = {}
@@ -103,8 +129,13 @@ def _plain(value: Any) -> Any:
 
 def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> List[str]:
     """The parts of two identities that differ, as short phrases for an error message."""
-    words = {"mode": "mode", "model": "model content", "check": "check", "data": "inputs or golden values",
-             "candidates": "options"}
+    words = {
+        "mode": "mode",
+        "model": "model content",
+        "check": "check",
+        "data": "inputs or golden values",
+        "candidates": "options",
+    }
     out = []
     for part, word in words.items():
         a, b = recorded.get(part), current.get(part)
@@ -116,4 +147,3 @@ def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> List
         else:
             out.append(word)
     return out
-

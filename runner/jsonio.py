@@ -1,4 +1,5 @@
 """Atomic JSON writes: a reader (or a crash) never sees a half-written file."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ change; a default name that would overwrite an existing file gets a free name in
 two options naming the same file are an error; and each location is proved writable, so an
 unwritable ``output=`` stops the run before the search, not after it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -105,8 +106,12 @@ def _companions(option: str, path: Path) -> List[Path]:
 MODEL_OUTPUTS = {"output", "min_good", "artifacts.iter_artifact"}
 
 
-def plan_outputs(options: Dict[str, Optional[str | Path]], defaults: Dict[str, str], protected: Iterable[Path],
-                 artifact_paths: Iterable[str] = ()) -> OutputPlan:
+def plan_outputs(
+    options: Dict[str, Optional[str | Path]],
+    defaults: Dict[str, str],
+    protected: Iterable[Path],
+    artifact_paths: Iterable[str] = (),
+) -> OutputPlan:
     """Resolve and check every output path before any work.
 
     Args:
@@ -129,10 +134,10 @@ def plan_outputs(options: Dict[str, Optional[str | Path]], defaults: Dict[str, s
     """
     plan = OutputPlan(protected=[Path(p) for p in protected])
     for option, value in options.items():
-        default = defaults.get(option)
-        if not value and not default:
+        given = value or defaults.get(option)
+        if not given:
             continue
-        path = Path(value or default).absolute()  # type: ignore[arg-type]
+        path = Path(given).absolute()
         if not value:
             _check_writable(option, path)
             free = reserve(path)
@@ -144,8 +149,10 @@ def plan_outputs(options: Dict[str, Optional[str | Path]], defaults: Dict[str, s
             for p in plan.protected:
                 if _same(target, p) or target == p:
                     what = "model" if p == plan.protected[0] else "model's external data file"
-                    raise ArtifactError(f"{option}={value or default} would overwrite the {what} {p}"
-                                        f"{f' (through {target})' if target != path else ''}; choose another {option}=")
+                    raise ArtifactError(
+                        f"{option}={given} would overwrite the {what} {p}"
+                        f"{f' (through {target})' if target != path else ''}; choose another {option}="
+                    )
         for other, other_path in plan.paths.items():
             if other_path == path or _same(path, other_path):
                 raise ArtifactError(f"{option} and {other} both name {path}; give them different paths")
@@ -154,8 +161,10 @@ def plan_outputs(options: Dict[str, Optional[str | Path]], defaults: Dict[str, s
     for entry in artifact_paths:
         for p in plan.protected:
             if _same(Path(entry), p):
-                raise ArtifactError(f"artifacts.paths lists {entry}, which is the model {p}; artifacts are moved into "
-                                    "good/ and bad/ after each check, so list only files the check writes")
+                raise ArtifactError(
+                    f"artifacts.paths lists {entry}, which is the model {p}; artifacts are moved into "
+                    "good/ and bad/ after each check, so list only files the check writes"
+                )
     return plan
 
 
@@ -185,7 +194,9 @@ def _check_writable(option: str, path: Path) -> None:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ArtifactError(f"{option}={path}: cannot create {parent} ({e.strerror}); choose a writable path") from None
+            raise ArtifactError(
+                f"{option}={path}: cannot create {parent} ({e.strerror}); choose a writable path"
+            ) from None
     if path.is_dir():
         raise ArtifactError(f"{option}={path} is a directory; give a file path")
     probe = parent / f".write-test-{os.getpid()}"
@@ -193,6 +204,8 @@ def _check_writable(option: str, path: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        raise ArtifactError(f"{option}={path}: directory {parent} is not writable ({e.strerror}); choose a writable path") from None
+        raise ArtifactError(
+            f"{option}={path}: directory {parent} is not writable ({e.strerror}); choose a writable path"
+        ) from None
     if path.exists() and not os.access(path, os.W_OK):
         raise ArtifactError(f"{option}={path} exists and is not writable; choose another path or fix its permissions")

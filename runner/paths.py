@@ -1,4 +1,5 @@
 """Where a run writes: its run directory, and output paths inside a sweep's job directories."""
+
 from __future__ import annotations
 
 import logging
@@ -32,6 +33,8 @@ def in_job_dir(option: str, value: Optional[str]) -> Optional[str]:
     if not multirun:
         return value
     if Path(value).is_absolute():
-        log.warning("%s=%s is shared by every job of this sweep; give a relative path to get one per job", option, value)
+        log.warning(
+            "%s=%s is shared by every job of this sweep; give a relative path to get one per job", option, value
+        )
         return value
     return str(Path(hydra_cfg.runtime.output_dir) / value)

@@ -1,4 +1,5 @@
 """Progress on the terminal: iteration, last verdict, estimated iterations remaining (tqdm)."""
+
 from __future__ import annotations
 
 import sys
@@ -22,7 +23,9 @@ class Progress:
         """Advance to ``iteration``; show the verdict and the remaining estimate."""
         if remaining is not None:
             self.bar.total = iteration + max(remaining, 0)
-        self.bar.set_postfix_str(f"last={verdict} checks={checks} left~{remaining if remaining is not None else '?'}", refresh=False)
+        self.bar.set_postfix_str(
+            f"last={verdict} checks={checks} left~{remaining if remaining is not None else '?'}", refresh=False
+        )
         self.bar.update(iteration - self.bar.n)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ A replay records its run's identity (``runner.identity``: the model's content, t
 check, the inputs); loading a replay of another identity is an error naming what differs, unless
 ``replay.force=true``. Entries of the wrong type are errors, never coerced.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,14 @@ class Replay:
             another identity (without ``force``), or holds an entry of the wrong type.
     """
 
-    def __init__(self, save_path: Path, mode: str, load_path: Optional[Path] = None,
-                 identity: Optional[Dict[str, Any]] = None, force: bool = False):
+    def __init__(
+        self,
+        save_path: Path,
+        mode: str,
+        load_path: Optional[Path] = None,
+        identity: Optional[Dict[str, Any]] = None,
+        force: bool = False,
+    ):
         self.save_path = Path(save_path)
         self.mode = mode
         self.identity = identity or {}
@@ -64,21 +71,33 @@ class Replay:
         except RecursionError:
             raise ConfigError(f"replay.load={path}: nested too deeply to be a replay file; {hint}") from None
         except (OSError, ValueError) as e:
-            raise ConfigError(f"replay.load={path}: not a readable replay file ({str(e).splitlines()[0]}); {hint}") from None
+            raise ConfigError(
+                f"replay.load={path}: not a readable replay file ({str(e).splitlines()[0]}); {hint}"
+            ) from None
         formats = (FORMAT, *OLD_FORMATS)
-        if not isinstance(data, dict) or data.get("format") not in formats or not isinstance(data.get("iterations"), list):
+        if (
+            not isinstance(data, dict)
+            or data.get("format") not in formats
+            or not isinstance(data.get("iterations"), list)
+        ):
             raise ConfigError(f"replay.load={path}: not a replay file (expected format {FORMAT!r}); {hint}")
         if data.get("mode") != mode:
-            raise ConfigError(f"replay.load={path}: recorded by mode={data.get('mode')}, not mode={mode}; resume with the same mode")
+            raise ConfigError(
+                f"replay.load={path}: recorded by mode={data.get('mode')}, not mode={mode}; resume with the same mode"
+            )
         recorded = data.get("identity")
         if not force:
             if not isinstance(recorded, dict):
-                raise ConfigError(f"replay.load={path} does not record what its verdicts depend on (an older format); "
-                                  "replay.force=true reuses it anyway")
+                raise ConfigError(
+                    f"replay.load={path} does not record what its verdicts depend on (an older format); "
+                    "replay.force=true reuses it anyway"
+                )
             changed = differences(recorded, identity)
             if changed:
-                raise ConfigError(f"replay.load={path} was recorded with another {', '.join(changed)}; its verdicts may not "
-                                  "hold for this run: resume with the same settings, or replay.force=true to reuse them anyway")
+                raise ConfigError(
+                    f"replay.load={path} was recorded with another {', '.join(changed)}; its verdicts may not "
+                    "hold for this run: resume with the same settings, or replay.force=true to reuse them anyway"
+                )
         for i, entry in enumerate(data["iterations"]):
             problem = _entry_problem(entry)
             if problem:
@@ -108,7 +127,9 @@ class Replay:
                 "reused": reused,
             }
         )
-        write_json_atomic(self.save_path, {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries})
+        write_json_atomic(
+            self.save_path, {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries}
+        )
 
 
 #: field -> (accepted types, description); missing optional fields are allowed

@@ -1,4 +1,5 @@
 """The short final table printed after a run (the full record is in summary.json)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable

@@ -7,8 +7,10 @@ a per-process random suffix (the ``run_id`` resolver). Each run also takes an ex
 ``flock`` on ``<run dir>/.runner.lock``: a second run pointed at a directory in use stops at
 once. The kernel drops the lock when the process ends, even after ``kill -9``.
 """
+
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -59,15 +61,21 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
         path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
-        raise ArtifactError(f"{option}={path} is not a writable directory ({e.strerror}); choose another with {option}=DIR") from None
+        raise ArtifactError(
+            f"{option}={path} is not a writable directory ({e.strerror}); choose another with {option}=DIR"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise ArtifactError(f"{option}={path} is in use by another running run; give each run its own "
-                                f"directory (leave {option} unset for a fresh one)") from None
-        raise ArtifactError(f"{option}={path}: cannot lock it ({e.strerror}); choose another with {option}=DIR") from None
+            raise ArtifactError(
+                f"{option}={path} is in use by another running run; give each run its own "
+                f"directory (leave {option} unset for a fresh one)"
+            ) from None
+        raise ArtifactError(
+            f"{option}={path}: cannot lock it ({e.strerror}); choose another with {option}=DIR"
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[path] = fd
@@ -78,10 +86,8 @@ def release_run_dir(path: Path) -> None:
     """Release the lock on ``path`` if this process holds it (the lock file stays, empty)."""
     fd = _HELD.pop(Path(path).resolve(), None)
     if fd is not None:
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-        except OSError:
-            pass
         os.close(fd)
 
 
@@ -99,13 +105,16 @@ class RunDirGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check that ``hydra.sweep.dir`` can be created (each job then locks its own directory)."""
+
         def make() -> None:
             sweep = Path(str(config.hydra.sweep.dir))
             try:
                 sweep.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise ArtifactError(f"hydra.sweep.dir={sweep} is not a writable directory ({e.strerror}); "
-                                    "choose another with hydra.sweep.dir=DIR") from None
+                raise ArtifactError(
+                    f"hydra.sweep.dir={sweep} is not a writable directory ({e.strerror}); "
+                    "choose another with hydra.sweep.dir=DIR"
+                ) from None
 
         _guard(make)
 

@@ -4,6 +4,7 @@ A signal handler raises ``Interrupted`` (a ``KeyboardInterrupt``) in the main th
 cleanup runs for all three; the exit code is 128 + the signal number (130, 143, 129), as a shell
 reports a process ended by that signal.
 """
+
 from __future__ import annotations
 
 import signal

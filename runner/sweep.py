@@ -4,6 +4,7 @@ Registered as a Hydra callback in ``conf/config.yaml``; reads each job's ``summa
 the sweep directory, so it works the same with the basic launcher (serial) and the joblib
 launcher (parallel, ``hydra/launcher=joblib``). The table is also saved as ``sweep.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,9 @@ def collect_runs(sweep_dir: Path) -> List[Dict[str, Any]]:
         overrides_file = summary.parent / ".hydra" / "overrides.yaml"
         overrides = ""
         if overrides_file.is_file():
-            lines = [l[2:].strip() for l in overrides_file.read_text().splitlines() if l.startswith("- ")]
-            overrides = " ".join(l for l in lines if l.split("=")[0] in ("mode", "marker", "direction", "precision", "low_precision", "checker.backend"))
+            lines = [line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")]
+            shown = ("mode", "marker", "direction", "precision", "low_precision", "checker.backend")
+            overrides = " ".join(line for line in lines if line.split("=")[0] in shown)
         rows.append({"job": summary.parent.name, "overrides": overrides, **{k: data.get(k, "") for k in COLUMNS[2:]}})
     return rows
 

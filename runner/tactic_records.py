@@ -3,6 +3,7 @@
 Pure Python: diff_tactics needs no TensorRT. A record maps each layer (TensorRT 10: the layer
 name; TensorRT 11: the timing-cache key) to one tactic, given as a canonical string.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,30 @@ from runner.errors import ConfigError
 TIMING_CACHE_FORMAT = "runner-timing-cache-tactics/1"
 
 
-def tensor_info(dtype: str, strides: Sequence[int], vectorized_dim: Optional[int], components_per_element: Optional[int]) -> Dict[str, Any]:
+def tensor_info(
+    dtype: str, strides: Sequence[int], vectorized_dim: Optional[int], components_per_element: Optional[int]
+) -> Dict[str, Any]:
     """One tensor's format in Polygraphy's TensorInfo layout (dtype as ``str(trt.DataType)``)."""
-    return {"polygraphy_class": "TensorInfo", "dtype": dtype, "strides": list(strides),
-            "vectorized_dim": vectorized_dim, "components_per_element": components_per_element}
+    return {
+        "polygraphy_class": "TensorInfo",
+        "dtype": dtype,
+        "strides": list(strides),
+        "vectorized_dim": vectorized_dim,
+        "components_per_element": components_per_element,
+    }
 
 
-def algorithm(implementation: int, tactic: int, inputs: List[Dict[str, Any]], outputs: List[Dict[str, Any]]) -> Dict[str, Any]:
+def algorithm(
+    implementation: int, tactic: int, inputs: List[Dict[str, Any]], outputs: List[Dict[str, Any]]
+) -> Dict[str, Any]:
     """One layer's chosen algorithm in Polygraphy's Algorithm layout."""
-    return {"polygraphy_class": "Algorithm", "implementation": int(implementation), "tactic": int(tactic),
-            "inputs": inputs, "outputs": outputs}
+    return {
+        "polygraphy_class": "Algorithm",
+        "implementation": int(implementation),
+        "tactic": int(tactic),
+        "inputs": inputs,
+        "outputs": outputs,
+    }
 
 
 def replay_record(layers: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
@@ -34,8 +49,11 @@ def replay_record(layers: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
 
 def timing_cache_record(entries: Dict[str, Tuple[int, float]], version: str) -> Dict[str, Any]:
     """A record of an editable timing cache: ``{key: (tactic hash, time in ms)}``."""
-    return {"format": TIMING_CACHE_FORMAT, "tensorrt": version,
-            "entries": {k: {"tactic": hex(int(h)), "timing_ms": float(ms)} for k, (h, ms) in entries.items()}}
+    return {
+        "format": TIMING_CACHE_FORMAT,
+        "tensorrt": version,
+        "entries": {k: {"tactic": hex(int(h)), "timing_ms": float(ms)} for k, (h, ms) in entries.items()},
+    }
 
 
 class RecordError(ConfigError):
@@ -56,8 +74,11 @@ def _io(infos: Any, path: Path, layer: str) -> str:
 def _algorithm(entry: Any, path: Path, layer: str) -> str:
     if not isinstance(entry, dict) or "tactic" not in entry or "implementation" not in entry:
         raise RecordError(f"{path}: layer {layer!r}: an algorithm needs 'implementation' and 'tactic'")
-    return (f"(Implementation: {entry['implementation']}, Tactic: {entry['tactic']}) | "
-            f"Inputs: [{_io(entry.get('inputs', []), path, layer)}] | Outputs: [{_io(entry.get('outputs', []), path, layer)}]")
+    return (
+        f"(Implementation: {entry['implementation']}, Tactic: {entry['tactic']}) | "
+        f"Inputs: [{_io(entry.get('inputs', []), path, layer)}] | "
+        f"Outputs: [{_io(entry.get('outputs', []), path, layer)}]"
+    )
 
 
 def load_record(path: str | Path) -> Dict[str, str]:

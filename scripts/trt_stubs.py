@@ -7,6 +7,7 @@ both packages into DEST (use it as MYPYPATH) and rewrites just those lines.
 
 Usage: python scripts/trt_stubs.py DEST
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,7 +41,8 @@ def main(dest: str) -> None:
     for pkg in ("tensorrt", "tensorrt_bindings"):
         shutil.copytree(site / pkg, target / pkg)
     for stub in target.rglob("*.pyi"):
-        lines = [(_fix_def(l) if l.lstrip().startswith("def ") else l) for l in stub.read_text().splitlines()]
+        text = stub.read_text().splitlines()
+        lines = [(_fix_def(line) if line.lstrip().startswith("def ") else line) for line in text]
         stub.write_text("\n".join(lines) + "\n")
         ast.parse(stub.read_text(), filename=str(stub))  # fail loudly if anything is still broken
 

@@ -7,14 +7,18 @@ takes the conditional ``generated -> advance`` transition: its recorded verdict 
 runs and nothing is sorted. Triggers are declared on the model class with transitions' typed
 ``event`` placeholders (``model_override``), so mypy sees them.
 """
+
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from transitions import Machine
 from transitions.experimental.utils import event, with_model_definitions
+
+if TYPE_CHECKING:
+    from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
@@ -29,11 +33,13 @@ logging.getLogger("transitions").setLevel(logging.ERROR)  # it warns of every he
 STATES = ["ready", "generate", "check", "sort", "advance", "stopped", "failed"]
 
 #: trigger -> its transitions, tried in order (the first whose conditions hold is taken)
-TRANSITIONS: Dict[str, List[Dict[str, Any]]] = {
+TRANSITIONS: Dict[str, List[TransitionConfigDictWithoutTrigger]] = {
     "start": [{"source": "ready", "dest": "generate"}],
     # a candidate whose verdict is known (loaded replay, or checked earlier) skips check and sort
-    "generated": [{"source": "generate", "dest": "advance", "conditions": "verdict_known", "before": "reuse_verdict"},
-                  {"source": "generate", "dest": "check"}],
+    "generated": [
+        {"source": "generate", "dest": "advance", "conditions": "verdict_known", "before": "reuse_verdict"},
+        {"source": "generate", "dest": "check"},
+    ],
     "exhausted": [{"source": "generate", "dest": "stopped"}],
     "checked": [{"source": "check", "dest": "sort"}],
     "sorted": [{"source": "sort", "dest": "advance"}],
@@ -170,7 +176,13 @@ class Lifecycle:
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
         self.checks += 1  # counted when started: a check that stops the run has run too
         self.verdict = self.checker.check(artifact, self.iteration, self.candidate)
-        log.info("Iteration %d: %s -> %s (%s)", self.iteration, self.candidate.label, _word(self.verdict), self.verdict.reason)
+        log.info(
+            "Iteration %d: %s -> %s (%s)",
+            self.iteration,
+            self.candidate.label,
+            _word(self.verdict),
+            self.verdict.reason,
+        )
         self.checked()
 
     def on_enter_sort(self) -> None:
@@ -212,7 +224,12 @@ class Lifecycle:
             "state": self.strategy.state(),
         }
         if verdict is not None:
-            info["verdict"] = {"passed": verdict.passed, "returncode": verdict.returncode, "reason": verdict.reason, "details": verdict.details}
+            info["verdict"] = {
+                "passed": verdict.passed,
+                "returncode": verdict.returncode,
+                "reason": verdict.reason,
+                "details": verdict.details,
+            }
         write_json_atomic(self.iter_info, info)
 
 

@@ -3,6 +3,7 @@
 A strategy makes the next candidate, takes a verdict, says when it is done and estimates
 what remains; the lifecycle owns the loop, the checks, sorting and the replay.
 """
+
 from __future__ import annotations
 
 import abc
@@ -48,7 +49,7 @@ class Candidate:
     label: str
     write: Optional[Callable[[Path], None]] = None
     info: Dict[str, Any] = field(default_factory=dict)
-    payload: Optional[Callable[[], "onnx.ModelProto"]] = None
+    payload: Optional[Callable[[], onnx.ModelProto]] = None
 
 
 class Strategy(abc.ABC):

@@ -3,6 +3,7 @@
 Pure: no I/O, no ONNX, no logging. Given that the predicate holds at ``count`` and not at 0,
 it finds the smallest index where it holds in ceil(log2(count)) tests.
 """
+
 from __future__ import annotations
 
 import math

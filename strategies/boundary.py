@@ -4,6 +4,7 @@ Pure: no I/O, no ONNX, no logging. A marker searches 0..count for the smallest i
 a monotone predicate holds, knowing it holds at ``count`` and assuming it does not at 0.
 Subclasses choose the order of the tests (``next``) and estimate what remains.
 """
+
 from __future__ import annotations
 
 import abc

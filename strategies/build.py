@@ -6,6 +6,7 @@ network, writes it to the iteration artifact, writes the build's tactic record t
 ``artifacts.paths``) into good/ or bad/ by the check's verdict. ``mode=diff_tactics dir=...``
 then names the tactics seen only in bad builds. TensorRT is the optional ``trt`` extra.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,14 @@ class BuildStrategy(Strategy):
         self.tactics_path = Path(tactics_path)
 
     @classmethod
-    def create(cls, ctx: RunContext, until: Optional[str] = None, workspace: Optional[int] = None,
-               timing_cache: Optional[str] = None, **unused: Any) -> "BuildStrategy":
+    def create(
+        cls,
+        ctx: RunContext,
+        until: Optional[str] = None,
+        workspace: Optional[int] = None,
+        timing_cache: Optional[str] = None,
+        **unused: Any,
+    ) -> BuildStrategy:
         """Parse ``ctx.model`` once with TensorRT (``BuildKeys``).
 
         Raises:

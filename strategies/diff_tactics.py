@@ -6,6 +6,7 @@ records alike (``runner.tactic_records``). For each layer, a tactic seen in some
 in no good record is potentially bad; it is reported with how many bad records chose it.
 Needs no TensorRT and runs no check.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,7 +45,9 @@ def collect(sources: Sequence[str], side: str) -> Records:
                 except RecordError as e:
                     log.warning("Skipping %s", e)
         else:
-            raise ConfigError(f"{side} record source {path} does not exist; give a file or a directory of tactic records")
+            raise ConfigError(
+                f"{side} record source {path} does not exist; give a file or a directory of tactic records"
+            )
     return records
 
 
@@ -85,8 +88,14 @@ class DiffTacticsStrategy(Strategy):
         self.report: Optional[Dict[str, Any]] = None
 
     @classmethod
-    def create(cls, ctx: RunContext, dir: Optional[str] = None, good: Sequence[str] = (), bad: Sequence[str] = (),
-               **unused: Any) -> "DiffTacticsStrategy":
+    def create(
+        cls,
+        ctx: RunContext,
+        dir: Optional[str] = None,
+        good: Sequence[str] = (),
+        bad: Sequence[str] = (),
+        **unused: Any,
+    ) -> DiffTacticsStrategy:
         """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad`` (``DiffTacticsKeys``).
 
         Raises:
@@ -97,7 +106,9 @@ class DiffTacticsStrategy(Strategy):
             good = good or [str(Path(dir) / "good")]
             bad = bad or [str(Path(dir) / "bad")]
         if not good or not bad:
-            raise ConfigError("mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]")
+            raise ConfigError(
+                "mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]"
+            )
         return cls(good, bad)
 
     def next_candidate(self) -> Optional[Candidate]:
@@ -117,23 +128,41 @@ class DiffTacticsStrategy(Strategy):
         bad = collect(self.bad_sources, "bad")
         for side, recs, sources in (("good", good, self.good_sources), ("bad", bad, self.bad_sources)):
             if not recs:
-                raise NothingToDoError(f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)}; "
-                                       f"run mode=build until both good and bad builds were sorted")
+                raise NothingToDoError(
+                    f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)}; "
+                    f"run mode=build until both good and bad builds were sorted"
+                )
         layer_sets = {frozenset(rec) for _, rec in good + bad}
         mismatched = sorted(set().union(*layer_sets) - frozenset.intersection(*layer_sets))
         if mismatched:
-            log.warning("Layers differ across records (%d appear in only some, e.g. %s): were they built from different "
-                        "models or TensorRT versions?", len(mismatched), ", ".join(mismatched[:3]))
+            log.warning(
+                "Layers differ across records (%d appear in only some, e.g. %s): were they built from different "
+                "models or TensorRT versions?",
+                len(mismatched),
+                ", ".join(mismatched[:3]),
+            )
         report = potentially_bad(good, bad)
         if report:
             for layer, tactics in report.items():
                 for t in tactics:
-                    log.info("Potentially bad: layer %s: %s (in %d of %d bad records, no good one)", layer, t["tactic"], t["bad_records"], len(bad))
+                    log.info(
+                        "Potentially bad: layer %s: %s (in %d of %d bad records, no good one)",
+                        layer,
+                        t["tactic"],
+                        t["bad_records"],
+                        len(bad),
+                    )
         else:
-            log.info("Could not determine potentially bad tactics: every tactic in a bad record also appears in a good one. "
-                     "Try more records.")
-        self.report = {"good_records": len(good), "bad_records": len(bad), "potentially_bad": report,
-                       "mismatched_layers": mismatched}
+            log.info(
+                "Could not determine potentially bad tactics: every tactic in a bad record also appears in a good one. "
+                "Try more records."
+            )
+        self.report = {
+            "good_records": len(good),
+            "bad_records": len(bad),
+            "potentially_bad": report,
+            "mismatched_layers": mismatched,
+        }
 
     def result(self) -> Dict[str, Any]:
         """``good_records``, ``bad_records``, ``potentially_bad`` (per layer), ``mismatched_layers``."""

@@ -4,6 +4,7 @@ Pure: no I/O, no ONNX, no logging. Each test removes exactly one element from th
 candidate that held, so it never relies on the predicate being monotone across more than one
 step (Polygraphy's LinearMarker walks one layer at a time the same way).
 """
+
 from __future__ import annotations
 
 from typing import Optional

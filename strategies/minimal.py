@@ -6,6 +6,7 @@ searching"): about 2*log2(b) tests for a boundary at ``b``, so a ranking that pu
 needed elements first costs few tests. Modes use it inside ``SetSearch`` (``searches_sets``)
 to find a 1-minimal set.
 """
+
 from __future__ import annotations
 
 import math

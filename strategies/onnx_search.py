@@ -8,6 +8,7 @@ until it has its result; a mode may add gates after it (reduce's control check).
 build their model only when a check needs it, and are keyed by the model's fingerprint, a
 variant (what else shapes the candidate) and the unit set.
 """
+
 from __future__ import annotations
 
 import abc
@@ -69,8 +70,15 @@ class OnnxSearchStrategy(Strategy):
 
     noun = "node"
 
-    def __init__(self, search: Search, universe: Iterable[int], hit_on_pass: bool, output: Path,
-                 save_opts: Optional[Dict[str, Any]], model_fingerprint: str):
+    def __init__(
+        self,
+        search: Search,
+        universe: Iterable[int],
+        hit_on_pass: bool,
+        output: Path,
+        save_opts: Optional[Dict[str, Any]],
+        model_fingerprint: str,
+    ):
         self.search = search
         self.universe: Units = frozenset(universe)
         self.hit_on_pass = hit_on_pass

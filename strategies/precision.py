@@ -12,6 +12,7 @@ Markers:
         fp32 values (activations and weights) reach past the low precision's range, ending with
         a 1-minimal kept set: dropping any one kept node fails the check.
 """
+
 from __future__ import annotations
 
 import functools
@@ -87,9 +88,18 @@ class PrecisionStrategy(OnnxSearchStrategy):
         ConfigError: when the model has no float nodes.
     """
 
-    def __init__(self, model: onnx.ModelProto, layers: List[int], marker: Callable[[int], BoundaryMarker],
-                 direction: str = "forward", low: str = "float16", output: Path = Path("mixed_precision.onnx"),
-                 ranking: Optional[List[int]] = None, save_opts: Optional[Dict[str, Any]] = None, weak_typing: bool = False):
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        layers: List[int],
+        marker: Callable[[int], BoundaryMarker],
+        direction: str = "forward",
+        low: str = "float16",
+        output: Path = Path("mixed_precision.onnx"),
+        ranking: Optional[List[int]] = None,
+        save_opts: Optional[Dict[str, Any]] = None,
+        weak_typing: bool = False,
+    ):
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
         self.model = model
@@ -98,19 +108,36 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.low = low
         self.weak_typing = weak_typing
         self.artifact_suffix = ".engine" if weak_typing else ".onnx"
-        search: Search = (SetSearch(ranking, marker) if ranking is not None
-                          else PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker))
+        search: Search = (
+            SetSearch(ranking, marker)
+            if ranking is not None
+            else PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
+        )
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.marker_name = marker_name(marker)
-        everything, nothing = frozenset(self.layers), frozenset()
-        self.gates.extend([Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed),
-                           Gate(lambda: self.candidate(nothing, "no node kept"), False, self._none_kept_passed)])
+        everything: Units = frozenset(self.layers)
+        nothing: Units = frozenset()
+        self.gates.extend(
+            [
+                Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed),
+                Gate(lambda: self.candidate(nothing, "no node kept"), False, self._none_kept_passed),
+            ]
+        )
 
     @classmethod
-    def create(cls, ctx: RunContext, marker: Callable[[int], BoundaryMarker], direction: str = "forward",
-               precision: str = "float32", low_precision: str = "float16", weak_typing: bool = False,
-               output: Optional[str] = None, external_data: bool = False, external_data_threshold: int = 1024,
-               **unused: Any) -> "PrecisionStrategy":
+    def create(
+        cls,
+        ctx: RunContext,
+        marker: Callable[[int], BoundaryMarker],
+        direction: str = "forward",
+        precision: str = "float32",
+        low_precision: str = "float16",
+        weak_typing: bool = False,
+        output: Optional[str] = None,
+        external_data: bool = False,
+        external_data_threshold: int = 1024,
+        **unused: Any,
+    ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
 
         Args:
@@ -124,8 +151,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
             MissingExtraError: ``weak_typing=true`` without TensorRT.
         """
         if precision != "float32":
-            raise ConfigError(f"precision={precision}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
-                              "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16")
+            raise ConfigError(
+                f"precision={precision}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
+                "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16"
+            )
         if low_precision not in ("float16", "bfloat16"):
             raise ConfigError(f"low_precision={low_precision}: use float16 or bfloat16")
         if weak_typing:
@@ -135,8 +164,17 @@ class PrecisionStrategy(OnnxSearchStrategy):
         model = constants_to_initializers(name_nodes(ctx.model))
         layers = float_nodes(model)
         ranking = sensitivity_ranking(model, layers, ctx.activations) if searches_sets(marker) else None
-        return cls(model, layers, marker, direction, low_precision, Path(output or "mixed_precision.onnx"), ranking,
-                   {"external_data": external_data, "threshold": external_data_threshold}, weak_typing)
+        return cls(
+            model,
+            layers,
+            marker,
+            direction,
+            low_precision,
+            Path(output or "mixed_precision.onnx"),
+            ranking,
+            {"external_data": external_data, "threshold": external_data_threshold},
+            weak_typing,
+        )
 
     # -- candidates -----------------------------------------------------------------------
 
@@ -181,9 +219,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
     # -- gates ----------------------------------------------------------------------------
 
     def _all_kept_failed(self, verdict: Verdict) -> None:
-        raise CheckNeverPassedError("the check fails even with every node in float32, so no kept set can pass; "
-                                    "check the checker, its tolerances and the golden outputs",
-                                    tail=verdict.details.get("output_tail", ""))
+        raise CheckNeverPassedError(
+            "the check fails even with every node in float32, so no kept set can pass; "
+            "check the checker, its tolerances and the golden outputs",
+            tail=verdict.details.get("output_tail", ""),
+        )
 
     def _none_kept_passed(self, verdict: Verdict) -> None:
         log.info("The check passes with every node in %s: no node needs float32", self.low)

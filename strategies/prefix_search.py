@@ -6,6 +6,7 @@ the whole order does and assuming the empty prefix does not. Same interface as
 ``strategies.set_search.SetSearch`` (``next``, ``step``, ``result``, ``remaining``, ``rounds``,
 ``label``), so a mode holds either one without branching on which.
 """
+
 from __future__ import annotations
 
 from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar

@@ -13,6 +13,7 @@ search, if no check passed, one control candidate without the answer's nodes is 
 that fails on it too fails whatever the model holds, and the run says so instead of naming a
 culprit.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,11 +55,21 @@ class ReduceStrategy(OnnxSearchStrategy):
         ConfigError: when both reductions are off (nothing could change).
     """
 
-    def __init__(self, index: GraphIndex, marker: Callable[[int], BoundaryMarker], reduce_inputs: bool = True,
-                 reduce_outputs: bool = True, output: Path = Path("reduced.onnx"), min_good: Optional[Path] = None,
-                 save_opts: Optional[Dict[str, Any]] = None, source_path: Optional[Path] = None):
+    def __init__(
+        self,
+        index: GraphIndex,
+        marker: Callable[[int], BoundaryMarker],
+        reduce_inputs: bool = True,
+        reduce_outputs: bool = True,
+        output: Path = Path("reduced.onnx"),
+        min_good: Optional[Path] = None,
+        save_opts: Optional[Dict[str, Any]] = None,
+        source_path: Optional[Path] = None,
+    ):
         if not reduce_inputs and not reduce_outputs:
-            raise ConfigError("reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one")
+            raise ConfigError(
+                "reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one"
+            )
         self.index = index
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
@@ -71,14 +82,24 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.full = self.universe
         self.passed_any = False
         self._passing: List[Tuple[int, Units]] = []
-        self.gates.extend([Gate(self._original, False, self._original_passed),
-                           Gate(self._rewritten, False, self._rewritten_passed)])
+        self.gates.extend(
+            [Gate(self._original, False, self._original_passed), Gate(self._rewritten, False, self._rewritten_passed)]
+        )
 
     @classmethod
-    def create(cls, ctx: RunContext, marker: Callable[[int], BoundaryMarker], reduce_inputs: bool = True,
-               reduce_outputs: bool = True, output: Optional[str] = None, min_good: Optional[str] = None,
-               keep_constant_nodes: bool = False, external_data: bool = False, external_data_threshold: int = 1024,
-               **unused: Any) -> "ReduceStrategy":
+    def create(
+        cls,
+        ctx: RunContext,
+        marker: Callable[[int], BoundaryMarker],
+        reduce_inputs: bool = True,
+        reduce_outputs: bool = True,
+        output: Optional[str] = None,
+        min_good: Optional[str] = None,
+        keep_constant_nodes: bool = False,
+        external_data: bool = False,
+        external_data_threshold: int = 1024,
+        **unused: Any,
+    ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
 
         Args:
@@ -92,9 +113,16 @@ class ReduceStrategy(OnnxSearchStrategy):
         """
         meta = TensorMeta(ctx.model, ctx.shapes, lambda: ctx.activations)
         index = GraphIndex(ctx.model, meta, keep_constant_nodes=keep_constant_nodes)
-        return cls(index, marker, reduce_inputs, reduce_outputs, Path(output or "reduced.onnx"),
-                   Path(min_good) if min_good else None,
-                   {"external_data": external_data, "threshold": external_data_threshold}, ctx.model_path)
+        return cls(
+            index,
+            marker,
+            reduce_inputs,
+            reduce_outputs,
+            Path(output or "reduced.onnx"),
+            Path(min_good) if min_good else None,
+            {"external_data": external_data, "threshold": external_data_threshold},
+            ctx.model_path,
+        )
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -153,8 +181,13 @@ class ReduceStrategy(OnnxSearchStrategy):
                 save_model(copy, path, **{**self.save_opts, "external_data": True})
 
         n = len(self.index.nodes)
-        return Candidate(f"{self.fingerprint}:original", f"your model as given: {n} nodes", write, {"nodes": n},
-                         payload=lambda: model)
+        return Candidate(
+            f"{self.fingerprint}:original",
+            f"your model as given: {n} nodes",
+            write,
+            {"nodes": n},
+            payload=lambda: model,
+        )
 
     def _original_passed(self, verdict: Verdict) -> None:
         raise NothingToDoError(
@@ -172,8 +205,10 @@ class ReduceStrategy(OnnxSearchStrategy):
                 "the check fails on your model but passes on the same nodes re-exported by onnx-graphsurgeon, so "
                 "no subgraph can show the failure; the failure depends on how the file is written, not on its nodes"
             )
-        log.warning("The check fails on your model but passes once its Constant nodes become initializers: the "
-                    "failure needs Constant nodes, so they are kept as nodes (keep_constant_nodes=true)")
+        log.warning(
+            "The check fails on your model but passes once its Constant nodes become initializers: the "
+            "failure needs Constant nodes, so they are kept as nodes (keep_constant_nodes=true)"
+        )
         self.index.keep_constant_nodes = True
         self.gates.appendleft(Gate(self._rewritten, False, self._rewritten_passed))
 
@@ -190,8 +225,11 @@ class ReduceStrategy(OnnxSearchStrategy):
         control = None if self.passed_any else self._control_units()
         if control is None:
             return None
-        return Gate(lambda: self.candidate(control, "control: nodes outside the answer (no check has passed yet)"),
-                    True, lambda verdict: None)
+        return Gate(
+            lambda: self.candidate(control, "control: nodes outside the answer (no check has passed yet)"),
+            True,
+            lambda verdict: None,
+        )
 
     def _control_units(self) -> Optional[Units]:
         """One unit whose candidate holds none of the answer's nodes (the last such in the search

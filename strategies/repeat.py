@@ -2,6 +2,7 @@
 
 For flaky failures: each run's artifacts are sorted into good/ or bad/, so the user can diff them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +30,7 @@ class RepeatStrategy(Strategy):
         self.ctx = ctx if ctx is not None and ctx.model_path is not None else None
 
     @classmethod
-    def create(cls, ctx: RunContext, until: Optional[str] = None, **unused: Any) -> "RepeatStrategy":
+    def create(cls, ctx: RunContext, until: Optional[str] = None, **unused: Any) -> RepeatStrategy:
         """Build from the mode's options (``RepeatKeys``).
 
         Raises:
@@ -39,7 +40,9 @@ class RepeatStrategy(Strategy):
         """
         parsed = Until.parse(until, "repeat")
         if ctx.model_path is not None and not Path(ctx.model_path).is_file():
-            raise ModelError(f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)")
+            raise ModelError(
+                f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)"
+            )
         return cls(parsed, ctx)
 
     def next_candidate(self) -> Optional[Candidate]:
@@ -48,8 +51,9 @@ class RepeatStrategy(Strategy):
             return None
         n = self.counter.runs + 1
         ctx = self.ctx
-        return Candidate(key=f"run:{n}", label=f"run {n}", info={"run": n},
-                         payload=(lambda: ctx.model) if ctx is not None else None)
+        return Candidate(
+            key=f"run:{n}", label=f"run {n}", info={"run": n}, payload=(lambda: ctx.model) if ctx is not None else None
+        )
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Count the verdict and decide whether ``until`` is met."""

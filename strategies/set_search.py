@@ -19,6 +19,7 @@ about log2(|U|) + 1 tests, so k needed elements among n cost about k * (log2(n) 
 tests; one needed element among 672 costs 11. Without monotonicity every answer is still a
 set that was tested and gave the target.
 """
+
 from __future__ import annotations
 
 from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar
@@ -41,7 +42,9 @@ class SetSearch(Generic[T]):
     The caller must know that ``target(required + universe)`` holds.
     """
 
-    def __init__(self, universe: Sequence[T], marker_factory: Callable[[int], BoundaryMarker], required: Sequence[T] = ()):
+    def __init__(
+        self, universe: Sequence[T], marker_factory: Callable[[int], BoundaryMarker], required: Sequence[T] = ()
+    ):
         self.required: List[T] = list(required)
         self.rest: List[T] = [u for u in universe if u not in set(self.required)]
         self.marker_factory = marker_factory

@@ -1,4 +1,5 @@
 """The ``until`` option of repeat-style modes: stop at the first good, first bad, or after N runs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,21 +34,25 @@ class Until:
         return None if self.count is None else max(self.count - iterations, 0)
 
     @classmethod
-    def parse(cls, value: object, mode: str) -> "Until":
+    def parse(cls, value: object, mode: str) -> Until:
         """Parse ``until=good|bad|N``.
 
         Raises:
             ConfigError: when missing, not good/bad, or not a positive integer.
         """
         if value is None:
-            raise ConfigError(f"mode={mode} needs a stop condition: until=bad, until=good or until=N (a positive number)")
+            raise ConfigError(
+                f"mode={mode} needs a stop condition: until=bad, until=good or until=N (a positive number)"
+            )
         text = str(value).strip().lower()
         if text in ("good", "bad"):
             return cls(verdict=text)
         try:
             count = int(text)
         except ValueError:
-            raise ConfigError(f"until={value!r} is not good, bad or a number; use until=bad, until=good or until=N") from None
+            raise ConfigError(
+                f"until={value!r} is not good, bad or a number; use until=bad, until=good or until=N"
+            ) from None
         if count <= 0:
             raise ConfigError(f"until={count} must be a positive number of iterations; use until=1 or more")
         return cls(count=count)

@@ -3,6 +3,7 @@
 Builders live in ``tests/helpers/``; mode tests use ``run``, and ``run_cli`` is kept for what only a
 process shows (exit codes, signals, stdout, the README's commands).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

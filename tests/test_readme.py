@@ -1,4 +1,5 @@
 """The README's first command (the main job on the bundled example) works as written."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _quick_start() -> list[str]:
-    block = re.search(r"## Quick start\s+```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    found = re.search(r"## Quick start\s+```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert found, "the README has a Quick start bash block"
+    block = found.group(1)
     first, second = [line for line in block.splitlines() if line.strip()][:2]
     assert first.startswith('pip install -e ".[test]" && python -m runner ')
     assert second.strip() == "python -m pytest"
@@ -25,8 +28,14 @@ def test_readme_main_command(tmp_path):
     assert argv[:3] == ["python", "-m", "runner"]
     out = tmp_path / "reduced.onnx"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = subprocess.run([sys.executable, *argv[1:], f"output={out}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, *argv[1:], f"output={out}", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reduced_nodes"] == [{"name": "HardSigmoid@2", "op": "HardSigmoid"}]

@@ -1,4 +1,5 @@
 """The backend interface: run a model on a set of inputs, return its outputs by name."""
+
 from __future__ import annotations
 
 import abc
@@ -18,8 +19,13 @@ class Backend(abc.ABC):
     name: str = ""
 
     @abc.abstractmethod
-    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Run ``model`` once.
 
         Args:

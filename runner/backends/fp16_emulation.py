@@ -5,6 +5,7 @@ tensor to bf16 (ONNX Runtime's CPU Cast supports bfloat16 from opset 13). Output
 fp16 come back as float16; outputs declared bf16 as float32 arrays holding bf16-rounded
 values, since numpy has no bfloat16 type of its own.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -42,14 +43,22 @@ class EmulationBackend(Backend):
             self._rewritten = {key: entry}
         return entry
 
-    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Run once in fp32 with low-precision rounding; fp16 outputs come back as float16."""
         rewritten, low_in, low_out = self.prepare(model, key)
         fed = {k: (np.asarray(v, dtype=np.float32) if k in low_in else v) for k, v in feeds.items()}
         got = self.ort.run(rewritten, fed, key=None if key is None else f"emu:{key}", outputs=outputs)
         declared = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-        return {k: (v.astype(np.float16) if k in low_out and declared.get(k) == onnx.TensorProto.FLOAT16 else v) for k, v in got.items()}
+        return {
+            k: (v.astype(np.float16) if k in low_out and declared.get(k) == onnx.TensorProto.FLOAT16 else v)
+            for k, v in got.items()
+        }
 
     def close(self) -> None:
         """Drop cached sessions and rewritten models."""

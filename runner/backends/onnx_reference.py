@@ -1,4 +1,5 @@
 """The ONNX reference evaluator (onnx.reference.ReferenceEvaluator): slow, but the spec's own semantics."""
+
 from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Sequence
@@ -23,7 +24,9 @@ class BatchNormalization(OpRun):
 
     op_domain = ""
 
-    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, spatial=None, is_test=None):  # type: ignore[override]
+    def _run(
+        self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, spatial=None, is_test=None
+    ):  # type: ignore[override]
         eps = 1e-5 if epsilon is None else epsilon
         shape = [1, -1] + [1] * (x.ndim - 2)
         y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
@@ -42,16 +45,26 @@ class OnnxReferenceBackend(Backend):
         self._key: Optional[str] = None
         self._evaluator: Optional[ReferenceEvaluator] = None
 
-    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Run once; ``outputs`` may name intermediate tensors."""
         try:
             if key is None or key != self._key or self._evaluator is None:
-                single_output_bn = all(len(n.output) == 1 for n in model.graph.node if n.op_type == "BatchNormalization")
+                single_output_bn = all(
+                    len(n.output) == 1 for n in model.graph.node if n.op_type == "BatchNormalization"
+                )
                 self._evaluator = ReferenceEvaluator(model, new_ops=[BatchNormalization] if single_output_bn else None)
                 self._key = key
             names = list(outputs) if outputs is not None else list(self._evaluator.output_names)
             got = self._evaluator.run(names, dict(feeds))
         except Exception as e:  # the evaluator raises many types
-            raise ModelError(f"the ONNX reference evaluator cannot run the model: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+            raise ModelError(
+                "the ONNX reference evaluator cannot run the model: "
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            ) from None
         return {n: np.asarray(v) for n, v in zip(names, got)}

@@ -1,4 +1,5 @@
 """ONNX Runtime backend (CPU by default; providers and optimization level configurable)."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -34,16 +35,26 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
 
-    def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "all", cache_size: int = 4):
+    def __init__(
+        self,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        graph_optimization_level: str = "all",
+        cache_size: int = 4,
+    ):
         if graph_optimization_level not in LEVELS:
-            raise ConfigError(f"checker.graph_optimization_level={graph_optimization_level!r}; use one of {sorted(LEVELS)}")
+            raise ConfigError(
+                f"checker.graph_optimization_level={graph_optimization_level!r}; use one of {sorted(LEVELS)}"
+            )
         missing = [p for p in providers if p not in ort.get_available_providers()]
         if missing:
-            raise ConfigError(f"ONNX Runtime providers {missing} are not available here ({ort.get_available_providers()}); fix checker.providers")
+            raise ConfigError(
+                f"ONNX Runtime providers {missing} are not available here ({ort.get_available_providers()}); "
+                "fix checker.providers"
+            )
         self.providers = list(providers)
         self.level = LEVELS[graph_optimization_level]
         self.cache_size = cache_size
-        self._sessions: "OrderedDict[str, ort.InferenceSession]" = OrderedDict()
+        self._sessions: OrderedDict[str, ort.InferenceSession] = OrderedDict()
 
     def session(self, model: onnx.ModelProto, key: Optional[str]) -> ort.InferenceSession:
         """A (cached) session for ``model``."""
@@ -57,8 +68,13 @@ class OnnxRuntimeBackend(Backend):
                 self._sessions.popitem(last=False)
         return sess
 
-    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Run once; intermediate ``outputs`` are served by a run with every tensor marked."""
         declared = [o.name for o in model.graph.output]
         if outputs is not None and not set(outputs) <= set(declared):

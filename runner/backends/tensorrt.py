@@ -3,6 +3,7 @@
 tensorrt is imported when the backend is created, never at module import; without it the
 backend raises MissingExtraError naming the ``trt`` extra.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Mapping, Optional, Sequence, Tuple
@@ -31,8 +32,13 @@ class TensorRTBackend(Backend):
         self.workspace = workspace
         self._engine: Optional[Tuple[Optional[str], bytes]] = None
 
-    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None,
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+    def run(
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+    ) -> Dict[str, np.ndarray]:
         """Build (or reuse) the engine for ``model`` and run it on ``feeds``.
 
         Raises:

@@ -1,4 +1,5 @@
 """The checker interface: judge one iteration's artifact, return a Verdict."""
+
 from __future__ import annotations
 
 import abc
@@ -21,7 +22,7 @@ class Checker(abc.ABC):
 
     output_dir: Optional[Path] = None
 
-    def bind(self, ctx: "RunContext") -> None:
+    def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 
     @abc.abstractmethod

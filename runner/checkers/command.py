@@ -1,4 +1,5 @@
 """The command checker: run a user's command per iteration; its exit code and output decide."""
+
 from __future__ import annotations
 
 import logging
@@ -10,9 +11,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from runner.artifacts import unique_path
 from runner.checkers.base import Checker
@@ -124,9 +125,13 @@ class CommandChecker(Checker):
         log.debug("Running check: %s", shlex.join(argv))
         with _output_file(self.output_dir, iteration) as (out, out_path):
             try:
-                proc = subprocess.Popen(_with_reaper(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                proc = subprocess.Popen(
+                    _with_reaper(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
             except OSError as e:
-                raise CheckStartError(f"cannot start check command {argv[0]!r} ({e.strerror}); fix checker.cmd") from None
+                raise CheckStartError(
+                    f"cannot start check command {argv[0]!r} ({e.strerror}); fix checker.cmd"
+                ) from None
             timed_out = False
             try:
                 proc.wait(timeout=self.timeout_s)
@@ -149,8 +154,10 @@ class CommandChecker(Checker):
             verdict = self._killed(-code, iteration, output)
         elif code in (126, 127) and code not in (self.fail_codes or []) + (self.ignore_fail_codes or []):
             why = "cannot be executed" if code == 126 else "was not found"
-            raise CheckStartError(f"check command exited {code} in iteration {iteration}: a program it runs {why} "
-                                  f"({_last_line(output) or 'no output'}); fix checker.cmd")
+            raise CheckStartError(
+                f"check command exited {code} in iteration {iteration}: a program it runs {why} "
+                f"({_last_line(output) or 'no output'}); fix checker.cmd"
+            )
         elif self._failed(code, output):
             verdict = Verdict(False, code, f"exit code {code}")
         else:
@@ -158,7 +165,9 @@ class CommandChecker(Checker):
         verdict.details["output_tail"] = tail(output, TAIL_CHARS)
         if out_path:
             verdict.details["output_file"] = str(out_path)
-        if output.strip() and ((verdict.passed and self.show_output) or (not verdict.passed and not self.hide_fail_output)):
+        if output.strip() and (
+            (verdict.passed and self.show_output) or (not verdict.passed and not self.hide_fail_output)
+        ):
             log.info("Check output of iteration %d%s:\n%s", iteration, where, tail(output, LOG_CHARS).rstrip())
         return verdict
 
@@ -167,8 +176,10 @@ class CommandChecker(Checker):
         hint = SIGNAL_HINTS.get(signum, "")
         what = f"killed by {name}{f' ({hint})' if hint else ''}"
         if self.signal_is == "error":
-            raise CheckError(f"the check of iteration {iteration} was {what}, which says nothing about the model; "
-                             "fix the check or its resources, or count it as a failure with checker.signal_is=fail")
+            raise CheckError(
+                f"the check of iteration {iteration} was {what}, which says nothing about the model; "
+                "fix the check or its resources, or count it as a failure with checker.signal_is=fail"
+            )
         log.warning("Check of iteration %d was %s; counted as a failure (checker.signal_is=fail)", iteration, what)
         return Verdict(False, -signum, what, {"signal": name})
 
@@ -178,8 +189,12 @@ LOG_CHARS = 4000
 TAIL_CHARS = 1000
 
 #: what a signal that ended a check most likely means
-SIGNAL_HINTS = {signal.SIGKILL: "out of memory?", signal.SIGSEGV: "the check crashed", signal.SIGABRT: "the check aborted",
-                signal.SIGBUS: "the check crashed"}
+SIGNAL_HINTS: Dict[int, str] = {
+    signal.SIGKILL: "out of memory?",
+    signal.SIGSEGV: "the check crashed",
+    signal.SIGABRT: "the check aborted",
+    signal.SIGBUS: "the check crashed",
+}
 
 _REAPER = Path(__file__).with_name("reaper.py")
 
@@ -217,7 +232,7 @@ def tail(text: str, chars: int) -> str:
     if len(text) <= chars:
         return text
     cut = text[-chars:]
-    return "[...]\n" + cut[cut.find("\n") + 1:] if "\n" in cut else "[...]" + cut
+    return "[...]\n" + cut[cut.find("\n") + 1 :] if "\n" in cut else "[...]" + cut
 
 
 def _last_line(text: str) -> str:
@@ -234,7 +249,5 @@ def _signal_name(signum: int) -> str:
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill every process left in the check's process group (it leads its own session)."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -4,6 +4,7 @@ No subprocess per iteration: sessions, the inputs and the golden values are made
 reduce mode a subgraph's inputs are fed the values the original model produced for those
 tensors, and its outputs are compared with the original model's values for them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,9 +17,9 @@ import onnx
 from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
 from runner.checkers.tolerance import compare_outputs
+from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
-from runner.context import RunContext
 from runner.graph.feeds import graph_inputs, load_npz
 from runner.graph.load import load_model
 from strategies.base import Candidate, Verdict
@@ -48,9 +49,13 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
     integer or bool types are left alone: they change the value).
     """
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-    casts = [n for n in model.graph.node if n.op_type == "Cast"
-             and any(a.name == "to" and a.i in floats for a in n.attribute)
-             and (n.input[0] not in values or np.asarray(values[n.input[0]]).dtype.kind == "f")]
+    casts = [
+        n
+        for n in model.graph.node
+        if n.op_type == "Cast"
+        and any(a.name == "to" and a.i in floats for a in n.attribute)
+        and (n.input[0] not in values or np.asarray(values[n.input[0]]).dtype.kind == "f")
+    ]
     changed = True
     while changed:
         changed = False
@@ -85,15 +90,24 @@ class CompareChecker(Checker):
         MissingExtraError: for tensorrt without TensorRT installed.
     """
 
-    def __init__(self, backend: str = "onnxruntime", reference: str = "onnxruntime", atol: float = 1e-3, rtol: float = 1e-3,
-                 max_mismatch_fraction: float = 0.0, providers: Sequence[str] = ("CPUExecutionProvider",),
-                 graph_optimization_level: str = "all"):
+    def __init__(
+        self,
+        backend: str = "onnxruntime",
+        reference: str = "onnxruntime",
+        atol: float = 1e-3,
+        rtol: float = 1e-3,
+        max_mismatch_fraction: float = 0.0,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        graph_optimization_level: str = "all",
+    ):
         if atol < 0 or rtol < 0:
             raise ConfigError(f"checker.atol={atol} and checker.rtol={rtol} must not be negative")
         if not 0 <= max_mismatch_fraction < 1:
             raise ConfigError(f"checker.max_mismatch_fraction={max_mismatch_fraction} must be in [0, 1)")
         self.atol, self.rtol, self.max_mismatch_fraction = atol, rtol, max_mismatch_fraction
-        self.backend: Backend = make_backend(backend, providers=list(providers), graph_optimization_level=graph_optimization_level)
+        self.backend: Backend = make_backend(
+            backend, providers=list(providers), graph_optimization_level=graph_optimization_level
+        )
         self.backend_name = backend
         self.reference_name = reference
         self.providers = list(providers)
@@ -121,13 +135,18 @@ class CompareChecker(Checker):
             golden = self.reference_values(model, feeds)
         missing = [o.name for o in model.graph.output if o.name not in golden]
         if missing:
-            raise ConfigError(f"golden={ctx.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model")
+            raise ConfigError(
+                f"golden={ctx.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model"
+            )
         self.values = _through_casts(model, {**golden, **feeds})
         if ctx.save_golden:
             try:
-                np.savez(ctx.save_golden, **self.values)
+                savez: Any = np.savez  # numpy's stub types **arrays as its keyword options
+                savez(ctx.save_golden, **self.values)
             except OSError as e:
-                raise ArtifactError(f"save_golden={ctx.save_golden}: cannot write ({e.strerror}); choose a writable path") from None
+                raise ArtifactError(
+                    f"save_golden={ctx.save_golden}: cannot write ({e.strerror}); choose a writable path"
+                ) from None
             log.info("Saved %d golden tensors to %s", len(self.values), ctx.save_golden)
 
     def reference_values(self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -136,7 +155,11 @@ class CompareChecker(Checker):
             return run_all_tensors(model, feeds)
         reference = make_backend(self.reference_name, providers=self.providers)
         try:
-            names = [o for n in model.graph.node for o in n.output if o] if self.reference_name == "onnx_reference" else None
+            names = (
+                [o for n in model.graph.node for o in n.output if o]
+                if self.reference_name == "onnx_reference"
+                else None
+            )
             return reference.run(model, feeds, outputs=names)
         finally:
             reference.close()
@@ -152,8 +175,10 @@ class CompareChecker(Checker):
         names: List[str] = [i.name for i in graph_inputs(model)]
         missing = [n for n in names if n not in self.values]
         if missing:
-            raise ConfigError(f"no recorded value for tensors {missing} that the candidate takes as inputs; "
-                              "let the checker compute golden values (drop golden=) or save them with save_golden=")
+            raise ConfigError(
+                f"no recorded value for tensors {missing} that the candidate takes as inputs; "
+                "let the checker compute golden values (drop golden=) or save them with save_golden="
+            )
         declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
         feeds = {n: _as_declared(self.values[n], declared.get(n)) for n in names}
         try:
@@ -162,18 +187,39 @@ class CompareChecker(Checker):
             return Verdict(False, reason=f"{self.backend_name} failed: {e}", details={"error": str(e)})
         unknown = [n for n in got if n not in self.values]
         if unknown:
-            raise ConfigError(f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)")
+            raise ConfigError(
+                f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
+            )
         passed, stats, problems = compare_outputs(got, self.values, self.atol, self.rtol, self.max_mismatch_fraction)
         for line in problems:
             log.info("Iteration %d: %s", iteration, line)
         worst = max(stats, key=lambda n: (stats[n]["mismatch_fraction"], stats[n]["max_abs"]))
         w = stats[worst]
-        log.info("Iteration %d: %d of %d outputs within tolerance; worst %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
-                 iteration, len(stats) - len(problems), len(stats), worst, w["max_abs"], w["max_rel"], 100 * w["mismatch_fraction"])
+        log.info(
+            "Iteration %d: %d of %d outputs within tolerance; worst %s: "
+            "max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
+            iteration,
+            len(stats) - len(problems),
+            len(stats),
+            worst,
+            w["max_abs"],
+            w["max_rel"],
+            100 * w["mismatch_fraction"],
+        )
         for name, st in stats.items():
-            log.debug("Iteration %d: %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%", iteration, name,
-                      st["max_abs"], st["max_rel"], 100 * st["mismatch_fraction"])
-        reason = "all outputs within tolerance" if passed else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            log.debug(
+                "Iteration %d: %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
+                iteration,
+                name,
+                st["max_abs"],
+                st["max_rel"],
+                100 * st["mismatch_fraction"],
+            )
+        reason = (
+            "all outputs within tolerance"
+            if passed
+            else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
         return Verdict(passed, reason=reason, details={"outputs": stats})
 
     def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
@@ -181,10 +227,14 @@ class CompareChecker(Checker):
         if self._warned or self.backend_name != "onnxruntime" or self.providers != ["CPUExecutionProvider"]:
             return
         if any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer) or any(
-                v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in list(model.graph.input) + list(model.graph.output)):
+            v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+            for v in list(model.graph.input) + list(model.graph.output)
+        ):
             self._warned = True
-            log.warning("ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
-                        "overflows; checker.backend=fp16_emulation shows them")
+            log.warning(
+                "ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
+                "overflows; checker.backend=fp16_emulation shows them"
+            )
 
     def close(self) -> None:
         """Release the backend's sessions."""

@@ -1,4 +1,5 @@
 """The interactive checker: ask the user at the terminal whether each iteration passed."""
+
 from __future__ import annotations
 
 import sys
@@ -38,7 +39,9 @@ class InteractiveChecker(Checker):
             self.stdout.flush()
             line = self.stdin.readline()
             if not line:
-                raise CheckStartError("the terminal closed while waiting for a y/n answer; run again and answer each question")
+                raise CheckStartError(
+                    "the terminal closed while waiting for a y/n answer; run again and answer each question"
+                )
             answer = line.strip().lower()
             if answer in ("y", "yes"):
                 return Verdict(True, reason="user said yes")

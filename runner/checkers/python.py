@@ -1,4 +1,5 @@
 """The python checker: call a user's function in-process, no subprocess per iteration."""
+
 from __future__ import annotations
 
 import logging
@@ -33,7 +34,9 @@ class PythonChecker(Checker):
         try:
             self.fn = get_method(target)
         except Exception as e:  # hydra wraps import errors in ImportError/ValueError
-            raise CheckStartError(f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH") from None
+            raise CheckStartError(
+                f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH"
+            ) from None
         self.target = target
         self.args = [str(a) for a in args]
 

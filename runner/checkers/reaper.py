@@ -10,6 +10,7 @@ not found and 126 when it cannot be executed, as a shell reports them.
 Standard library only (it runs with ``-S``, before any site package), so it starts in a few
 milliseconds.
 """
+
 from __future__ import annotations
 
 import errno
@@ -64,13 +65,13 @@ def main(argv: list) -> int:
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
+        signum = os.WTERMSIG(status)
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # end as the command did, without a core file of our own
-        if sig in ENDING:
-            signal.signal(sig, signal.SIG_DFL)  # SIGKILL and most others have no handler here
-        os.kill(os.getpid(), sig)
+        if signum in ENDING:
+            signal.signal(signum, signal.SIG_DFL)  # SIGKILL and most others have no handler here
+        os.kill(os.getpid(), signum)
     return os.waitstatus_to_exitcode(status)
 
 

@@ -1,4 +1,5 @@
 """Compare outputs with golden outputs: per tensor, elementwise |a - b| <= atol + rtol * |b| (numpy.isclose)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -28,12 +29,16 @@ class OutputStats:
     problem: str = ""
 
 
-def compare_tensor(actual: np.ndarray, golden: np.ndarray, atol: float, rtol: float, max_mismatch_fraction: float) -> OutputStats:
+def compare_tensor(
+    actual: np.ndarray, golden: np.ndarray, atol: float, rtol: float, max_mismatch_fraction: float
+) -> OutputStats:
     """Compare one tensor (see OutputStats); a shape mismatch fails at once."""
     a = np.asarray(actual)
     b = np.asarray(golden)
     if a.shape != b.shape:
-        return OutputStats(passed=False, mismatch_fraction=1.0, problem=f"shape {list(a.shape)} != golden {list(b.shape)}")
+        return OutputStats(
+            passed=False, mismatch_fraction=1.0, problem=f"shape {list(a.shape)} != golden {list(b.shape)}"
+        )
     if a.size == 0:
         return OutputStats()
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -54,12 +59,21 @@ def _stats(a64: np.ndarray, b64: np.ndarray, atol: float, rtol: float, max_misma
     if new_nonfinite:
         stats.passed, stats.problem = False, f"{new_nonfinite} NaN/Inf values where the golden output is finite"
     elif fraction > max_mismatch_fraction:
-        stats.passed, stats.problem = False, f"{fraction:.2%} of values outside atol={atol} rtol={rtol} (max abs err {max_abs:.3g}, max rel err {max_rel:.3g})"
+        stats.passed, stats.problem = (
+            False,
+            f"{fraction:.2%} of values outside atol={atol} rtol={rtol} "
+            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g})",
+        )
     return stats
 
 
-def compare_outputs(actual: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], atol: float, rtol: float,
-                    max_mismatch_fraction: float) -> Tuple[bool, Dict[str, Dict], List[str]]:
+def compare_outputs(
+    actual: Mapping[str, np.ndarray],
+    golden: Mapping[str, np.ndarray],
+    atol: float,
+    rtol: float,
+    max_mismatch_fraction: float,
+) -> Tuple[bool, Dict[str, Dict], List[str]]:
     """Compare every output in ``actual`` with ``golden`` by name.
 
     Returns:

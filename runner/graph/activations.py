@@ -1,4 +1,5 @@
 """Run a model once on ONNX Runtime and keep every intermediate tensor's value."""
+
 from __future__ import annotations
 
 from typing import Dict, Mapping, Sequence
@@ -11,8 +12,11 @@ from runner.errors import ModelError
 from runner.graph.load import as_file, is_large
 
 
-def session_for(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",),
-                level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL) -> ort.InferenceSession:
+def session_for(
+    model: onnx.ModelProto,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+) -> ort.InferenceSession:
     """An ONNX Runtime session for an in-memory model (through a temp file past 2 GB).
 
     Raises:

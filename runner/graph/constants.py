@@ -1,4 +1,5 @@
 """Constant nodes as initializers: the same tensors under the same names, fewer nodes."""
+
 from __future__ import annotations
 
 import onnx

@@ -17,6 +17,7 @@ bf16 is not offered by that converter: the model is converted to fp16 as above, 
 fp16 type becomes bf16 and every converted initializer/Constant is re-made from its original
 fp32 values (so the fp16 range clipping does not apply to bf16).
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,8 +68,12 @@ def drop_round_trips(model: onnx.ModelProto) -> int:
         if node.op_type != "Cast" or node.attribute[0].i != TensorProto.FLOAT or node.output[0] in outputs:
             continue
         first = producer.get(node.input[0])
-        if first is not None and first.op_type == "Cast" and first.attribute[0].i in (TensorProto.FLOAT16, TensorProto.BFLOAT16) \
-                and types.get(first.input[0]) == TensorProto.FLOAT:
+        if (
+            first is not None
+            and first.op_type == "Cast"
+            and first.attribute[0].i in (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+            and types.get(first.input[0]) == TensorProto.FLOAT
+        ):
             replace[node.output[0]] = first.input[0]
     rewired = 0
     for node in g.node:
@@ -97,8 +102,13 @@ def _bf16_tensor(values: np.ndarray, name: str) -> TensorProto:
 def _retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """Turn every fp16 type of ``converted`` into bf16, taking values from ``original``'s fp32 data."""
     originals = {t.name: numpy_helper.to_array(t) for t in original.graph.initializer}
-    const_values = {n.name: numpy_helper.to_array(a.t) for n in original.graph.node if n.op_type == "Constant"
-                    for a in n.attribute if a.name == "value"}
+    const_values = {
+        n.name: numpy_helper.to_array(a.t)
+        for n in original.graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    }
 
     def fix_graph(g: onnx.GraphProto) -> None:
         for vi in list(g.input) + list(g.output) + list(g.value_info):
@@ -145,15 +155,23 @@ def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "floa
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the converter warns once per clipped weight
             converted = float16.convert_float_to_float16(
-                model, min_positive_val=5.96e-08, max_finite_val=FP16_MAX, keep_io_types=True,
-                disable_shape_infer=False, node_block_list=block, check_fp16_ready=False,
+                model,
+                min_positive_val=5.96e-08,
+                max_finite_val=FP16_MAX,
+                keep_io_types=True,
+                disable_shape_infer=False,
+                node_block_list=block,
+                check_fp16_ready=False,
             )
     except Exception as e:  # the converter raises plain Exceptions/ValueErrors
         raise ModelError(f"onnxconverter-common could not convert the model to float16: {e}") from None
     drop_round_trips(converted)
     if low == "bfloat16":
         if min(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
-            raise ModelError("bfloat16 needs opset 13 or newer (Cast to bfloat16); convert the model's opset first or use low_precision=float16")
+            raise ModelError(
+                "bfloat16 needs opset 13 or newer (Cast to bfloat16); "
+                "convert the model's opset first or use low_precision=float16"
+            )
         _retype_bf16(converted, model)
     return converted
 
@@ -167,7 +185,10 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
         typed = infer_shapes(model)
     except Exception:  # inference failure: fall back to declared types only
         typed = model
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(typed.graph.value_info) + list(typed.graph.output) + list(typed.graph.input)}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in list(typed.graph.value_info) + list(typed.graph.output) + list(typed.graph.input)
+    }
     floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
     out = []
     for i, node in enumerate(model.graph.node):

@@ -6,6 +6,7 @@ rounds each such node output through ``Cast(to=fp16) -> Cast(to=fp32)``: values 
 become Inf, tiny ones flush as fp16 would. Only tensors whose type is the low precision are
 touched: integer, bool and shape tensors never are. Bodies of If/Loop/Scan are rewritten too.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +22,15 @@ from runner.graph.meta import infer_shapes
 log = logging.getLogger(__name__)
 
 LOW_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
-DTYPE_ATTR_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Multinomial", "Bernoulli"}
+DTYPE_ATTR_OPS = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "EyeLike",
+    "Multinomial",
+    "Bernoulli",
+}
 VALUE_ATTR_OPS = {"Constant", "ConstantOfShape"}
 
 
@@ -82,8 +91,18 @@ class _Rewriter:
         low = gs.Variable(f"{out.name}__emu{self.n}_low", dtype=None, shape=out.shape)
         node.outputs[index] = raw
         out.dtype = np.float32
-        graph.nodes.append(gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_low", attrs={"to": to}, inputs=[raw], outputs=[low]))
-        graph.nodes.append(gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_fp32", attrs={"to": TensorProto.FLOAT}, inputs=[low], outputs=[out]))
+        graph.nodes.append(
+            gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_low", attrs={"to": to}, inputs=[raw], outputs=[low])
+        )
+        graph.nodes.append(
+            gs.Node(
+                "Cast",
+                name=f"{out.name}__emu{self.n}_to_fp32",
+                attrs={"to": TensorProto.FLOAT},
+                inputs=[low],
+                outputs=[out],
+            )
+        )
         self.rounded += 1
 
 

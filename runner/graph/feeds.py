@@ -1,4 +1,5 @@
 """Model inputs for in-process runs: generated from a seed and the input shapes, or loaded from .npz."""
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,9 @@ def graph_inputs(model: onnx.ModelProto) -> List[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
-def check_input_shapes(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dict[str, List[int]]:
+def check_input_shapes(
+    model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]]
+) -> Dict[str, List[int]]:
     """Validate ``model_input_shapes`` against the model's inputs.
 
     Returns:
@@ -35,21 +38,30 @@ def check_input_shapes(model: onnx.ModelProto, input_shapes: Optional[Mapping[st
     if not input_shapes:
         return {}
     if not isinstance(input_shapes, Mapping):
-        raise ConfigError(f"model_input_shapes={input_shapes!r} is not a mapping; write it as model_input_shapes={{x:[1,3,224,224]}}")
+        raise ConfigError(
+            f"model_input_shapes={input_shapes!r} is not a mapping; write it as model_input_shapes={{x:[1,3,224,224]}}"
+        )
     by_name = {i.name: i for i in graph_inputs(model)}
     shapes: Dict[str, List[int]] = {}
     for name, dims in input_shapes.items():
         if name not in by_name:
-            raise ConfigError(f"model_input_shapes names {name!r}, which is not a model input; inputs are {sorted(by_name)}")
+            raise ConfigError(
+                f"model_input_shapes names {name!r}, which is not a model input; inputs are {sorted(by_name)}"
+            )
         try:
             shapes[name] = [int(d) for d in dims]
         except (TypeError, ValueError):
-            raise ConfigError(f"model_input_shapes.{name}={dims!r} is not a list of integers; write e.g. {name}:[1,3,224,224]") from None
+            raise ConfigError(
+                f"model_input_shapes.{name}={dims!r} is not a list of integers; write e.g. {name}:[1,3,224,224]"
+            ) from None
         if any(d < 0 for d in shapes[name]):
             raise ConfigError(f"model_input_shapes.{name}={shapes[name]} has a negative dimension; give concrete sizes")
         tt = by_name[name].type.tensor_type
         if tt.HasField("shape") and len(tt.shape.dim) != len(shapes[name]):
-            raise ConfigError(f"model_input_shapes gives {name} rank {len(shapes[name])} but the model says rank {len(tt.shape.dim)}; give {len(tt.shape.dim)} dims")
+            raise ConfigError(
+                f"model_input_shapes gives {name} rank {len(shapes[name])} but the model says rank "
+                f"{len(tt.shape.dim)}; give {len(tt.shape.dim)} dims"
+            )
     return shapes
 
 
@@ -82,7 +94,12 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
             dims = list(input_shapes[vi.name])
         else:
             if any(d is None for d in declared):
-                log.warning("Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})", vi.name, declared, vi.name)
+                log.warning(
+                    "Input %s has dynamic dims %s; using 1 for them (set model_input_shapes={%s:[...]})",
+                    vi.name,
+                    declared,
+                    vi.name,
+                )
             dims = [1 if d is None else d for d in declared]
         specs.append((vi.name, dtype, dims))
     return specs
@@ -126,7 +143,9 @@ def load_npz(path: str | Path, option: str) -> Dict[str, np.ndarray]:
         raise ConfigError(f"{option}={path}: a damaged .npz file ({type(e).__name__}: {e}); {hint}") from None
 
 
-def model_feeds(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]], inputs: Optional[str], seed: int) -> Dict[str, np.ndarray]:
+def model_feeds(
+    model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]], inputs: Optional[str], seed: int
+) -> Dict[str, np.ndarray]:
     """Inputs for ``model``: loaded from ``inputs`` when given (all inputs must be there), else generated.
 
     Raises:

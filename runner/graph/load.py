@@ -1,4 +1,5 @@
 """Load and save ONNX models with clear errors; external data and models over 2 GB supported."""
+
 from __future__ import annotations
 
 import logging
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import onnx
-from onnx import numpy_helper
 from google.protobuf.message import DecodeError
+from onnx import numpy_helper
 
 from runner.errors import ArtifactError, ModelError
 
@@ -45,10 +46,14 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     except (DecodeError, RuntimeWarning, ValueError) as e:
         raise ModelError(f"{option}={path}: not an ONNX model ({type(e).__name__}); give a .onnx file") from None
     except FileNotFoundError as e:
-        raise ModelError(f"{option}={path}: its external data file is missing ({e.filename}); keep the data file beside the model") from None
+        raise ModelError(
+            f"{option}={path}: its external data file is missing ({e.filename}); keep the data file beside the model"
+        ) from None
     except onnx.checker.ValidationError as e:  # onnx checks external data locations while loading
         first = str(e).strip().splitlines()[0]
-        raise ModelError(f"{option}={path}: its external data cannot be read ({first}); keep the data file beside the model") from None
+        raise ModelError(
+            f"{option}={path}: its external data cannot be read ({first}); keep the data file beside the model"
+        ) from None
     except OSError as e:
         raise ModelError(f"{option}={path}: cannot be read ({e.strerror}); check the file") from None
     if not model.HasField("graph") or not model.opset_import:
@@ -115,8 +120,12 @@ def save_model(
                 data_file.unlink()
             _to_raw_data(model, threshold)
             onnx.save_model(
-                model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                location=location, size_threshold=threshold,
+                model,
+                str(path),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=location,
+                size_threshold=threshold,
             )
         else:
             onnx.save_model(model, str(path))

@@ -1,4 +1,5 @@
 """Concrete dtype and shape of every tensor: ONNX shape inference first, ONNX Runtime as fallback."""
+
 from __future__ import annotations
 
 import logging
@@ -34,10 +35,9 @@ def _complete(vi: onnx.ValueInfoProto) -> Optional[Meta]:
     tt = vi.type.tensor_type
     if tt.elem_type == onnx.TensorProto.UNDEFINED or not tt.HasField("shape"):
         return None
-    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
-    if any(d is None for d in dims):
+    if not all(d.HasField("dim_value") and d.dim_value >= 0 for d in tt.shape.dim):
         return None
-    return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), [int(d) for d in dims]
+    return np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), [int(d.dim_value) for d in tt.shape.dim]
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -85,8 +85,12 @@ class TensorMeta:
         fallback_error: why the fallback run failed, or None.
     """
 
-    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
-                 values: Callable[[], Mapping[str, np.ndarray]]):
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        input_shapes: Mapping[str, Sequence[int]],
+        values: Callable[[], Mapping[str, np.ndarray]],
+    ):
         self.meta: Dict[str, Meta] = {}
         self.fallback_error: Optional[str] = None
         fixed = _with_input_shapes(model, input_shapes)
@@ -103,7 +107,11 @@ class TensorMeta:
         wanted = [o for n in model.graph.node for o in n.output if o]
         missing = [name for name in wanted if name not in self.meta]
         if missing:
-            log.info("%d of %d tensors have no static shape after inference; running ONNX Runtime once", len(missing), len(wanted))
+            log.info(
+                "%d of %d tensors have no static shape after inference; running ONNX Runtime once",
+                len(missing),
+                len(wanted),
+            )
             try:
                 activations = values()
             except ModelError as e:

@@ -5,6 +5,7 @@ constant, travel with the units that use them and never become graph inputs; ini
 stay initializers. A node with subgraphs (If, Loop, Scan) is one unit, and the outer-scope
 tensors its bodies read count as its inputs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,13 @@ class GraphIndex:
         ModelError: empty graph, a cycle, or a tensor that nothing provides (missing initializer).
     """
 
-    def __init__(self, model: onnx.ModelProto, meta: TensorMeta, shape_hint: str = "model_input_shapes",
-                 keep_constant_nodes: bool = False):
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        meta: TensorMeta,
+        shape_hint: str = "model_input_shapes",
+        keep_constant_nodes: bool = False,
+    ):
         self.model = model
         self.keep_constant_nodes = keep_constant_nodes
         self.meta = meta
@@ -90,12 +96,16 @@ class GraphIndex:
             for name in names:
                 self.consumers.setdefault(name, []).append(i)
                 if name not in self.producer and name not in self.graph_inputs:
-                    raise ModelError(f"node {node.name or i} ({node.op}) reads tensor {name!r}, which no node, graph input or initializer provides; fix the model")
+                    raise ModelError(
+                        f"node {node.name or i} ({node.op}) reads tensor {name!r}, which no node, graph input or "
+                        "initializer provides; fix the model"
+                    )
         self.const: List[bool] = []
         for i, node in enumerate(self.nodes):
             reads = self.reads[i]
             is_const = node.op == "Constant" or (
-                bool(node.inputs) and not _subgraphs(node)
+                bool(node.inputs)
+                and not _subgraphs(node)
                 and all(self.producer.get(n) is not None and self.const[self.producer[n]] for n in reads)
             )
             self.const.append(is_const)
@@ -121,7 +131,9 @@ class GraphIndex:
                     try:
                         self.graph.toposort()
                     except Exception:
-                        raise ModelError(f"the graph has a cycle through node {n.name or n.op!r}; fix the model") from None
+                        raise ModelError(
+                            f"the graph has a cycle through node {n.name or n.op!r}; fix the model"
+                        ) from None
                     return
             seen |= {t.name for t in n.outputs}
 
@@ -210,10 +222,15 @@ class GraphIndex:
                     continue
                 m = self.meta.get(name)
                 if m is None:
-                    why = f" and ONNX Runtime could not run the model ({self.meta.fallback_error})" if self.meta.fallback_error else ""
+                    why = (
+                        f" and ONNX Runtime could not run the model ({self.meta.fallback_error})"
+                        if self.meta.fallback_error
+                        else ""
+                    )
                     raise ShapeError(
                         f"tensor {name!r} has no known dtype/shape: shape inference could not infer it{why}; "
-                        f"give input shapes with {self.shape_hint}={{input:[dims]}} or real inputs with inputs=feeds.npz"
+                        f"give input shapes with {self.shape_hint}={{input:[dims]}} "
+                        "or real inputs with inputs=feeds.npz"
                     )
                 t = tensors[name]
                 saved[name] = (t.dtype, t.shape)

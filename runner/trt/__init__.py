@@ -1,4 +1,5 @@
 """TensorRT support (optional ``trt`` extra). Nothing here imports tensorrt at module import time."""
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ removed weak typing; on TensorRT 10 the same flag exists). Tactic records come f
 algorithm selector on TensorRT 10 (Polygraphy's replay layout) or from the editable timing
 cache on TensorRT 11, which removed the algorithm selector.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,13 @@ class EngineBuilder:
         ModelError: when the ONNX parser rejects the model (its first error is quoted).
     """
 
-    def __init__(self, onnx_bytes: bytes, workspace: Optional[int] = None, profiles: Sequence[Profile] = (),
-                 timing_cache: Optional[bytes] = None):
+    def __init__(
+        self,
+        onnx_bytes: bytes,
+        workspace: Optional[int] = None,
+        profiles: Sequence[Profile] = (),
+        timing_cache: Optional[bytes] = None,
+    ):
         self.logger = _Logger()
         self.builder = trt.Builder(self.logger)
         flags = 0
@@ -71,7 +77,9 @@ class EngineBuilder:
         self.parser = trt.OnnxParser(self.network, self.logger)
         if not self.parser.parse(onnx_bytes):
             first = self.parser.get_error(0) if self.parser.num_errors else None
-            raise ModelError(f"TensorRT's ONNX parser rejected the model: {first.desc() if first is not None else 'unknown error'}")
+            raise ModelError(
+                f"TensorRT's ONNX parser rejected the model: {first.desc() if first is not None else 'unknown error'}"
+            )
         self.workspace = workspace
         self.profiles = list(profiles)
         self.timing_cache = timing_cache
@@ -105,7 +113,11 @@ class EngineBuilder:
         serialized = self.builder.build_serialized_network(self.network, config)
         if serialized is None:
             raise ModelError("TensorRT failed to build an engine (see the TensorRT log above)")
-        tactics = record.to_replay() if record is not None else timing_cache_record(config.get_timing_cache(), trt.__version__)
+        tactics = (
+            record.to_replay()
+            if record is not None
+            else timing_cache_record(config.get_timing_cache(), trt.__version__)
+        )
         return BuildResult(bytes(memoryview(serialized)), tactics)
 
     def input_names(self) -> List[str]:

@@ -1,4 +1,5 @@
 """Run a serialized TensorRT engine on numpy inputs (device memory through cuda-python)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping
@@ -52,7 +53,11 @@ def run_engine(engine_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> Dict[str
                 array = np.ascontiguousarray(feeds[name], dtype=trt.nptype(engine.get_tensor_dtype(name)))
                 context.set_input_shape(name, tuple(array.shape))
                 buffers[name] = _ok(cudart.cudaMalloc(max(array.nbytes, 1)))
-                _ok(cudart.cudaMemcpy(buffers[name], array.ctypes.data, array.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice))
+                _ok(
+                    cudart.cudaMemcpy(
+                        buffers[name], array.ctypes.data, array.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+                    )
+                )
                 context.set_tensor_address(name, buffers[name])
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
@@ -65,7 +70,11 @@ def run_engine(engine_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> Dict[str
         if not context.execute_async_v3(int(stream)):
             raise ModelError("TensorRT failed to execute the engine")
         for name, array in outputs.items():
-            _ok(cudart.cudaMemcpyAsync(array.ctypes.data, buffers[name], array.nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost, stream))
+            _ok(
+                cudart.cudaMemcpyAsync(
+                    array.ctypes.data, buffers[name], array.nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost, stream
+                )
+            )
         _ok(cudart.cudaStreamSynchronize(stream))
     finally:
         for ptr in buffers.values():

@@ -5,6 +5,7 @@ Polygraphy's TacticReplayData layout, so Polygraphy's replays and ours mix freel
 TensorRT 11 (algorithm selector removed): the editable timing cache's entries, one per
 timing-cache key, with the tactic hash chosen for it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -15,8 +16,12 @@ from runner import tactic_records
 
 
 def _tensor_info(io: Any) -> Dict[str, Any]:
-    return tactic_records.tensor_info(str(io.dtype), list(io.strides), getattr(io, "vectorized_dim", None),
-                                      getattr(io, "components_per_element", None))
+    return tactic_records.tensor_info(
+        str(io.dtype),
+        list(io.strides),
+        getattr(io, "vectorized_dim", None),
+        getattr(io, "components_per_element", None),
+    )
 
 
 class TacticRecorder(trt.IAlgorithmSelector):
@@ -35,7 +40,8 @@ class TacticRecorder(trt.IAlgorithmSelector):
         for context, choice in zip(contexts, choices):
             n_in, n_out = context.num_inputs, context.num_outputs
             self.replay[context.name] = tactic_records.algorithm(
-                choice.algorithm_variant.implementation, choice.algorithm_variant.tactic,
+                choice.algorithm_variant.implementation,
+                choice.algorithm_variant.tactic,
                 [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in)],
                 [_tensor_info(choice.get_algorithm_io_info(i)) for i in range(n_in, n_in + n_out)],
             )

@@ -5,6 +5,7 @@ STRONGLY_TYPED, FP16 (or BF16) is enabled, precision constraints are obeyed, and
 that came from kept ONNX nodes run in fp32. TensorRT 11 removed all of this (BuilderFlag.FP16,
 layer precisions, precision constraints); there, use the ONNX-level candidates instead.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,13 +37,18 @@ def build_weakly_typed(onnx_bytes: bytes, kept: Iterable[str], low: str = "float
         ModelError: when parsing or building fails.
     """
     if int(trt.__version__.split(".")[0]) >= 11:
-        raise ConfigError("weak typing (layer precisions) was removed in TensorRT 11; use the ONNX-level precision candidates")
+        raise ConfigError(
+            "weak typing (layer precisions) was removed in TensorRT 11; use the ONNX-level precision candidates"
+        )
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx_bytes):
-        raise ModelError(f"TensorRT's ONNX parser rejected the model: {parser.get_error(0).desc() if parser.num_errors else 'unknown error'}")
+        raise ModelError(
+            "TensorRT's ONNX parser rejected the model: "
+            f"{parser.get_error(0).desc() if parser.num_errors else 'unknown error'}"
+        )
     config = builder.create_builder_config()
     config.set_flag(trt.BuilderFlag.BF16 if low == "bfloat16" else trt.BuilderFlag.FP16)
     config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)

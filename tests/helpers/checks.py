@@ -1,4 +1,6 @@
-"""Check functions for ``checker=python`` in tests: in-process, so a mode test pays no interpreter start-up per check."""
+"""Check functions for ``checker=python`` in tests: in-process, so a mode test pays no interpreter start-up
+per check."""
+
 from __future__ import annotations
 
 import onnx

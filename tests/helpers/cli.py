@@ -1,4 +1,5 @@
 """Running the tool as a user does: ``python -m runner`` in a subprocess, and check scripts."""
+
 from __future__ import annotations
 
 import json
@@ -7,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-HAS_NODES = '''
+HAS_NODES = """
 import sys, onnx
 names = {n.name for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
 sys.exit(1 if all(x in names for x in sys.argv[2:]) else 0)
-'''
+"""
 
 
 class RunResult:
@@ -32,12 +33,20 @@ class RunResult:
         return json.loads((self.run_dir / "replay.json").read_text())
 
 
-def run_process(tmp_path: Path, name: str, *args: str, cwd: Optional[Path] = None, timeout: float = 600,
-                run_dir: Optional[Path] = None) -> RunResult:
+def run_process(
+    tmp_path: Path,
+    name: str,
+    *args: str,
+    cwd: Optional[Path] = None,
+    timeout: float = 600,
+    run_dir: Optional[Path] = None,
+) -> RunResult:
     """Run ``python -m runner ARGS`` in a subprocess with its run directory in ``tmp_path/name``."""
     run_dir = run_dir or tmp_path / name
     cmd = [sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run(cmd, cwd=cwd or tmp_path, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd, cwd=cwd or tmp_path, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     return RunResult(proc.returncode, proc.stdout, proc.stderr, run_dir)
 
 

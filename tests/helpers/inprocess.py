@@ -5,6 +5,7 @@ Composes the same config (``conf/``, the same overrides), sets the Hydra runtime
 as Hydra's job logging does, and captures stdout and stderr. No interpreter start-up per run, so
 mode tests cost what the mode costs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,7 @@ import io
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -27,8 +28,9 @@ CONF_DIR = str(Path(conf.__file__).resolve().parent)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
-def run_in_process(tmp_path: Path, name: str, *overrides: str, cwd: Optional[Path] = None,
-                   run_dir: Optional[Path] = None) -> RunResult:
+def run_in_process(
+    tmp_path: Path, name: str, *overrides: str, cwd: Optional[Path] = None, run_dir: Optional[Path] = None
+) -> RunResult:
     """Compose ``overrides`` and run the job in this process, its run directory ``tmp_path/name``.
 
     Raises:
@@ -42,10 +44,10 @@ def run_in_process(tmp_path: Path, name: str, *overrides: str, cwd: Optional[Pat
         cfg.hydra.runtime.output_dir = str(run_dir)
         cfg.hydra.job.name = "runner"
     run_dir.mkdir(parents=True, exist_ok=True)
-    task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
-    handlers = [logging.StreamHandler(out), logging.FileHandler(run_dir / "runner.log")]
+    handlers: List[logging.Handler] = [logging.StreamHandler(out), logging.FileHandler(run_dir / "runner.log")]
     for h in handlers:
         h.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(h)

@@ -1,5 +1,6 @@
 """Models for tests: the real ones (../shared/models, else the copies bundled in examples/), and small
 graphs built with onnx.helper."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,13 @@ def need(path: Path) -> Path:
     return path
 
 
-def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto],
-               initializers: Sequence[onnx.TensorProto] = (), opset: int = 17) -> onnx.ModelProto:
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto] = (),
+    opset: int = 17,
+) -> onnx.ModelProto:
     """A checked model from nodes and value infos."""
     graph = helper.make_graph(list(nodes), "test", list(inputs), list(outputs), list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -52,8 +58,15 @@ def f32(name: str, shape: List) -> onnx.ValueInfoProto:
 
 def chain_model(n: int, shape=(1, 4)) -> onnx.ModelProto:
     """x -> Relu -> Add(const) -> Relu -> ... : ``n`` compute nodes named n0..n{n-1}, plus a Constant."""
-    nodes = [helper.make_node("Constant", [], ["c"], name="const",
-                              value=helper.make_tensor("cv", TensorProto.FLOAT, list(shape), np.ones(shape, np.float32).ravel()))]
+    nodes = [
+        helper.make_node(
+            "Constant",
+            [],
+            ["c"],
+            name="const",
+            value=helper.make_tensor("cv", TensorProto.FLOAT, list(shape), np.ones(shape, np.float32).ravel()),
+        )
+    ]
     prev = "x"
     for i in range(n):
         out = "y" if i == n - 1 else f"t{i}"

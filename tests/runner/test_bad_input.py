@@ -1,13 +1,14 @@
 """Bad input: one-line error naming the problem and the fix, non-zero exit, nothing of the user's lost."""
+
 from __future__ import annotations
 
 import hashlib
 
+import onnx
 import pytest
 
+from tests.helpers.cli import check_cmd, one_line_error, write_script
 from tests.helpers.models import chain_model
-from tests.helpers.cli import one_line_error, check_cmd, write_script
-import onnx
 
 
 @pytest.fixture
@@ -47,11 +48,15 @@ def test_check_command_not_set(run):
 def test_artifacts_dir_not_writable(run, ok_script, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    r = run("mode=repeat", "until=1", check_cmd(ok_script), "artifacts.paths=[a.txt]", f"artifacts.dir={blocker / 'sub'}")
+    r = run(
+        "mode=repeat", "until=1", check_cmd(ok_script), "artifacts.paths=[a.txt]", f"artifacts.dir={blocker / 'sub'}"
+    )
     one_line_error(r, "artifacts.dir", "not a writable directory")
 
 
-@pytest.mark.parametrize("until, words", [("0", ["until=0", "positive"]), ("-3", ["until=-3", "positive"]), ("soon", ["until='soon'"])])
+@pytest.mark.parametrize(
+    "until, words", [("0", ["until=0", "positive"]), ("-3", ["until=-3", "positive"]), ("soon", ["until='soon'"])]
+)
 def test_bad_until(run, ok_script, until, words):
     one_line_error(run("mode=repeat", f"until={until}", check_cmd(ok_script)), *words)
 
@@ -86,19 +91,31 @@ def test_nothing_to_reduce_when_original_passes(run, tmp_path, has_nodes_script)
 def test_both_reductions_off(run, tmp_path, has_nodes_script):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(4), model)
-    r = run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "reduce_inputs=false", "reduce_outputs=false")
+    r = run(
+        "mode=reduce",
+        f"model={model}",
+        check_cmd(has_nodes_script, "{artifact}", "n1"),
+        "reduce_inputs=false",
+        "reduce_outputs=false",
+    )
     one_line_error(r, "nothing to reduce")
 
 
 def test_unknown_input_in_model_input_shapes(run, tmp_path, has_nodes_script):
     model = tmp_path / "m.onnx"
     onnx.save(chain_model(4), model)
-    r = run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "n1"), "model_input_shapes={nope:[1]}")
+    r = run(
+        "mode=reduce",
+        f"model={model}",
+        check_cmd(has_nodes_script, "{artifact}", "n1"),
+        "model_input_shapes={nope:[1]}",
+    )
     one_line_error(r, "nope", "not a model input")
 
 
 def _save_unchecked(path, nodes, inputs, outputs, inits=()):
     from onnx import helper
+
     graph = helper.make_graph(nodes, "bad", inputs, outputs, list(inits))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, path)
@@ -107,34 +124,50 @@ def _save_unchecked(path, nodes, inputs, outputs, inits=()):
 
 def test_empty_graph(run, tmp_path, has_nodes_script):
     from tests.helpers.models import f32
+
     model = _save_unchecked(tmp_path / "empty.onnx", [], [f32("x", [1])], [f32("x", [1])])
     one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "a")), "no nodes")
 
 
 def test_cycle(run, tmp_path, has_nodes_script):
     from onnx import helper
+
     from tests.helpers.models import f32
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second"),
-             helper.make_node("Identity", ["b"], ["y"], name="out")]
+
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+        helper.make_node("Relu", ["a"], ["b"], name="second"),
+        helper.make_node("Identity", ["b"], ["y"], name="out"),
+    ]
     model = _save_unchecked(tmp_path / "cycle.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
     one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "second")), "cycle")
 
 
 def test_missing_initializer(run, tmp_path, has_nodes_script):
     from onnx import helper
+
     from tests.helpers.models import f32
+
     nodes = [helper.make_node("Mul", ["x", "weights"], ["y"], name="mul")]
     model = _save_unchecked(tmp_path / "noinit.onnx", nodes, [f32("x", [1])], [f32("y", [1])])
-    one_line_error(run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "mul")), "'weights'", "initializer")
+    one_line_error(
+        run("mode=reduce", f"model={model}", check_cmd(has_nodes_script, "{artifact}", "mul")),
+        "'weights'",
+        "initializer",
+    )
 
 
 def test_tensor_without_shape_names_the_tensor_and_the_option(run, tmp_path, has_nodes_script):
     from onnx import helper
+
     from tests.helpers.models import f32
+
     # a custom-domain op: shape inference cannot type its output and ONNX Runtime cannot run it
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Mystery", ["r"], ["m"], name="mystery", domain="com.example"),
-             helper.make_node("Neg", ["m"], ["y"], name="neg")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Mystery", ["r"], ["m"], name="mystery", domain="com.example"),
+        helper.make_node("Neg", ["m"], ["y"], name="neg"),
+    ]
     graph = helper.make_graph(nodes, "custom", [f32("x", [1, 4])], [f32("y", [1, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     path = tmp_path / "custom.onnx"
@@ -194,8 +227,20 @@ def test_ctrl_c_while_starting_is_quiet(tmp_path, ok_script):
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "mode=repeat", "until=1", check_cmd(ok_script),
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "mode=repeat",
+            "until=1",
+            check_cmd(ok_script),
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.3)  # still importing
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -1,4 +1,5 @@
 """Every mode x marker x checker composes; wrong keys, types and choices fail before any work."""
+
 from __future__ import annotations
 
 import itertools
@@ -33,14 +34,27 @@ def test_groups_are_complete():
 
 @pytest.mark.parametrize("mode, marker, checker", list(itertools.product(MODES, MARKERS, CHECKERS)))
 def test_every_combination_composes(mode, marker, checker):
-    cfg = compose("config", overrides=[f"mode={mode}", f"marker={marker}", f"checker={checker}"], return_hydra_config=True)
+    cfg = compose(
+        "config", overrides=[f"mode={mode}", f"marker={marker}", f"checker={checker}"], return_hydra_config=True
+    )
     assert cfg.mode.name == mode
     assert get_method(cfg.mode._target_) is not None
     assert get_class(cfg.marker._target_) is not None
     assert get_class(cfg.checker._target_) is not None
 
 
-@pytest.mark.parametrize("override", ["nonsense=1", "checker.nonsense=1", "marker=nope", "seed=abc", "reduce_inputs=maybe", "direction=sideways", "artifacts.keep_intermediate=perhaps"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "nonsense=1",
+        "checker.nonsense=1",
+        "marker=nope",
+        "seed=abc",
+        "reduce_inputs=maybe",
+        "direction=sideways",
+        "artifacts.keep_intermediate=perhaps",
+    ],
+)
 def test_bad_overrides_are_rejected(override):
     with pytest.raises(ConfigCompositionException):
         compose("config", overrides=[override])
@@ -54,7 +68,10 @@ def test_model_input_shapes_take_a_dict():
 def test_help_lists_modes_and_checkers(tmp_path):
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-m", "runner", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0
-    for word in MODES + ["command", "compare", "interactive", "checker.cmd", "until="]:
+    for word in [*MODES, "command", "compare", "interactive", "checker.cmd", "until="]:
         assert word in proc.stdout, word

@@ -1,5 +1,6 @@
 """Fault injection: kill the runner at random points (kill -9, SIGTERM, SIGHUP), resume from the replay each
 time, and get the same answer and the same checks as an uninterrupted run, with no check left running."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,16 @@ from pathlib import Path
 
 import onnx
 
-from tests.helpers.models import chain_model
 from tests.helpers.cli import check_cmd, write_script
+from tests.helpers.models import chain_model
 
 #: fails while the model holds node n40 (its name's bytes; no other name or tensor contains them)
-CHECK = '''
+CHECK = """
 import os, sys, time
 open(sys.argv[2], "a").write(f"{os.getpid()}\\n")
 time.sleep(0.1)
 sys.exit(1 if sys.argv[3].encode() in open(sys.argv[1], "rb").read() else 0)
-'''
+"""
 
 
 def _alive(pid: int) -> bool:
@@ -34,8 +35,13 @@ def _alive(pid: int) -> bool:
 
 
 def _start(cwd: Path, args, run_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"], cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _verdicts(replay: Path):

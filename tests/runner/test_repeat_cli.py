@@ -1,4 +1,5 @@
 """mode=repeat through the real CLI: checker options, until forms, artifact sorting, timeouts, resume."""
+
 from __future__ import annotations
 
 import json
@@ -15,19 +16,19 @@ import pytest
 from tests.helpers.cli import check_cmd, write_script
 
 # Fails on the runs whose numbers are given on the command line; writes out.txt each run.
-FLAKY = '''
+FLAKY = """
 import os, sys
 n = int(os.environ["RUNNER_ITERATION"])
 open("out.txt", "w").write(f"run {n}\\n")
 print(f"run {n} says hello")
 sys.exit(1 if str(n) in sys.argv[1:] else 0)
-'''
+"""
 
-EXIT_WITH = '''
+EXIT_WITH = """
 import sys
 print(sys.argv[2] if len(sys.argv) > 2 else "")
 sys.exit(int(sys.argv[1]))
-'''
+"""
 
 
 @pytest.fixture
@@ -40,7 +41,9 @@ def exit_with(tmp_path):
     return write_script(tmp_path / "exit_with.py", EXIT_WITH)
 
 
-@pytest.mark.parametrize("until, fails, expected_runs", [("bad", "3", 3), ("good", "1 2", 3), ("4", "2", 4), ("1", "", 1)])
+@pytest.mark.parametrize(
+    "until, fails, expected_runs", [("bad", "3", 3), ("good", "1 2", 3), ("4", "2", 4), ("1", "", 1)]
+)
 def test_until_forms(run, flaky, until, fails, expected_runs):
     r = run("mode=repeat", f"until={until}", check_cmd(flaky, *fails.split()))
     assert r.returncode == 0, r.stderr
@@ -48,7 +51,9 @@ def test_until_forms(run, flaky, until, fails, expected_runs):
     assert s["status"] == "ok"
     assert s["iterations"] == s["checks"] == s["runs"] == expected_runs
     assert s["bad"] == len([f for f in fails.split() if int(f) <= expected_runs])
-    assert [e["passed"] for e in r.replay["iterations"]] == [str(i) not in fails.split() for i in range(1, expected_runs + 1)]
+    assert [e["passed"] for e in r.replay["iterations"]] == [
+        str(i) not in fails.split() for i in range(1, expected_runs + 1)
+    ]
 
 
 def test_artifacts_sorted_into_good_and_bad(run, flaky, tmp_path):
@@ -75,13 +80,23 @@ def test_sorting_never_overwrites(run, flaky, tmp_path):
 
 
 def test_missing_artifact_is_a_warning(run, exit_with, tmp_path):
-    r = run("mode=repeat", "until=1", check_cmd(exit_with, "0"), "artifacts.paths=[never_made.bin]", f"artifacts.dir={tmp_path / 'a'}")
+    r = run(
+        "mode=repeat",
+        "until=1",
+        check_cmd(exit_with, "0"),
+        "artifacts.paths=[never_made.bin]",
+        f"artifacts.dir={tmp_path / 'a'}",
+    )
     assert r.returncode == 0
     assert "never_made.bin was not produced" in r.stdout
 
 
 def test_iter_info_written_each_iteration(run, tmp_path):
-    script = write_script(tmp_path / "read_info.py", 'import json,sys\nd=json.load(open(sys.argv[1]))\nsys.exit(0 if d["iteration"]==int(__import__("os").environ["RUNNER_ITERATION"]) else 1)\n')
+    script = write_script(
+        tmp_path / "read_info.py",
+        "import json,os,sys\nd=json.load(open(sys.argv[1]))\n"
+        'sys.exit(0 if d["iteration"]==int(os.environ["RUNNER_ITERATION"]) else 1)\n',
+    )
     info = tmp_path / "info.json"
     r = run("mode=repeat", "until=3", check_cmd(script, str(info)), f"artifacts.iter_info={info}")
     assert r.returncode == 0, r.stderr
@@ -90,13 +105,16 @@ def test_iter_info_written_each_iteration(run, tmp_path):
     assert data["iteration"] == 3 and data["state"]["runs"] == 3 and data["verdict"]["passed"] is True
 
 
-@pytest.mark.parametrize("code, option, passed", [
-    (3, "checker.fail_codes=[2]", True),
-    (3, "checker.fail_codes=[3]", False),
-    (3, "checker.ignore_fail_codes=[3]", True),
-    (4, "checker.ignore_fail_codes=[3]", False),
-    (0, "checker.fail_codes=[0]", False),
-])
+@pytest.mark.parametrize(
+    "code, option, passed",
+    [
+        (3, "checker.fail_codes=[2]", True),
+        (3, "checker.fail_codes=[3]", False),
+        (3, "checker.ignore_fail_codes=[3]", True),
+        (4, "checker.ignore_fail_codes=[3]", False),
+        (0, "checker.fail_codes=[0]", False),
+    ],
+)
 def test_fail_codes(run, exit_with, code, option, passed):
     r = run("mode=repeat", "until=1", check_cmd(exit_with, str(code)), option)
     assert r.returncode == 0, r.stderr
@@ -104,12 +122,15 @@ def test_fail_codes(run, exit_with, code, option, passed):
     assert r.replay["iterations"][0]["returncode"] == code
 
 
-@pytest.mark.parametrize("code, text, extra, passed", [
-    (0, "CRASH", [], False),          # a regex match fails even with exit code 0
-    (1, "fine", [], True),            # no match passes even with exit code 1
-    (1, "CRASH", ["checker.fail_codes=[2]"], True),   # both must agree
-    (2, "CRASH", ["checker.fail_codes=[2]"], False),
-])
+@pytest.mark.parametrize(
+    "code, text, extra, passed",
+    [
+        (0, "CRASH", [], False),  # a regex match fails even with exit code 0
+        (1, "fine", [], True),  # no match passes even with exit code 1
+        (1, "CRASH", ["checker.fail_codes=[2]"], True),  # both must agree
+        (2, "CRASH", ["checker.fail_codes=[2]"], False),
+    ],
+)
 def test_fail_regex(run, exit_with, code, text, extra, passed):
     r = run("mode=repeat", "until=1", check_cmd(exit_with, str(code), text), "checker.fail_regex=[CRA.H]", *extra)
     assert r.returncode == 0, r.stderr
@@ -129,12 +150,15 @@ def test_show_output_and_hide_fail_output(run, exit_with):
 
 def test_timeout_kills_process_group(run, tmp_path):
     pidfile = tmp_path / "child.pid"
-    script = write_script(tmp_path / "hang.py", f'''
+    script = write_script(
+        tmp_path / "hang.py",
+        f"""
 import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 open({str(pidfile)!r}, "w").write(str(child.pid))
 time.sleep(60)
-''')
+""",
+    )
     start = time.monotonic()
     r = run("mode=repeat", "until=1", check_cmd(script), "checker.timeout_s=1.5")
     assert r.returncode == 0, r.stderr
@@ -150,7 +174,11 @@ time.sleep(60)
 
 
 def test_env_and_placeholder(run, tmp_path):
-    script = write_script(tmp_path / "env.py", 'import os,sys\nsys.exit(0 if sys.argv[1]==os.environ["RUNNER_ARTIFACT"] and sys.argv[1].endswith("it.bin") else 1)\n')
+    script = write_script(
+        tmp_path / "env.py",
+        "import os,sys\n"
+        'sys.exit(0 if sys.argv[1]==os.environ["RUNNER_ARTIFACT"] and sys.argv[1].endswith("it.bin") else 1)\n',
+    )
     r = run("mode=repeat", "until=1", check_cmd(script, "{artifact}"), f"artifacts.iter_artifact={tmp_path / 'it.bin'}")
     assert r.replay["iterations"][0]["passed"] is True
 
@@ -168,7 +196,10 @@ def _wait_for_entries(replay: Path, n: int, proc: subprocess.Popen, limit: float
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_kill_then_resume(run, tmp_path, sig):
     """A run stopped mid-way and resumed with its replay ends like an uninterrupted run, with fewer checks."""
-    script = write_script(tmp_path / "slow.py", 'import os,sys,time\ntime.sleep(0.15)\nsys.exit(1 if os.environ["RUNNER_ITERATION"] in ("5",) else 0)\n')
+    script = write_script(
+        tmp_path / "slow.py",
+        'import os,sys,time\ntime.sleep(0.15)\nsys.exit(1 if os.environ["RUNNER_ITERATION"] in ("5",) else 0)\n',
+    )
     full = run("mode=repeat", "until=bad", check_cmd(script))
     assert full.summary["runs"] == 5 and full.summary["checks"] == 5
 
@@ -194,8 +225,17 @@ def test_kill_then_resume(run, tmp_path, sig):
 
 def test_interactive_asks_on_a_terminal(tmp_path):
     import pty
+
     master, slave = pty.openpty()
-    cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", "checker=interactive", f"hydra.run.dir={tmp_path / 'run'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "mode=repeat",
+        "until=bad",
+        "checker=interactive",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdin=slave, stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     seen = b""
@@ -241,17 +281,33 @@ def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
 
 def test_repeat_compare_checks_a_backend_run_after_run(run, tmp_path):
     from tests.helpers.models import CLASSIFIER, need
-    r = run("mode=repeat", "until=3", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=onnx_reference",
-                "model_input_shapes={x:[1,3,48,192]}")
+
+    r = run(
+        "mode=repeat",
+        "until=3",
+        f"model={need(CLASSIFIER)}",
+        "checker=compare",
+        "checker.backend=onnx_reference",
+        "model_input_shapes={x:[1,3,48,192]}",
+    )
     assert r.returncode == 0, r.stderr
     assert r.summary["good"] == 3
     assert all("outputs" in e["details"] for e in r.replay["iterations"])
 
 
 def test_moving_the_replay_keeps_the_iteration_artifact_in_the_run_dir(run, tmp_path):
-    script = write_script(tmp_path / "where.py", 'import os,sys\nsys.exit(0 if os.path.dirname(os.environ["RUNNER_ARTIFACT"]) == sys.argv[1] else 1)\n')
+    script = write_script(
+        tmp_path / "where.py",
+        'import os,sys\nsys.exit(0 if os.path.dirname(os.environ["RUNNER_ARTIFACT"]) == sys.argv[1] else 1)\n',
+    )
     run_dir = tmp_path / "the_run"
-    r = run("mode=repeat", "until=1", check_cmd(script, str(run_dir)), f"replay.save={tmp_path / 'elsewhere' / 'replay.json'}", run_dir=run_dir)
+    r = run(
+        "mode=repeat",
+        "until=1",
+        check_cmd(script, str(run_dir)),
+        f"replay.save={tmp_path / 'elsewhere' / 'replay.json'}",
+        run_dir=run_dir,
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "elsewhere" / "replay.json").is_file()
     assert json.loads((tmp_path / "elsewhere" / "replay.json").read_text())["iterations"][0]["passed"] is True

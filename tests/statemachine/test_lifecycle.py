@@ -1,4 +1,5 @@
 """The lifecycle's state sequence on real runs (a real check command, a real replay file)."""
+
 from __future__ import annotations
 
 import sys
@@ -34,11 +35,24 @@ def test_reused_verdicts_skip_check_and_sort(tmp_path):
     first.run()
     replay = Replay(tmp_path / "second.json", "repeat", load_path=tmp_path / "replay.json")
     checker = CommandChecker(f"{sys.executable} -c 'import sys; sys.exit(0)'")
-    lc = Lifecycle(RepeatStrategy(Until(count=3)), checker, ArtifactSorter([], tmp_path / "art"), replay, tmp_path / "it")
+    lc = Lifecycle(
+        RepeatStrategy(Until(count=3)), checker, ArtifactSorter([], tmp_path / "art"), replay, tmp_path / "it"
+    )
     lc.run()
     # a known verdict takes the conditional generate -> advance transition: no check state, no sort
-    assert lc.history == ["ready", "generate", "advance", "generate", "advance",
-                          "generate", "check", "sort", "advance", "generate", "stopped"]
+    assert lc.history == [
+        "ready",
+        "generate",
+        "advance",
+        "generate",
+        "advance",
+        "generate",
+        "check",
+        "sort",
+        "advance",
+        "generate",
+        "stopped",
+    ]
     assert lc.checks == 1 and lc.reused_count == 2
 
 

@@ -1,4 +1,5 @@
 """mode=diff_tactics on records written here, in Polygraphy's layout and as timing-cache records."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,26 @@ LAYERS = ["conv1", "relu1", "conv2", "fc"]
 
 def polygraphy_record(tactics: dict) -> dict:
     """Polygraphy's TacticReplayData JSON, as `polygraphy run --save-tactics` writes it (written out by hand)."""
-    io = {"polygraphy_class": "TensorInfo", "dtype": "DataType.HALF", "strides": [64, 1, 1, 1], "vectorized_dim": -1, "components_per_element": 1}
-    return {"replay": {layer: {"polygraphy_class": "Algorithm", "implementation": impl, "tactic": tactic,
-                               "inputs": [io], "outputs": [io]} for layer, (impl, tactic) in tactics.items()},
-            "polygraphy_class": "TacticReplayData"}
+    io = {
+        "polygraphy_class": "TensorInfo",
+        "dtype": "DataType.HALF",
+        "strides": [64, 1, 1, 1],
+        "vectorized_dim": -1,
+        "components_per_element": 1,
+    }
+    return {
+        "replay": {
+            layer: {
+                "polygraphy_class": "Algorithm",
+                "implementation": impl,
+                "tactic": tactic,
+                "inputs": [io],
+                "outputs": [io],
+            }
+            for layer, (impl, tactic) in tactics.items()
+        },
+        "polygraphy_class": "TacticReplayData",
+    }
 
 
 def recorder_record(tactics: dict) -> dict:
@@ -55,14 +72,21 @@ def test_polygraphy_records_planted_bad_tactic(run, tmp_path):
     assert s["good_records"] == 3 and s["bad_records"] == 2
     assert list(s["potentially_bad"]) == ["conv2"]
     [entry] = s["potentially_bad"]["conv2"]
-    assert entry["bad_records"] == 2 and "Tactic: 99" in entry["tactic"] and f"Implementation: {0xBAD}" in entry["tactic"]
+    assert (
+        entry["bad_records"] == 2 and "Tactic: 99" in entry["tactic"] and f"Implementation: {0xBAD}" in entry["tactic"]
+    )
     assert "Potentially bad: layer conv2" in r.stdout
 
 
 def test_timing_cache_records_and_good_bad_lists(run, tmp_path):
     keys = ["key-a", "key-b", "key-c"]
-    goods = [_write(tmp_path / f"g{i}.json", timing_record({k: 0x10 + j for j, k in enumerate(keys)})) for i in range(2)]
-    bads = [_write(tmp_path / f"b{i}.json", timing_record({"key-a": 0x10, "key-b": 0x666 + i, "key-c": 0x12})) for i in range(2)]
+    goods = [
+        _write(tmp_path / f"g{i}.json", timing_record({k: 0x10 + j for j, k in enumerate(keys)})) for i in range(2)
+    ]
+    bads = [
+        _write(tmp_path / f"b{i}.json", timing_record({"key-a": 0x10, "key-b": 0x666 + i, "key-c": 0x12}))
+        for i in range(2)
+    ]
     r = run("mode=diff_tactics", f"good=[{goods[0]},{goods[1]}]", f"bad=[{bads[0]},{bads[1]}]")
     assert r.returncode == 0, r.stderr
     report = r.summary["potentially_bad"]
@@ -97,14 +121,20 @@ def test_empty_side_is_an_error(run, tmp_path):
     assert r.returncode == 2 and "Could not determine potentially bad tactics: no bad tactic records" in r.stderr
 
 
-@pytest.mark.parametrize("content, problem", [("{not json", "not JSON"), ('{"replay": {}}', "neither"),
-                                              ('{"polygraphy_class": "TacticReplayData", "replay": {"l": {"tactic": 1}}}', "needs 'implementation'")])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("{not json", "not JSON"),
+        ('{"replay": {}}', "neither"),
+        ('{"polygraphy_class": "TacticReplayData", "replay": {"l": {"tactic": 1}}}', "needs 'implementation'"),
+    ],
+)
 def test_malformed_file_named_explicitly_is_an_error(run, tmp_path, content, problem):
     good = _write(tmp_path / "good.json", polygraphy_record(_good(0)))
     bad = _write(tmp_path / "broken.json", content)
     r = run("mode=diff_tactics", f"good=[{good}]", f"bad=[{bad}]")
     assert r.returncode == 2
-    line = [l for l in r.stderr.splitlines() if l.startswith("error:")][0]
+    line = next(text for text in r.stderr.splitlines() if text.startswith("error:"))
     assert "broken.json" in line and problem in line
 
 
@@ -132,7 +162,9 @@ def test_mismatched_layers_are_reported(run, tmp_path):
 
 def test_records_sorted_by_a_repeat_run_then_diffed(run, tmp_path):
     """The build workflow without TensorRT: a check writes a record per run, sorting files it, diff reads it."""
-    script = write_script(tmp_path / "fake_build.py", f'''
+    script = write_script(
+        tmp_path / "fake_build.py",
+        f"""
 import json, os, sys
 n = int(os.environ["RUNNER_ITERATION"])
 tactic = 666 if n in (2, 4) else 7
@@ -140,7 +172,8 @@ rec = {json.dumps(polygraphy_record({"conv": (1, 7)}))}
 rec["replay"]["conv"]["tactic"] = tactic
 json.dump(rec, open("tactics.json", "w"))
 sys.exit(1 if tactic == 666 else 0)
-''')
+""",
+    )
     art = tmp_path / "art"
     r = run("mode=repeat", "until=5", check_cmd(script), "artifacts.paths=[tactics.json]", f"artifacts.dir={art}")
     assert r.returncode == 0, r.stderr
@@ -157,6 +190,7 @@ def test_diff_tactics_needs_sources(run):
 
 def test_build_without_tensorrt_names_the_extra(run, tmp_path):
     from runner.trt import tensorrt_available
+
     if tensorrt_available():
         pytest.skip("TensorRT is installed here")
     r = run("mode=build", "until=3", "model=whatever.onnx", 'checker.cmd="true"')

@@ -1,4 +1,5 @@
 """Markers and the set search: pure objects, tested on predicates with known answers."""
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,7 @@ def _search(cls, n, needed, order=None):
 @pytest.mark.parametrize("cls", MARKERS)
 @pytest.mark.parametrize("needed", [{0}, {329}, {224}, {10, 200}, {5, 6, 7, 300}])
 def test_set_search_finds_exactly_the_needed_set(cls, needed):
-    result, tests = _search(cls, 330, needed)
+    result, _tests = _search(cls, 330, needed)
     assert result == frozenset(needed)
 
 

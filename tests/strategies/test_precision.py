@@ -1,4 +1,5 @@
 """mode=precision on graphs with planted fp16 overflows and on the real detector, through the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -34,13 +35,28 @@ def _passes(model_path, original, inputs):
 
 
 @pytest.mark.parametrize("graph", list(GRAPHS))
-@pytest.mark.parametrize("marker, direction", [("bisect", "forward"), ("bisect", "reverse"), ("linear", "forward"),
-                                               ("linear", "reverse"), ("minimal", "forward")])
+@pytest.mark.parametrize(
+    "marker, direction",
+    [
+        ("bisect", "forward"),
+        ("bisect", "reverse"),
+        ("linear", "forward"),
+        ("linear", "reverse"),
+        ("minimal", "forward"),
+    ],
+)
 def test_planted_overflows(run, tmp_path, graph, marker, direction):
     path, inputs, needed, order = _setup(tmp_path, graph)
     out = tmp_path / "mixed.onnx"
-    r = run("mode=precision", f"marker={marker}", f"direction={direction}", f"model={path}", f"inputs={inputs}",
-                f"output={out}", *CHECK)
+    r = run(
+        "mode=precision",
+        f"marker={marker}",
+        f"direction={direction}",
+        f"model={path}",
+        f"inputs={inputs}",
+        f"output={out}",
+        *CHECK,
+    )
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     s = r.summary
     kept = [n["name"] for n in s["kept_nodes"]]
@@ -52,7 +68,7 @@ def test_planted_overflows(run, tmp_path, graph, marker, direction):
         # Polygraphy's algorithm: the shortest prefix from the inputs that passes
         assert kept == order[: max(positions) + 1]
     else:
-        assert kept == order[min(positions):]
+        assert kept == order[min(positions) :]
     assert _passes(out, path, inputs), "the written mixed-precision model passes the check"
     types = {n.name: n for n in onnx.load(str(out)).graph.node}
     assert onnx.load(str(out)).graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT, "I/O types kept"
@@ -76,14 +92,23 @@ def test_unreachable_accuracy_is_an_error(run, tmp_path):
 
 
 def test_bf16_low_precision(run, tmp_path):
-    path, inputs, needed, _ = _setup(tmp_path, "one_sensitive")
+    path, inputs, _needed, _ = _setup(tmp_path, "one_sensitive")
     model = onnx.load(str(path))
     model.opset_import[0].version = 17
     onnx.save(model, path)
     out = tmp_path / "bf16.onnx"
     # bf16 keeps fp32's range: the 1e5 weight is fine, and only rounding (3 significant digits) remains
-    r = run("mode=precision", "marker=minimal", "low_precision=bfloat16", f"model={path}", f"inputs={inputs}",
-                f"output={out}", "checker=compare", "checker.backend=bf16_emulation", "checker.rtol=2e-2")
+    r = run(
+        "mode=precision",
+        "marker=minimal",
+        "low_precision=bfloat16",
+        f"model={path}",
+        f"inputs={inputs}",
+        f"output={out}",
+        "checker=compare",
+        "checker.backend=bf16_emulation",
+        "checker.rtol=2e-2",
+    )
     assert r.returncode == 0, r.stderr + r.stdout[-1500:]
     assert r.summary["kept"] == 0 and r.summary["low_precision"] == "bfloat16"
     types = {t.data_type for t in onnx.load(str(out)).graph.initializer}
@@ -91,7 +116,7 @@ def test_bf16_low_precision(run, tmp_path):
 
 
 def test_precision_float16_high_is_refused(run, tmp_path):
-    path, inputs, _, _ = _setup(tmp_path, "chain")
+    path, _inputs, _, _ = _setup(tmp_path, "chain")
     r = run("mode=precision", "precision=float16", f"model={path}", *CHECK)
     assert r.returncode == 2 and "precision=float32" in r.stderr
 
@@ -101,7 +126,13 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
     model = need(DETECTOR)
     inputs = tmp_path / "pixels.npz"
     np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 96, 96)) * 255).astype(np.float32))
-    check = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=0.05", "checker.rtol=0", "checker.max_mismatch_fraction=0.01"]
+    check = [
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.atol=0.05",
+        "checker.rtol=0",
+        "checker.max_mismatch_fraction=0.01",
+    ]
     results = {}
     for marker in ("minimal", "bisect"):
         out = tmp_path / f"{marker}.onnx"
@@ -121,13 +152,26 @@ def test_sweep(tmp_path, launcher):
     """A 2 x 2 multirun, serially (Hydra's basic launcher) and in parallel (joblib)."""
     import subprocess
     import sys
+
     if launcher == "joblib":
         pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     path, inputs, _, _ = _setup(tmp_path, "one_sensitive")
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "runner", "-m", "mode=precision", "direction=forward,reverse", "marker=bisect,linear",
-           f"model={path}", f"inputs={inputs}", *CHECK, f"hydra.sweep.dir={sweep}", "output=mixed.onnx",
-           *(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "-m",
+        "mode=precision",
+        "direction=forward,reverse",
+        "marker=bisect,linear",
+        f"model={path}",
+        f"inputs={inputs}",
+        *CHECK,
+        f"hydra.sweep.dir={sweep}",
+        "output=mixed.onnx",
+        *(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else []),
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
@@ -143,8 +187,10 @@ def test_sweep(tmp_path, launcher):
 
 
 def test_rerun_from_snapshot(run_cli, tmp_path):
-    path, inputs, needed, _ = _setup(tmp_path, "two_branches")
-    first = run_cli("mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "output=first.onnx", *CHECK)
+    path, inputs, _needed, _ = _setup(tmp_path, "two_branches")
+    first = run_cli(
+        "mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "output=first.onnx", *CHECK
+    )
     assert first.returncode == 0, first.stderr
     again = run_cli("--config-path", str(first.run_dir / ".hydra"), "--config-name", "config", "output=again.onnx")
     assert again.returncode == 0, again.stderr

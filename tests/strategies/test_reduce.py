@@ -1,4 +1,5 @@
 """mode=reduce through the real CLI, on graphs built here and on the real models in ../shared/models."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,9 +16,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests.helpers.models import CLASSIFIER, DETECTOR, VAD, VAD_IF, branchy_model, chain_model, f32, make_model, need
 from tests.helpers.checks import python_check
 from tests.helpers.cli import check_cmd
+from tests.helpers.models import CLASSIFIER, DETECTOR, VAD, VAD_IF, branchy_model, chain_model, f32, make_model, need
 
 
 def _names(path):
@@ -59,7 +60,7 @@ def test_single_node_fault_in_a_chain(run, tmp_path, has_nodes_script, marker, c
 def test_two_node_fault_on_different_branches(run, tmp_path, has_nodes_script, marker):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)
-    r, out = _reduce(run, model, ["a1", "b1"], f"marker={marker}", script=has_nodes_script)
+    _r, out = _reduce(run, model, ["a1", "b1"], f"marker={marker}", script=has_nodes_script)
     assert sorted(_compute_names(out)) == ["a1", "b1"]
     reduced = onnx.load(str(out))
     assert {i.name for i in reduced.graph.input} == {"a0o", "b0o"}
@@ -69,7 +70,7 @@ def test_two_node_fault_on_different_branches(run, tmp_path, has_nodes_script, m
 def test_fault_at_a_second_graph_output(run, tmp_path, has_nodes_script):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)
-    r, out = _reduce(run, model, ["side_out"])
+    _r, out = _reduce(run, model, ["side_out"])
     reduced = onnx.load(str(out))
     assert _compute_names(out) == ["side_out"]
     assert [o.name for o in reduced.graph.output] == ["side"]
@@ -81,7 +82,7 @@ def test_fault_at_a_second_graph_output(run, tmp_path, has_nodes_script):
 def test_reduce_inputs_off_keeps_graph_inputs(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
-    r, out = _reduce(run, model, ["n3"], "reduce_inputs=false")
+    _r, out = _reduce(run, model, ["n3"], "reduce_inputs=false")
     assert _compute_names(out) == ["n0", "n1", "n2", "n3"]
     assert [i.name for i in onnx.load(str(out)).graph.input] == ["x"]
 
@@ -89,20 +90,25 @@ def test_reduce_inputs_off_keeps_graph_inputs(run, tmp_path, has_nodes_script):
 def test_reduce_outputs_off_keeps_graph_outputs(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
-    r, out = _reduce(run, model, ["n3"], "reduce_outputs=false")
+    _r, out = _reduce(run, model, ["n3"], "reduce_outputs=false")
     assert _compute_names(out) == ["n3", "n4", "n5", "n6", "n7"]
     assert [o.name for o in onnx.load(str(out)).graph.output] == ["y"]
 
 
 def test_dynamic_shapes_become_concrete_at_boundaries(run, tmp_path, has_nodes_script):
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=[1, 0]),
-             helper.make_node("Sigmoid", ["t"], ["y"], name="sig")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=[1, 0]),
+        helper.make_node("Sigmoid", ["t"], ["y"], name="sig"),
+    ]
     model = tmp_path / "dyn.onnx"
     onnx.save(make_model(nodes, [f32("x", ["N", 4])], [f32("y", [4, "N"])]), model)
-    r, out = _reduce(run, model, ["tr"], "model_input_shapes={x:[3,4]}")
+    _r, out = _reduce(run, model, ["tr"], "model_input_shapes={x:[3,4]}")
     reduced = onnx.load(str(out))
-    dims = lambda vi: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+    def dims(vi):
+        return [d.dim_value for d in vi.type.tensor_type.shape.dim]
+
     assert dims(reduced.graph.input[0]) == [3, 4] and dims(reduced.graph.output[0]) == [4, 3]
     sess = ort.InferenceSession(reduced.SerializeToString())
     assert sess.run(None, {"r": np.ones((3, 4), np.float32)})[0].shape == (4, 3)
@@ -112,7 +118,7 @@ def test_min_good_is_written(run, tmp_path, has_nodes_script):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(8), model)
     good = tmp_path / "good.onnx"
-    r, out = _reduce(run, model, ["n5"], f"min_good={good}")
+    r, _out = _reduce(run, model, ["n5"], f"min_good={good}")
     assert r.summary["min_good"] == str(good)
     assert "n5" not in _names(good) and len(_compute_names(good)) >= 1
     onnx.checker.check_model(str(good))
@@ -144,15 +150,18 @@ def test_metadata_and_names_are_kept(run, tmp_path, has_nodes_script):
 
 def test_external_data_round_trip(run, tmp_path, has_nodes_script):
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).random((64, 64), dtype=np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"), helper.make_node("Relu", ["a"], ["b"], name="relu"),
-             helper.make_node("MatMul", ["b", "w"], ["y"], name="mm2")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("MatMul", ["b", "w"], ["y"], name="mm2"),
+    ]
     m = make_model(nodes, [f32("x", [1, 64])], [f32("y", [1, 64])], [w])
     model = tmp_path / "ext.onnx"
     onnx.save_model(m, str(model), save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
     assert (tmp_path / "ext.onnx.data").stat().st_size == 64 * 64 * 4
     out = tmp_path / "out" / "reduced.onnx"
     out.parent.mkdir()
-    r, _ = _reduce(run, model, ["mm2"], "external_data=true", "external_data_threshold=16", out=out)
+    _r, _ = _reduce(run, model, ["mm2"], "external_data=true", "external_data_threshold=16", out=out)
     assert (out.parent / "reduced.onnx.data").stat().st_size >= 64 * 64 * 4
     loaded = onnx.load(str(out))
     assert _compute_names(out) == ["mm2"] and onnx.numpy_helper.to_array(loaded.graph.initializer[0]).shape == (64, 64)
@@ -160,16 +169,35 @@ def test_external_data_round_trip(run, tmp_path, has_nodes_script):
 
 def test_kill_then_resume_reduce(run, tmp_path):
     slow = tmp_path / "slow_has.py"  # fails while the model holds node n9 (no other name or tensor has its bytes)
-    slow.write_text("import sys, time\ntime.sleep(0.1)\nsys.exit(1 if b'n9' in open(sys.argv[1], 'rb').read() else 0)\n")
+    slow.write_text(
+        "import sys, time\ntime.sleep(0.1)\nsys.exit(1 if b'n9' in open(sys.argv[1], 'rb').read() else 0)\n"
+    )
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(16), model)
-    full = run("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"), f"output={tmp_path / 'full.onnx'}")
+    full = run(
+        "mode=reduce",
+        "marker=linear",
+        f"model={model}",
+        check_cmd(slow, "{artifact}"),
+        f"output={tmp_path / 'full.onnx'}",
+    )
     assert full.returncode == 0, full.stderr
 
     run_dir = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "runner", "mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
-           f"output={tmp_path / 'never.onnx'}", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "mode=reduce",
+        "marker=linear",
+        f"model={model}",
+        check_cmd(slow, "{artifact}"),
+        f"output={tmp_path / 'never.onnx'}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+    )
     replay = run_dir / "replay.json"
     end = time.monotonic() + 60
     while time.monotonic() < end and not (replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 3):
@@ -178,8 +206,14 @@ def test_kill_then_resume_reduce(run, tmp_path):
     proc.wait()
     done = len(json.loads(replay.read_text())["iterations"])
 
-    resumed = run("mode=reduce", "marker=linear", f"model={model}", check_cmd(slow, "{artifact}"),
-                      f"output={tmp_path / 'resumed.onnx'}", f"replay.load={replay}")
+    resumed = run(
+        "mode=reduce",
+        "marker=linear",
+        f"model={model}",
+        check_cmd(slow, "{artifact}"),
+        f"output={tmp_path / 'resumed.onnx'}",
+        f"replay.load={replay}",
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert _names(tmp_path / "resumed.onnx") == _names(tmp_path / "full.onnx")
     assert resumed.summary["checks"] == full.summary["checks"] - done
@@ -188,10 +222,18 @@ def test_kill_then_resume_reduce(run, tmp_path):
 
 # ---- real models ---------------------------------------------------------------------------
 
+
 def test_detector_bisect_beats_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
-    r, out = _reduce(run, model, ["p2o.Conv.31"], "marker=bisect", "model_input_shapes={x:[1,3,160,160]}",
-                     out=tmp_path / "det.onnx", script=has_nodes_script)
+    r, out = _reduce(
+        run,
+        model,
+        ["p2o.Conv.31"],
+        "marker=bisect",
+        "model_input_shapes={x:[1,3,160,160]}",
+        out=tmp_path / "det.onnx",
+        script=has_nodes_script,
+    )
     s = r.summary
     assert _compute_names(out) == ["p2o.Conv.31"]
     assert s["checks"] <= 15, "within 1.5x of ceil(log2 672) = 10"
@@ -202,8 +244,9 @@ def test_detector_bisect_beats_polygraphy(run, tmp_path, has_nodes_script):
 
 def test_detector_linear_half_of_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
-    r, out = _reduce(run, model, ["p2o.Conv.31"], "marker=linear", "model_input_shapes={x:[1,3,160,160]}",
-                     out=tmp_path / "det.onnx")
+    r, out = _reduce(
+        run, model, ["p2o.Conv.31"], "marker=linear", "model_input_shapes={x:[1,3,160,160]}", out=tmp_path / "det.onnx"
+    )
     assert _compute_names(out) == ["p2o.Conv.31"]
     assert r.summary["checks"] <= 555 // 2
     entries = r.replay["iterations"]
@@ -214,7 +257,7 @@ def test_classifier_two_node_fault(run, tmp_path, has_nodes_script):
     model = need(CLASSIFIER)
     names = [n.name for n in onnx.load(str(model)).graph.node if n.op_type == "Conv"]
     a, b = names[3], names[-2]
-    r, out = _reduce(run, model, [a, b], "model_input_shapes={x:[1,3,48,192]}", out=tmp_path / "cls.onnx")
+    _r, out = _reduce(run, model, [a, b], "model_input_shapes={x:[1,3,48,192]}", out=tmp_path / "cls.onnx")
     assert sorted(_compute_names(out)) == sorted([a, b])
     sess = ort.InferenceSession(str(out))
     feeds = {i.name: np.random.rand(*i.shape).astype(np.float32) for i in sess.get_inputs()}
@@ -226,25 +269,52 @@ def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
     m = onnx.load(str(model))
     target = [n.name for n in m.graph.node if n.op_type == "Conv"][2]
     inputs = tmp_path / "vad_inputs.npz"
-    np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
-             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
-    r, out = _reduce(run, model, [target], f"inputs={inputs}",
-                     "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "vad.onnx")
+    np.savez(
+        inputs,
+        input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
+        state=np.zeros((2, 1, 128), np.float32),
+        sr=np.array(16000, np.int64),
+    )
+    _r, out = _reduce(
+        run,
+        model,
+        [target],
+        f"inputs={inputs}",
+        "model_input_shapes={input:[1,512],state:[2,1,128]}",
+        out=tmp_path / "vad.onnx",
+    )
     assert _compute_names(out) == [target]
 
 
 def test_if_node_moves_as_one(run, tmp_path, has_nodes_script):
     model = need(VAD_IF)
     inputs = tmp_path / "vad_inputs.npz"
-    np.savez(inputs, input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
-             state=np.zeros((2, 1, 128), np.float32), sr=np.array(16000, np.int64))
-    r, out = _reduce(run, model, ["If_0"], f"inputs={inputs}",
-                     "model_input_shapes={input:[1,512],state:[2,1,128]}", out=tmp_path / "if.onnx")
+    np.savez(
+        inputs,
+        input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
+        state=np.zeros((2, 1, 128), np.float32),
+        sr=np.array(16000, np.int64),
+    )
+    _r, out = _reduce(
+        run,
+        model,
+        ["If_0"],
+        f"inputs={inputs}",
+        "model_input_shapes={input:[1,512],state:[2,1,128]}",
+        out=tmp_path / "if.onnx",
+    )
     reduced = onnx.load(str(out))
     assert _compute_names(out) == ["If_0"]
     assert {i.name for i in reduced.graph.input} == {"Equal_0_C", "input", "state"}, "outer-scope reads become inputs"
     sess = ort.InferenceSession(str(out))
-    got = sess.run(None, {"Equal_0_C": np.array(True), "input": np.zeros((1, 512), np.float32), "state": np.zeros((2, 1, 128), np.float32)})
+    got = sess.run(
+        None,
+        {
+            "Equal_0_C": np.array(True),
+            "input": np.zeros((1, 512), np.float32),
+            "state": np.zeros((2, 1, 128), np.float32),
+        },
+    )
     assert len(got) == 2
 
 
@@ -253,8 +323,15 @@ def test_keep_intermediate_and_sorted_iteration_models(run, tmp_path, has_nodes_
     onnx.save(chain_model(8), model)
     art = tmp_path / "art"
     it = tmp_path / "candidate.onnx"
-    r, _ = _reduce(run, model, ["n4"], "artifacts.keep_intermediate=true", f"artifacts.dir={art}",
-                   f"artifacts.iter_artifact={it}", f"artifacts.paths=[{it}]")
+    r, _ = _reduce(
+        run,
+        model,
+        ["n4"],
+        "artifacts.keep_intermediate=true",
+        f"artifacts.dir={art}",
+        f"artifacts.iter_artifact={it}",
+        f"artifacts.paths=[{it}]",
+    )
     checks = r.summary["checks"]
     kept = sorted((art / "intermediate").iterdir())
     assert len(kept) == checks and all(p.name.startswith("candidate_iter") and p.suffix == ".onnx" for p in kept)

@@ -1,4 +1,5 @@
 """fp16/bf16 emulation on fp16-converted real models: type-aware rounding that exposes overflows."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,26 +51,42 @@ def test_detector_fp16_overflow_shows_only_under_emulation():
 
 def test_if_subgraphs_are_converted_and_emulated():
     fp32, fp16 = _fp16(VAD_IF)
-    feeds = {"input": np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
-             "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}
+    feeds = {
+        "input": np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
+        "state": np.zeros((2, 1, 128), np.float32),
+        "sr": np.array(16000, np.int64),
+    }
     ref = make_backend("onnxruntime").run(fp32, feeds)
     got = make_backend("fp16_emulation").run(fp16, feeds)
     assert set(got) == set(ref)
     for name in ref:
         assert np.isfinite(got[name]).all()
         assert np.abs(got[name].astype(np.float32) - ref[name]).max() < 0.05
-    rewritten, _, _, rounded = emulate_low_precision(fp16)
-    bodies = [a.g for n in rewritten.graph.node if n.op_type == "If" for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    assert bodies and any(m.op_type == "Cast" and m.name.endswith("_to_low") for b in bodies for m in b.node), "If bodies are rounded too"
+    rewritten, _, _, _rounded = emulate_low_precision(fp16)
+    bodies = [
+        a.g
+        for n in rewritten.graph.node
+        if n.op_type == "If"
+        for a in n.attribute
+        if a.type == onnx.AttributeProto.GRAPH
+    ]
+    assert bodies and any(m.op_type == "Cast" and m.name.endswith("_to_low") for b in bodies for m in b.node), (
+        "If bodies are rounded too"
+    )
 
 
 def test_bf16_rounding_loses_precision_but_not_range():
     nodes = [helper.make_node("Mul", ["x", "k"], ["y"], name="mul")]
     k = helper.make_tensor("k", TensorProto.BFLOAT16, [], [1.0])
-    g = helper.make_graph(nodes, "bf", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
-                          [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])], [k])
+    g = helper.make_graph(
+        nodes,
+        "bf",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])],
+        [k],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    x = np.array([1e20, 1 + 2 ** -9, 3.0], np.float32)
+    x = np.array([1e20, 1 + 2**-9, 3.0], np.float32)
     got = make_backend("bf16_emulation").run(model, {"x": x})["y"]
     assert got[0] == pytest.approx(1e20, rel=1e-2) and np.isfinite(got[0]), "bf16 has fp32's range"
     assert got[1] == 1.0, "bf16 keeps 8 significant bits"

@@ -1,4 +1,5 @@
 """checker=compare: real models on every backend, planted fp16 overflows and perturbed weights."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,11 +29,18 @@ def _check(checker, model_path: Path, key="k"):
 def overflow_model() -> onnx.ModelProto:
     """fp16 model: x*x overflows fp16 for x near 3e3, but the result /1000 and summed fits."""
     k = helper.make_tensor("k", TensorProto.FLOAT16, [], [1000.0])
-    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
-             helper.make_node("Div", ["sq", "k"], ["d"], name="scale"),
-             helper.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0)]
-    g = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [])], [k])
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+        helper.make_node("Div", ["sq", "k"], ["d"], name="scale"),
+        helper.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "overflow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [])],
+        [k],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -111,6 +119,7 @@ def test_reduce_with_compare_finds_the_perturbed_node(run, tmp_path):
 
 def test_tensorrt_backend_without_tensorrt_names_the_extra(run, tmp_path):
     from runner.trt import tensorrt_available
+
     if tensorrt_available():
         pytest.skip("TensorRT is installed here")
     with pytest.raises(MissingExtraError, match=r"\[trt\]"):
@@ -130,6 +139,7 @@ def test_bad_tolerances_and_backend():
 
 def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
     from runner.checkers.tolerance import compare_tensor
+
     golden = np.zeros(100, np.float32)
     actual = golden.copy()
     actual[:3] = 1.0
@@ -140,8 +150,10 @@ def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
 
 
 def test_python_checker_cli(run_cli, tmp_path):
-    (tmp_path / "mychecks.py").write_text("import os\ndef even(path):\n    return int(os.environ.get('RUNNER_ITERATION', '0')) % 2 == 0\n"
-                                          "calls = []\ndef second_fails(path):\n    calls.append(path)\n    return len(calls) != 2\n")
+    (tmp_path / "mychecks.py").write_text(
+        "import os\ndef even(path):\n    return int(os.environ.get('RUNNER_ITERATION', '0')) % 2 == 0\n"
+        "calls = []\ndef second_fails(path):\n    calls.append(path)\n    return len(calls) != 2\n"
+    )
     r = run_cli("mode=repeat", "until=bad", "checker=python", "checker.target=mychecks.second_fails")
     assert r.returncode == 0, r.stderr
     assert r.summary["runs"] == 2 and r.summary["bad"] == 1
@@ -152,23 +164,46 @@ def test_python_checker_cli(run_cli, tmp_path):
 def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
     """The fp16 workflow: golden values from the fp32 model, the fp16 model reduced under emulation."""
     from onnx import helper as h
+
     from runner.graph.convert import convert_except
     from tests.helpers.models import f32, make_model
-    nodes = [h.make_node("Relu", ["x"], ["a"], name="relu"), h.make_node("Mul", ["a", "a"], ["sq"], name="square"),
-             h.make_node("Div", ["sq", "k"], ["d"], name="scale"), h.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0),
-             h.make_node("Neg", ["x"], ["n"], name="neg"), h.make_node("Abs", ["n"], ["z"], name="abs")]
-    fp32 = make_model(nodes, [f32("x", [4])], [f32("y", []), f32("z", [4])], [numpy_helper.from_array(np.array(1000.0, np.float32), "k")])
+
+    nodes = [
+        h.make_node("Relu", ["x"], ["a"], name="relu"),
+        h.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+        h.make_node("Div", ["sq", "k"], ["d"], name="scale"),
+        h.make_node("ReduceSum", ["d"], ["y"], name="sum", keepdims=0),
+        h.make_node("Neg", ["x"], ["n"], name="neg"),
+        h.make_node("Abs", ["n"], ["z"], name="abs"),
+    ]
+    fp32 = make_model(
+        nodes,
+        [f32("x", [4])],
+        [f32("y", []), f32("z", [4])],
+        [numpy_helper.from_array(np.array(1000.0, np.float32), "k")],
+    )
     fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
     onnx.save(fp32, fp32_path)
     onnx.save(convert_except(fp32, []), fp16_path)
     inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
     np.savez(inputs, x=np.full(4, 3000, np.float32))
-    first = run("mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}")
+    first = run(
+        "mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}"
+    )
     assert first.returncode == 0 and first.summary["good"] == 1, first.stderr
     out = tmp_path / "reduced.onnx"
-    r = run("mode=reduce", f"model={fp16_path}", "checker=compare", "checker.backend=fp16_emulation", "checker.rtol=1e-2",
-                f"golden={golden}", f"output={out}")
+    r = run(
+        "mode=reduce",
+        f"model={fp16_path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.rtol=1e-2",
+        f"golden={golden}",
+        f"output={out}",
+    )
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]
     reduced = onnx.load(str(out))
-    assert reduced.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16, "the subgraph is the fp16 model's own"
+    assert reduced.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16, (
+        "the subgraph is the fp16 model's own"
+    )
