@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 
 from tests.helpers.cli import HAS_NODES, RunResult, run_process, write_script
 from tests.helpers.inprocess import run_in_process
+from tests.helpers.models import chain_model
 
 
 def _runner(tmp_path: Path, how):
@@ -34,6 +36,14 @@ def run(tmp_path):
 def run_cli(tmp_path):
     """Run ``python -m runner ARGS`` in a subprocess, as a user would, with its run dir in tmp."""
     return _runner(tmp_path, run_process)
+
+
+@pytest.fixture
+def chain(tmp_path) -> Path:
+    """An 8-node chain model (n0..n7 and a Constant) saved as ``tmp_path/model.onnx``."""
+    path = tmp_path / "model.onnx"
+    onnx.save(chain_model(8), path)
+    return path
 
 
 @pytest.fixture

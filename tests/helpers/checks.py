@@ -15,3 +15,11 @@ def lacks_nodes(path: str, *names: str) -> bool:
 def python_check(*names: str) -> list:
     """The overrides for ``checker=python`` running ``lacks_nodes`` with ``names``."""
     return ["checker=python", "checker.target=tests.helpers.checks.lacks_nodes", f"checker.args=[{','.join(names)}]"]
+
+
+def reduce_args(model, *culprits: str, script=None) -> list:
+    """A reduce whose check fails while the model holds the culprits: the command ``script``, else in-process."""
+    from tests.helpers.cli import check_cmd
+
+    check = [check_cmd(script, "{artifact}", *culprits)] if script else python_check(*culprits)
+    return ["mode=reduce", f"model={model}", *check]

@@ -50,6 +50,37 @@ def run_process(
     return RunResult(proc.returncode, proc.stdout, proc.stderr, run_dir)
 
 
+#: fails (exit 1) while the model holds every node named after the sleep (seconds): ``{artifact} SECONDS NAMES...``
+SLOW_HAS_NODES = """
+import sys, time, onnx
+time.sleep(float(sys.argv[2]))
+names = {n.name for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
+sys.exit(1 if all(x in names for x in sys.argv[3:]) else 0)
+"""
+
+
+def start_process(cwd: Path, *args: str, run_dir: Optional[Path] = None) -> subprocess.Popen:
+    """Start ``python -m runner ARGS`` without waiting (text pipes for stdout and stderr)."""
+    extra = [f"hydra.run.dir={run_dir}"] if run_dir else []
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *args, *extra],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def write_script(path: Path, body: str) -> Path:
     """Write a Python check script and return its path."""
     path.write_text(body)

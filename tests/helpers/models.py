@@ -3,6 +3,7 @@ graphs built with onnx.helper."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import List, Sequence
@@ -34,6 +35,11 @@ def need(path: Path) -> Path:
     if not path.is_file():
         pytest.skip(f"{path} not found: put ../shared/models beside the checkout or set RUNNER_SHARED_MODELS")
     return path
+
+
+def sha256(path: Path) -> str:
+    """The file's sha256, hex."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def make_model(

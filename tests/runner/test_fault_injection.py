@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-from tests.helpers.cli import check_cmd, write_script
+from tests.helpers.cli import alive, check_cmd, write_script
 from tests.helpers.models import chain_model
 
 #: fails while the model holds node n40 (its name's bytes; no other name or tensor contains them)
@@ -24,14 +24,6 @@ open(sys.argv[2], "a").write(f"{os.getpid()}\\n")
 time.sleep(0.1)
 sys.exit(1 if sys.argv[3].encode() in open(sys.argv[1], "rb").read() else 0)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _start(cwd: Path, args, run_dir: Path) -> subprocess.Popen:
@@ -86,9 +78,9 @@ def test_kill_anywhere_then_resume_gives_the_same_run(tmp_path):
         code = proc.wait(timeout=60)
         assert code in (0, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGHUP), (sig, code)
         deadline = time.monotonic() + 5
-        while pids.exists() and any(_alive(int(p)) for p in pids.read_text().split()) and time.monotonic() < deadline:
+        while pids.exists() and any(alive(int(p)) for p in pids.read_text().split()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(int(p)) for p in pids.read_text().split()), f"a check outlived the runner ({sig.name})"
+        assert not any(alive(int(p)) for p in pids.read_text().split()), f"a check outlived the runner ({sig.name})"
         if (run_dir / "replay.json").exists():
             latest = run_dir / "replay.json"
             assert _verdicts(latest) == expected[: len(_verdicts(latest))], "a resumed run never changes a verdict"

@@ -1,0 +1,121 @@
+"""Output safety: every path a run writes is resolved and checked before the first check; the model and its
+data are never written; default names never overwrite; files get the user's umask."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.helpers.checks import reduce_args
+from tests.helpers.cli import one_line_error
+from tests.helpers.models import chain_model, sha256
+
+
+@pytest.mark.parametrize(
+    "option", ["output", "min_good", "artifacts.iter_artifact", "summary", "replay.save", "artifacts.iter_info"]
+)
+@pytest.mark.parametrize("spelling", ["absolute", "dot", "symlink", "hardlink"])
+def test_no_option_may_name_the_model(run, tmp_path, chain, has_nodes_script, option, spelling):
+    before = sha256(chain)
+    if spelling == "absolute":
+        target = str(chain)
+    elif spelling == "dot":
+        target = "./model.onnx"
+    elif spelling == "symlink":
+        (tmp_path / "link.onnx").symlink_to(chain)
+        target = "link.onnx"
+    else:
+        os.link(chain, tmp_path / "hard.onnx")
+        target = "hard.onnx"
+    r = run(*reduce_args(chain, "n3"), f"{option}={target}")
+    one_line_error(r, f"{option}=", "would overwrite the model", str(chain), code=2)
+    assert sha256(chain) == before
+    assert r.summary["checks"] == 0
+
+
+def test_save_golden_and_precision_output_may_not_name_the_model(run, tmp_path, chain):
+    before = sha256(chain)
+    r = run("mode=reduce", f"model={chain}", "checker=compare", f"save_golden={chain}")
+    one_line_error(r, "save_golden=", "would overwrite the model", code=2)
+    r = run(
+        "mode=precision", f"model={chain}", "checker=compare", "checker.backend=fp16_emulation", "output=./model.onnx"
+    )
+    one_line_error(r, "output=", "would overwrite the model", code=2)
+    assert sha256(chain) == before
+
+
+def test_external_data_file_is_protected(run, tmp_path, has_nodes_script):
+    model = chain_model(8)
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "unused_w"))
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="out.onnx.data", size_threshold=0)
+    data = tmp_path / "out.onnx.data"
+    before = sha256(data)
+    r = run(*reduce_args(path, "n3"), f"output={tmp_path / 'out.onnx'}", "external_data=true")
+    one_line_error(r, "output=", "external data file", str(data), code=2)
+    r = run(*reduce_args(path, "n3"), f"summary={data}")
+    one_line_error(r, "summary=", "external data file", code=2)
+    assert sha256(data) == before
+
+
+def test_reduce_again_with_the_default_output_picks_a_free_name(run, tmp_path, has_nodes_script):
+    onnx.save(chain_model(8), tmp_path / "reduced.onnx")
+    before = sha256(tmp_path / "reduced.onnx")
+    r = run(*reduce_args("reduced.onnx", "n3"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sha256(tmp_path / "reduced.onnx") == before
+    assert r.summary["output"] == str(tmp_path / "reduced_1.onnx")
+    assert [n.name for n in onnx.load(str(tmp_path / "reduced_1.onnx")).graph.node if n.op_type != "Constant"] == ["n3"]
+    assert "reduced.onnx exists; writing output=" in r.stdout + r.stderr
+
+
+def test_two_options_naming_one_file(run, tmp_path, chain, has_nodes_script):
+    r = run(*reduce_args(chain, "n3"), "output=same.onnx", "min_good=same.onnx")
+    one_line_error(r, "min_good and output both name", code=2)
+
+
+@pytest.mark.parametrize("option", ["output", "min_good", "replay.save", "artifacts.iter_info", "summary"])
+def test_unwritable_output_stops_before_the_first_check(run, tmp_path, chain, has_nodes_script, option):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    r = run(*reduce_args(chain, "n3"), f"{option}={blocker / 'sub' / 'x.json'}")
+    one_line_error(r, f"{option}=", code=2)
+    assert not (r.run_dir / "checks").exists(), "no check ran"
+
+
+def test_unwritable_run_dir_is_one_line(tmp_path, chain, has_nodes_script):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        *reduce_args(chain, "n3", script=has_nodes_script),
+        f"hydra.run.dir={blocker / 'run'}",
+    ]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    one_line_error(r, "hydra.run.dir=", "not a writable directory", code=2)
+
+
+def test_files_get_the_users_umask(tmp_path, chain, has_nodes_script):
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        *reduce_args(chain, "n3", script=has_nodes_script),
+        f"hydra.run.dir={run_dir}",
+    ]
+    r = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0o027)
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("summary.json", "replay.json"):
+        assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o640, name

@@ -1,0 +1,73 @@
+"""Replay identity and strict entries: a resume never reuses verdicts of another model, check or inputs."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+from tests.helpers.checks import reduce_args
+from tests.helpers.cli import SLOW_HAS_NODES, check_cmd, one_line_error, write_script
+from tests.helpers.models import chain_model
+
+
+def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain, has_nodes_script):
+    first = run(*reduce_args(chain, "n3"), "output=a.onnx")
+    assert first.returncode == 0, first.stderr[-2000:]
+    replay = first.run_dir / "replay.json"
+    other_check = run(*reduce_args(chain, "n5"), "output=b.onnx", f"replay.load={replay}")
+    one_line_error(other_check, "replay.load=", "another check", "replay.force=true", code=2)
+    edited = tmp_path / "edited.onnx"
+    model = chain_model(8)
+    model.graph.node[3].name = "n3"
+    model.doc_string = "edited"
+    onnx.save(model, edited)
+    other_model = run(*reduce_args(edited, "n3"), "output=c.onnx", f"replay.load={replay}")
+    one_line_error(other_model, "model content", code=2)
+    other_shapes = run(
+        *reduce_args(chain, "n3"), "output=d.onnx", f"replay.load={replay}", "model_input_shapes={x:[1,4]}"
+    )
+    one_line_error(other_shapes, "options (model_input_shapes)", code=2)
+    forced = run(*reduce_args(chain, "n5"), "output=e.onnx", f"replay.load={replay}", "replay.force=true")
+    assert forced.returncode == 0 and forced.summary["checks"] == 0, "forced: every verdict reused"
+
+
+def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):
+    script = write_script(tmp_path / "check.py", SLOW_HAS_NODES)
+    first = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=a.onnx")
+    assert first.returncode == 0
+    script.write_text(SLOW_HAS_NODES + "\n# fixed a bug\n")
+    again = run(
+        "mode=reduce",
+        f"model={chain}",
+        check_cmd(script, "{artifact}", "0", "n3"),
+        "output=b.onnx",
+        f"replay.load={first.run_dir / 'replay.json'}",
+    )
+    one_line_error(again, "another check", "files", code=2)
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ({"key": "k", "passed": "false"}, ['passed="false"', "true or false"]),
+        ({"key": ["a", "b"], "passed": False}, ["key=", "a string"]),
+        ({"key": "k", "passed": True, "returncode": "1"}, ["returncode="]),
+        ({"passed": True}, ["lacks 'key'"]),
+    ],
+)
+def test_replay_entries_of_the_wrong_type_are_errors(run, tmp_path, chain, has_nodes_script, entry, words):
+    first = run(*reduce_args(chain, "n3"), "output=a.onnx")
+    data = json.loads((first.run_dir / "replay.json").read_text())
+    data["iterations"].append(entry)
+    bad = tmp_path / "bad_replay.json"
+    bad.write_text(json.dumps(data))
+    r = run(*reduce_args(chain, "n3"), "output=b.onnx", f"replay.load={bad}")
+    one_line_error(r, "replay.load=", *words, code=2)
+
+
+def test_replay_nested_too_deeply(run, tmp_path, chain, has_nodes_script):
+    bad = tmp_path / "deep.json"
+    bad.write_text("[" * 100_000 + "]" * 100_000)
+    one_line_error(run(*reduce_args(chain, "n3"), f"replay.load={bad}"), "replay.load=", code=2)
