@@ -1,0 +1,99 @@
+"""Mixed-precision conversion: kept nodes stay fp32, I/O types stay, bf16 weights come from fp32 values."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.errors import ModelError
+from runner.graph.constants import constants_to_initializers
+from runner.graph.convert import convert_except, float_nodes, name_nodes
+from tests.helpers.graphs import one_sensitive
+from tests.helpers.models import chain_model
+
+
+def _types(model):
+    inferred = onnx.shape_inference.infer_shapes(model)
+    vis = list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)
+    return {v.name: v.type.tensor_type.elem_type for v in vis}
+
+
+def test_name_nodes_makes_names_unique():
+    model = chain_model(3)
+    model.graph.node[1].name = ""
+    model.graph.node[2].name = model.graph.node[3].name
+    names = [n.name for n in name_nodes(model).graph.node]
+    assert len(set(names)) == len(names) and all(names)
+
+
+def test_constants_to_initializers_keeps_names():
+    model = constants_to_initializers(chain_model(2))
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Add"]
+    assert [t.name for t in model.graph.initializer] == ["c"]
+
+
+def test_kept_node_stays_fp32_and_io_types_are_kept():
+    model, needed, _ = one_sensitive()
+    model = constants_to_initializers(name_nodes(model))
+    converted = convert_except(model, needed)
+    types = _types(converted)
+    assert converted.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert converted.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    mul = next(n for n in converted.graph.node if n.name == "big_mul")
+    assert all(types.get(t) == TensorProto.FLOAT for t in mul.output)
+    assert {t.name: t.data_type for t in converted.graph.initializer}["C"] == TensorProto.FLOAT, (
+        "the kept weight stays fp32"
+    )
+    relu = next(n for n in converted.graph.node if n.name == "relu1")
+    assert types[relu.output[0]] == TensorProto.FLOAT16
+    x = np.full((1, 8), 2.0, np.float32)
+    y = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, 2e5, rtol=1e-3)
+
+
+def test_bf16_weights_come_from_fp32_values():
+    w = numpy_helper.from_array(np.array([1e6], np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["y"], name="mul")]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = convert_except(model, [], "bfloat16")
+    init = {t.name: t for t in converted.graph.initializer}["w"]
+    assert init.data_type == TensorProto.BFLOAT16
+    value = numpy_helper.to_array(init).astype(np.float32)
+    assert value[0] == pytest.approx(1e6, rel=1e-2), "not clipped to fp16's 65504"
+
+
+def test_bf16_needs_opset_13():
+    model = chain_model(2)
+    model.opset_import[0].version = 11
+    with pytest.raises(ModelError, match="opset 13"):
+        convert_except(constants_to_initializers(model), [], "bfloat16")
+
+
+def test_float_nodes_skip_integer_only_nodes():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Add", ["s", "s"], ["s2"], name="int_add"),
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("s2", TensorProto.INT64, [1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    names = [model.graph.node[i].name for i in float_nodes(model)]
+    assert "relu" in names and "int_add" not in names

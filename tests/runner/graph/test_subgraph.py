@@ -1,0 +1,122 @@
+"""GraphIndex: units, boundaries, extraction, on-demand reachability and keys, on built graphs and the real models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from runner.errors import ModelError, ShapeError
+from runner.graph.feeds import model_feeds
+from runner.graph.meta import TensorMeta
+from runner.graph.subgraph import GraphIndex
+from tests.helpers.models import CLASSIFIER, VAD_IF, branchy_model, chain_model, f32, make_model, need
+
+
+def _index(model, shapes=None, keep_constant_nodes=False):
+    from runner.graph.activations import run_all_tensors
+
+    meta = TensorMeta(model, shapes or {}, lambda: run_all_tensors(model, model_feeds(model, shapes, None, 0)))
+    return GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
+
+
+def _names(index, units):
+    return [index.nodes[i].name for i in sorted(units)]
+
+
+def test_constant_nodes_are_not_units():
+    index = _index(chain_model(4))
+    assert [index.nodes[i].name for i in index.units] == ["n0", "n1", "n2", "n3"]
+    assert len(index.nodes) == 5
+
+
+def test_boundary_of_a_middle_node():
+    index = _index(chain_model(4))
+    n2 = index.find("n2")
+    order, inputs, outputs = index.boundary([n2])
+    assert inputs == ["t1"] and outputs == ["t2"]
+    assert _names(index, order) == ["n2"], "n2 is a Relu and reads no constant"
+    n1 = index.find("n1")
+    order, inputs, _ = index.boundary([n1])
+    assert _names(index, order) == ["const", "n1"], "the Constant travels with the Add that reads it"
+    assert inputs == ["t0"], "a constant never becomes a graph input"
+
+
+def test_extracted_subgraph_runs_and_matches_the_original():
+    model = branchy_model()
+    index = _index(model)
+    units = [index.find("b1"), index.find("b2"), index.find("side_out")]
+    sub = index.extract(units)
+    onnx.checker.check_model(sub)
+    assert [i.name for i in sub.graph.input] == ["b0o"]
+    assert [o.name for o in sub.graph.output] == ["b2o", "side"], "b2o is read by join, outside the set"
+    dims = [d.dim_value for d in sub.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 4]
+    x = np.random.default_rng(0).random((1, 4), dtype=np.float32)
+    full = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    part = ort.InferenceSession(sub.SerializeToString()).run(None, {"b0o": -x})
+    np.testing.assert_allclose(part[1], full[1], rtol=1e-6)
+
+
+def test_constants_become_initializers_unless_kept():
+    model = chain_model(4)
+    n1 = [_index(model).find("n1")]
+    assert [n.op_type for n in _index(model).extract(n1).graph.node] == ["Add"]
+    kept = _index(model, keep_constant_nodes=True).extract(n1)
+    assert [n.op_type for n in kept.graph.node] == ["Constant", "Add"]
+
+
+def test_reachable_walks_parents_and_children():
+    index = _index(branchy_model())
+    a1 = index.find("a1")
+    assert _names(index, index.reachable([a1], upward=True)) == ["a0"]
+    assert _names(index, index.reachable([a1], upward=False)) == ["a2", "join"]
+    b0 = index.find("b0")
+    assert set(_names(index, index.reachable([b0], upward=False))) == {"b1", "b2", "join", "side_out"}
+
+
+def test_keys_depend_on_the_set_and_on_kept_constants():
+    model = chain_model(4)
+    index = _index(model)
+    assert index.key([1, 2]) == index.key([2, 1]) != index.key([1])
+    assert index.key([1]) != _index(model, keep_constant_nodes=True).key([1])
+
+
+def test_bad_graphs():
+    with pytest.raises(ModelError, match="no nodes"):
+        _index(make_model([], [f32("x", [1])], [f32("x", [1])]))
+    missing = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")], "g", [f32("x", [1])], [f32("y", [1])]
+    )
+    model = helper.make_model(missing, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="'w'"):
+        _index(model)
+
+
+def test_a_tensor_without_shape_names_the_option():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Neg", ["a"], ["y"], name="n")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)], [f32("y", None)]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    index = GraphIndex(model, TensorMeta(model, {}, lambda: {}))
+    with pytest.raises(ShapeError, match="model_input_shapes"):
+        index.extract([index.find("n")])
+
+
+def test_if_node_is_one_unit_and_its_outer_reads_are_inputs():
+    model = onnx.load(str(need(VAD_IF)))
+    index = _index(model, {"input": [1, 512], "state": [2, 1, 128]})
+    ifs = [i for i in index.units if index.nodes[i].op == "If"]
+    assert ifs, "the model's work is in If nodes"
+    _, inputs, _ = index.boundary([ifs[0]])
+    assert inputs, "the branch bodies read outer-scope tensors, which become inputs"
+
+
+def test_every_single_node_of_the_classifier_extracts_and_checks():
+    model = onnx.load(str(need(CLASSIFIER)))
+    index = _index(model, {"x": [1, 3, 48, 192]})
+    for u in index.units[::25]:
+        onnx.checker.check_model(index.extract([u]))
