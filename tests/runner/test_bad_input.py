@@ -246,3 +246,21 @@ def test_ctrl_c_while_starting_is_quiet(tmp_path, ok_script):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode in (130, 0), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["mode=repeat", "until=1", "direction=reverse"], ["direction= is not used by mode=repeat", "mode=precision"]),
+        (
+            ["mode=diff_tactics", "dir=.", "min_good=x.onnx"],
+            ["min_good= is not used by mode=diff_tactics", "mode=reduce"],
+        ),
+        (["mode=repeat", "until=1", "+fp16=true"], ["fp16= is not an option"]),
+        (["mode=build", "until=1", "inputs=x.npz"], ["inputs= is not used by mode=build"]),
+    ],
+)
+def test_a_key_the_mode_does_not_use_is_an_error(run, overrides, words):
+    r = run(*overrides, 'checker.cmd="true"' if "mode=diff_tactics" not in overrides else "verbose=false")
+    one_line_error(r, *words, code=2)
+    assert r.summary["checks"] == 0

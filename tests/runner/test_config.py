@@ -75,3 +75,25 @@ def test_help_lists_modes_and_checkers(tmp_path):
     assert proc.returncode == 0
     for word in [*MODES, "command", "compare", "interactive", "checker.cmd", "until="]:
         assert word in proc.stdout, word
+
+
+def _readme_commands():
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("pip install") and "&&" in line:
+                line = line.split("&&", 1)[1].strip()
+            if line.startswith("python -m runner") and " -m " not in line[16:] and "--config-path" not in line:
+                yield shlex.split(line)[3:]
+
+
+@pytest.mark.parametrize("overrides", list(_readme_commands()), ids=lambda o: " ".join(o)[:60])
+def test_every_readme_command_composes_and_uses_only_its_modes_keys(overrides):
+    from runner.config import check_mode_keys, set_keys
+
+    cfg = compose("config", overrides=overrides)
+    check_mode_keys(cfg.mode.name, set_keys(overrides))
