@@ -135,4 +135,23 @@ class ArtifactSorter:
             shutil.copytree(artifact, dest)
         else:
             shutil.copy2(artifact, dest)
+            self._keep_external_data(Path(artifact), dest_dir)
         return dest
+
+    @staticmethod
+    def _keep_external_data(artifact: Path, dest_dir: Path) -> None:
+        """Copy the external data a kept ONNX artifact references beside its copy (once: a file of the same
+        name and size is taken as the same; onnx refuses hard-linked data). A different file already
+        there under that name is a warning, not an overwrite."""
+        from runner.outputs import model_files
+
+        for data in model_files(artifact)[1:]:
+            target = dest_dir / data.name
+            if not target.exists():
+                shutil.copy2(data, target)
+            elif target.stat().st_size != data.stat().st_size:
+                log.warning(
+                    "intermediate/%s exists and differs from %s; kept models that reference it may not load",
+                    data.name,
+                    data,
+                )

@@ -171,6 +171,7 @@ class ReduceKeys(DataKeys, SaveKeys):
     reduce_outputs: bool = True
     min_good: Optional[str] = None
     keep_constant_nodes: bool = False  # default: carried Constant nodes become initializers
+    share_weights: bool = True  # large models: candidates reference one weights file written once per run
 
 
 @dataclass

@@ -23,6 +23,7 @@ DISPLAY_ONLY = {"show_output", "hide_fail_output"}
 #: top-level options that change the candidates a mode writes (beyond their keys)
 CANDIDATE_OPTIONS = (
     "keep_constant_nodes",
+    "share_weights",
     "external_data",
     "external_data_threshold",
     "precision",

@@ -36,6 +36,17 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from _tensors(g)
 
 
+def external_locations(model: onnx.ModelProto) -> List[str]:
+    """The external data files a model's tensors reference, as written (relative to the model file)."""
+    found: List[str] = []
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {e.key: e.value for e in tensor.external_data}.get("location")
+            if location and location not in found:
+                found.append(location)
+    return found
+
+
 def model_files(path: Optional[str | Path]) -> List[Path]:
     """The model file and the external data files it references (those that exist).
 
@@ -54,12 +65,10 @@ def model_files(path: Optional[str | Path]) -> List[Path]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:  # not ONNX: load_model reports it
         return files
-    for tensor in _tensors(model.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = {e.key: e.value for e in tensor.external_data}.get("location")
-            data = path.parent / location if location else None
-            if data is not None and data.is_file() and data not in files:
-                files.append(data)
+    for location in external_locations(model):
+        data = path.parent / location
+        if data.is_file() and data not in files:
+            files.append(data)
     return files
 
 

@@ -174,9 +174,13 @@ class OnnxSearchStrategy(Strategy):
         """Rounds done and the units found necessary so far."""
         return {"rounds": self.search.rounds, "necessary": self.describe(self.search.required)}
 
+    def output_model(self, units: Units) -> onnx.ModelProto:
+        """The model written as a result (default: the candidate model itself)."""
+        return self.model_for(units)
+
     def finish(self) -> None:
         """Write the final model (checked with onnx.checker)."""
         assert self.final is not None
-        save_model(self.model_for(self.final), self.output, **self.save_opts)
+        save_model(self.output_model(self.final), self.output, **self.save_opts)
         check_saved(self.output)
         log.info("Wrote %s (%s)", self.output, self.size(self.final))

@@ -16,6 +16,7 @@ culprit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from pathlib import Path
@@ -28,6 +29,7 @@ from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
+from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from runner.outputs import model_files
 from strategies.base import Candidate, Verdict
 from strategies.boundary import BoundaryMarker, marker_name
@@ -50,6 +52,9 @@ class ReduceStrategy(OnnxSearchStrategy):
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
         source_path: the user's model file; iteration 1 checks a byte copy of it (None: the loaded
             model, saved again).
+        source_model: the model as loaded, weights included (default: ``index.model``).
+        weights: when given, ``index`` was built on its stub and candidate files reference the
+            shared weights file instead of holding the bytes.
 
     Raises:
         ConfigError: when both reductions are off (nothing could change).
@@ -65,6 +70,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         min_good: Optional[Path] = None,
         save_opts: Optional[Dict[str, Any]] = None,
         source_path: Optional[Path] = None,
+        source_model: Optional[onnx.ModelProto] = None,
+        weights: Optional[SharedWeights] = None,
     ):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError(
@@ -79,6 +86,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.min_good = Path(min_good) if min_good else None
         self.min_good_written: Optional[str] = None
         self.source_path = Path(source_path) if source_path else None
+        self.source_model = source_model if source_model is not None else index.model
+        self.weights = weights
         self.full = self.universe
         self.passed_any = False
         self._passing: List[Tuple[int, Units]] = []
@@ -98,6 +107,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         keep_constant_nodes: bool = False,
         external_data: bool = False,
         external_data_threshold: int = 1024,
+        share_weights: bool = True,
         **unused: Any,
     ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
@@ -105,14 +115,21 @@ class ReduceStrategy(OnnxSearchStrategy):
         Args:
             ctx: the run context (model, input shapes, feeds).
             marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
-                external_data, external_data_threshold: the mode's options (``ReduceKeys``).
+                external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
+                With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
+                more, the weights are written once to ``<run dir>/weights.bin`` and candidates
+                reference them.
             unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
             ModelError: bad model file or graph. ConfigError: bad options.
         """
-        meta = TensorMeta(ctx.model, ctx.shapes, lambda: ctx.activations)
-        index = GraphIndex(ctx.model, meta, keep_constant_nodes=keep_constant_nodes)
+        model, weights = ctx.model, None
+        if share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
+            weights = SharedWeights(ctx.model, ctx.run_dir / "weights.bin")
+            model = weights.stub(ctx.model)
+        meta = TensorMeta(model, ctx.shapes, lambda: ctx.activations)
+        index = GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
         return cls(
             index,
             marker,
@@ -122,6 +139,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             Path(min_good) if min_good else None,
             {"external_data": external_data, "threshold": external_data_threshold},
             ctx.model_path,
+            ctx.model,
+            weights,
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -161,14 +180,37 @@ class ReduceStrategy(OnnxSearchStrategy):
         return frozenset(out)
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """A search candidate: the closure of ``units``."""
-        return super().candidate(self.closure(units), label)
+        """A search candidate: the closure of ``units``; with shared weights, its file holds only the
+        graph and references the weights file, and in-process checkers get the bytes read back."""
+        units = self.closure(units)
+        weights = self.weights
+        if weights is None:
+            return super().candidate(units, label)
+        self._pending = units
+        model = functools.cache(lambda: self.model_for(units))
+
+        def write(path: Path) -> None:
+            weights.place(path.parent)
+            onnx.save_model(model(), str(path))
+
+        return Candidate(
+            self.key(units),
+            f"{label}: {self.size(units)}",
+            write,
+            self.info(units),
+            payload=functools.cache(lambda: weights.load_into(model())),
+        )
+
+    def output_model(self, units: Units) -> onnx.ModelProto:
+        """A self-contained model of ``units`` (shared weights read back in)."""
+        model = self.model_for(units)
+        return self.weights.load_into(model) if self.weights is not None else model
 
     # -- gates --------------------------------------------------------------------------------
 
     def _original(self) -> Candidate:
         """The user's model exactly as given (a byte copy; with external data, saved again)."""
-        model = self.index.model
+        model = self.source_model
         single_file = self.source_path is not None and len(model_files(self.source_path)) == 1
 
         def write(path: Path) -> None:
@@ -213,10 +255,11 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.gates.appendleft(Gate(self._rewritten, False, self._rewritten_passed))
 
     def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
-        """Remember passing candidates (for ``min_good`` and the control check)."""
+        """Note that a check passed (for the control check); keep passing sets only for ``min_good``."""
         if verdict.passed:
             self.passed_any = True
-            self._passing.append((len(units), units))
+            if self.min_good is not None:
+                self._passing.append((len(units), units))
 
     def after_search(self) -> Optional[Gate]:
         """The closed result; when no check passed, a control candidate of nodes outside it."""
@@ -268,7 +311,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             if good is None:
                 log.warning("No passing candidate was seen; min_good=%s not written", self.min_good)
             else:
-                save_model(self.index.extract(good), self.min_good, **self.save_opts)
+                save_model(self.output_model(good), self.min_good, **self.save_opts)
                 self.min_good_written = str(self.min_good)
 
     def result(self) -> Dict[str, Any]:

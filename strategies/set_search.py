@@ -46,7 +46,8 @@ class SetSearch(Generic[T]):
         self, universe: Sequence[T], marker_factory: Callable[[int], BoundaryMarker], required: Sequence[T] = ()
     ):
         self.required: List[T] = list(required)
-        self.rest: List[T] = [u for u in universe if u not in set(self.required)]
+        known = set(self.required)
+        self.rest: List[T] = [u for u in universe if u not in known]
         self.marker_factory = marker_factory
         self.rounds = 0
         self.done = False

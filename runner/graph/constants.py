@@ -21,6 +21,8 @@ def constants_to_initializers(model: onnx.ModelProto, in_place: bool = False) ->
     Returns:
         The model (a copy unless ``in_place``).
     """
+    if not any(is_tensor_constant(n) for n in model.graph.node):
+        return model if in_place else _copy(model)
     out = model
     if not in_place:
         out = onnx.ModelProto()
@@ -37,4 +39,10 @@ def constants_to_initializers(model: onnx.ModelProto, in_place: bool = False) ->
             keep.append(node)
     del g.node[:]
     g.node.extend(keep)
+    return out
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -121,6 +121,9 @@ class GraphIndex:
         if not self.units:
             raise ModelError("every node of the model is constant; there is nothing to reduce")
         self.fingerprint = hashlib.sha1("|".join(f"{n.name}:{n.op}" for n in self.nodes).encode()).hexdigest()[:8]
+        #: name -> gs.Tensor of the whole graph, made once (extraction reads it for every candidate)
+        self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
+        self._last_boundary: Optional[Tuple[FrozenSet[int], Tuple[List[int], List[str], List[str]]]] = None
 
     def _check_sorted(self) -> None:
         seen = {t.name for t in self.graph.inputs}
@@ -176,16 +179,20 @@ class GraphIndex:
             output tensor names). Outputs are the units' tensors that are original graph
             outputs or are read by a node outside the set.
         """
-        keep = set(units)
+        keep = frozenset(units)
+        if self._last_boundary is not None and self._last_boundary[0] == keep:
+            return self._last_boundary[1]  # a candidate's label, info and model all ask for it
         nodes = set(keep)
         for u in keep:
             nodes |= self.const_deps[u]
         order = sorted(nodes)
         produced = {t.name for i in order for t in self.nodes[i].outputs if t.name}
         inputs: List[str] = []
+        seen: Set[str] = set()
         for i in order:
             for name in self.reads[i]:
-                if name not in produced and name not in inputs:
+                if name not in produced and name not in seen:
+                    seen.add(name)
                     inputs.append(name)
         graph_outputs = set(self.graph_outputs)
         outputs: List[str] = []
@@ -201,6 +208,7 @@ class GraphIndex:
                     dangling.append(t.name)
         if not outputs:
             outputs = [n for n in dangling if self.meta.get(n) is not None]
+        self._last_boundary = (keep, (order, inputs, outputs))
         return order, inputs, outputs
 
     def extract(self, units: Iterable[int]) -> onnx.ModelProto:
@@ -213,7 +221,7 @@ class GraphIndex:
             ShapeError: when a boundary tensor has no known dtype or shape.
         """
         order, inputs, outputs = self.boundary(units)
-        tensors = self.graph.tensors()
+        tensors = self.tensor_map
         original = set(self.graph_inputs) | set(self.graph_outputs)
         saved = {}
         try:
