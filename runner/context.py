@@ -18,6 +18,7 @@ import onnx
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import check_input_shapes, model_feeds
 from runner.graph.load import load_model
+from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RunContext:
         golden: an ``.npz`` file of golden values (``golden=``), or None.
         save_golden: where ``checker=compare`` saves the golden values it computed, or None.
         seed: the seed for generated inputs.
+        value_budget: bytes of tensor values one streamed run may hold (``summaries``).
     """
 
     mode: str
@@ -43,6 +45,7 @@ class RunContext:
     golden: Optional[str] = None
     save_golden: Optional[str] = None
     seed: int = 0
+    value_budget: int = 2**30
 
     @functools.cached_property
     def model(self) -> onnx.ModelProto:
@@ -80,6 +83,18 @@ class RunContext:
             ModelError: ONNX Runtime cannot run the model.
         """
         return run_all_tensors(self.model, self.feeds)
+
+    @functools.cached_property
+    def summaries(self) -> Dict[str, TensorSummary]:
+        """Dtype, shape and peak magnitude of every top-level tensor on ``feeds``: from ``activations``
+        when they were already made, else streamed in chunks within ``value_budget`` bytes.
+
+        Raises:
+            ModelError: ONNX Runtime cannot run the model.
+        """
+        if "activations" in self.__dict__:
+            return {name: summarize(value) for name, value in self.activations.items()}
+        return tensor_summaries(self.model, self.feeds, self.value_budget)
 
     def has(self, name: str) -> bool:
         """Whether a cached part (``"model"``, ``"feeds"``, ``"activations"``) was already made."""

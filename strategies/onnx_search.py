@@ -49,12 +49,6 @@ class Gate:
     otherwise: Callable[[Verdict], None]
 
 
-def fingerprint(model: onnx.ModelProto) -> str:
-    """A short identity of a model's node structure (names and op types, in order): 8 hex digits."""
-    text = "|".join(f"{n.name}:{n.op_type}" for n in model.graph.node)
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
-
-
 class OnnxSearchStrategy(Strategy):
     """Base of reduce and precision: gates, then ``search``, then ``finish`` writes the result.
 
@@ -65,7 +59,7 @@ class OnnxSearchStrategy(Strategy):
             it is a failing one (reduce).
         output: where the final model is written.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
-        model_fingerprint: ``fingerprint()`` of the model the units index.
+        model_fingerprint: ``runner.graph.load.fingerprint`` of the model the units index.
     """
 
     noun = "node"

@@ -20,29 +20,31 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-import numpy as np
 import onnx
 
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, float_nodes, name_nodes
+from runner.graph.load import fingerprint
+from runner.graph.summaries import TensorSummary, summarize
 from strategies.base import Candidate, Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
-from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units, fingerprint
+from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
 
 
-def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Mapping[str, np.ndarray]) -> List[int]:
+def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Mapping[str, TensorSummary]) -> List[int]:
     """Order ``layers`` by the largest magnitude among each node's outputs and weights, largest first.
 
     Args:
         model: the fp32 model (Constant nodes already initializers).
         layers: node indices to rank.
-        values: fp32 values of the model's tensors (one reference run).
+        summaries: the fp32 run's summary of each tensor (its peak magnitude; one reference run,
+            streamed in bounded memory).
 
     Returns:
         ``layers`` reordered; nodes whose values pass the fp16 range (65504) come first, ties
@@ -52,16 +54,11 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], values: Mappi
 
     @functools.cache
     def peak(name: str) -> float:
-        if name in values:
-            arr = np.asarray(values[name])
-        elif name in inits:
-            arr = onnx.numpy_helper.to_array(inits[name])
-        else:
-            return 0.0
-        if arr.size == 0 or arr.dtype.kind != "f":
-            return 0.0
-        finite = np.abs(arr[np.isfinite(arr)])
-        return float(finite.max()) if finite.size else float("inf")
+        if name in summaries:
+            return summaries[name].peak
+        if name in inits:
+            return summarize(onnx.numpy_helper.to_array(inits[name])).peak
+        return 0.0
 
     score = {}
     for i in layers:
@@ -163,7 +160,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             load_tensorrt("weak_typing=true")
         model = constants_to_initializers(name_nodes(ctx.model))
         layers = float_nodes(model)
-        ranking = sensitivity_ranking(model, layers, ctx.activations) if searches_sets(marker) else None
+        ranking = sensitivity_ranking(model, layers, ctx.summaries) if searches_sets(marker) else None
         return cls(
             model,
             layers,

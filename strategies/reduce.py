@@ -128,7 +128,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         if share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
             weights = SharedWeights(ctx.model, ctx.run_dir / "weights.bin")
             model = weights.stub(ctx.model)
-        meta = TensorMeta(model, ctx.shapes, lambda: ctx.activations)
+        meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
         index = GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
         return cls(
             index,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Sequence
+from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -34,11 +34,43 @@ def session_for(
         raise ModelError(f"ONNX Runtime cannot load the model: {str(e).strip().splitlines()[0]}") from None
 
 
+def top_level_outputs(model: onnx.ModelProto) -> List[str]:
+    """The names of every top-level node output, in node order, each once."""
+    names: List[str] = []
+    seen = set()
+    for node in model.graph.node:
+        for name in node.output:
+            if name and name not in seen:
+                seen.add(name)
+                names.append(name)
+    return names
+
+
+def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> Dict[str, np.ndarray]:
+    """The values of the tensors ``names`` (top-level node outputs) from one CPU run with those, and
+    only those, marked as the graph's outputs (ONNX Runtime computes what they need).
+
+    Raises:
+        ModelError: when ONNX Runtime cannot load or run the model.
+    """
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    del marked.graph.output[:]
+    marked.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+    sess = session_for(marked, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    try:
+        values = sess.run(list(names), dict(feeds))
+    except Exception as e:
+        raise ModelError(f"ONNX Runtime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+    return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
 def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """Values of the graph inputs and of every top-level node output, from one CPU run.
 
     Graph optimizations are off so that every tensor exists as in the model. The values of
-    tensors inside If/Loop/Scan bodies are not returned.
+    tensors inside If/Loop/Scan bodies are not returned. Memory grows with the model's tensors;
+    ``runner.graph.summaries`` keeps only summaries, in chunks.
 
     Args:
         model: the model (not modified).
@@ -50,20 +82,7 @@ def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     Raises:
         ModelError: when ONNX Runtime cannot load or run the model.
     """
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    known = {o.name for o in marked.graph.output}
-    for node in marked.graph.node:
-        for name in node.output:
-            if name and name not in known:
-                marked.graph.output.append(onnx.ValueInfoProto(name=name))
-                known.add(name)
-    sess = session_for(marked, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    names = [o.name for o in sess.get_outputs()]
-    try:
-        values = sess.run(names, dict(feeds))
-    except Exception as e:
-        raise ModelError(f"ONNX Runtime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+    names = list(dict.fromkeys([o.name for o in model.graph.output] + top_level_outputs(model)))
     out = {k: np.asarray(v) for k, v in feeds.items()}
-    out.update(zip(names, values))
+    out.update(run_tensors(model, feeds, names))
     return out

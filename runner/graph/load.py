@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -59,6 +60,12 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     if not model.HasField("graph") or not model.opset_import:
         raise ModelError(f"{option}={path}: not an ONNX model (no graph or no opset); give a .onnx file")
     return model
+
+
+def fingerprint(model: onnx.ModelProto) -> str:
+    """A short identity of a model's node structure (names and op types, in order): 8 hex digits."""
+    text = "|".join(f"{n.name}:{n.op_type}" for n in model.graph.node)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def tensor_bytes(model: onnx.ModelProto) -> int:

@@ -11,6 +11,7 @@ from onnx import helper
 
 from runner.errors import ModelError
 from runner.graph.load import as_file, is_large
+from runner.graph.summaries import TensorSummary
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +72,14 @@ class TensorMeta:
     """Dtype and concrete shape of the model's top-level tensors.
 
     Shape inference runs on a copy of the model whose inputs carry ``input_shapes``; tensors it
-    leaves incomplete are filled from the values of one ONNX Runtime run (``values()``, e.g.
-    ``RunContext.activations``, shared with the checker), asked for only then.
+    leaves incomplete are filled from ONNX Runtime's summaries of every tensor (``summaries()``,
+    e.g. ``RunContext.summaries``, streamed in bounded memory), asked for only then.
 
     Args:
         model: the model (not modified).
         input_shapes: ``{input: [dims]}`` from ``model_input_shapes=``.
-        values: returns every tensor's value from one run (called at most once, only when
-            shapes are missing); may raise ModelError.
+        summaries: returns ``{tensor name: TensorSummary}`` of one run (called at most once, only
+            when shapes are missing); may raise ModelError.
 
     Attributes:
         meta: ``{tensor name: (numpy dtype, [dims])}``.
@@ -89,7 +90,7 @@ class TensorMeta:
         self,
         model: onnx.ModelProto,
         input_shapes: Mapping[str, Sequence[int]],
-        values: Callable[[], Mapping[str, np.ndarray]],
+        summaries: Callable[[], Mapping[str, TensorSummary]],
     ):
         self.meta: Dict[str, Meta] = {}
         self.fallback_error: Optional[str] = None
@@ -113,15 +114,15 @@ class TensorMeta:
                 len(wanted),
             )
             try:
-                activations = values()
+                found = summaries()
             except ModelError as e:
                 self.fallback_error = str(e)
                 log.warning("Shape fallback failed: %s", e)
             else:
                 for name in missing:
-                    value = activations.get(name)
-                    if value is not None:
-                        self.meta[name] = (value.dtype, list(value.shape))
+                    summary = found.get(name)
+                    if summary is not None:
+                        self.meta[name] = (summary.dtype, list(summary.shape))
 
     def get(self, name: str) -> Optional[Meta]:
         """The tensor's (dtype, shape), or None when unknown."""

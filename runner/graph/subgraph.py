@@ -8,7 +8,6 @@ tensors its bodies read count as its inputs.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
@@ -17,6 +16,7 @@ import onnx_graphsurgeon as gs
 
 from runner.errors import ModelError, ShapeError
 from runner.graph.constants import constants_to_initializers
+from runner.graph.load import fingerprint
 from runner.graph.meta import TensorMeta
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class GraphIndex:
         self.units: List[int] = [i for i in range(len(self.nodes)) if not self.const[i]]
         if not self.units:
             raise ModelError("every node of the model is constant; there is nothing to reduce")
-        self.fingerprint = hashlib.sha1("|".join(f"{n.name}:{n.op}" for n in self.nodes).encode()).hexdigest()[:8]
+        self.fingerprint = fingerprint(model)
         #: name -> gs.Tensor of the whole graph, made once (extraction reads it for every candidate)
         self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
         self._last_boundary: Optional[Tuple[FrozenSet[int], Tuple[List[int], List[str], List[str]]]] = None
@@ -163,13 +163,6 @@ class GraphIndex:
                     seen.add(nxt)
                     frontier.append(nxt)
         return seen
-
-    def key(self, units: Iterable[int]) -> str:
-        """A stable identity of a unit set (model fingerprint, whether Constant nodes are kept, and a
-        digest of the sorted indices)."""
-        text = ",".join(map(str, sorted(units)))
-        kept = ":constants-kept" if self.keep_constant_nodes else ""
-        return f"{self.fingerprint}{kept}:{hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
     def boundary(self, units: Iterable[int]) -> tuple[List[int], List[str], List[str]]:
         """The nodes, graph inputs and graph outputs of the subgraph made of ``units``.

@@ -17,11 +17,15 @@ from tests.helpers.checks import reduce_args
 from tests.helpers.cli import one_line_error
 from tests.helpers.models import chain_model, sha256
 
+OPTIONS = ["output", "min_good", "artifacts.iter_artifact", "summary", "replay.save", "artifacts.iter_info"]
+SPELLINGS = ["absolute", "dot", "symlink", "hardlink"]
+
 
 @pytest.mark.parametrize(
-    "option", ["output", "min_good", "artifacts.iter_artifact", "summary", "replay.save", "artifacts.iter_info"]
+    "option, spelling",
+    # every spelling for output=, and every option with the spellings in turn
+    [("output", s) for s in SPELLINGS] + [(o, SPELLINGS[i % 4]) for i, o in enumerate(OPTIONS) if o != "output"],
 )
-@pytest.mark.parametrize("spelling", ["absolute", "dot", "symlink", "hardlink"])
 def test_no_option_may_name_the_model(run, tmp_path, chain, has_nodes_script, option, spelling):
     before = sha256(chain)
     if spelling == "absolute":

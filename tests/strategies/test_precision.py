@@ -125,7 +125,7 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
     """The real detector with 0-255 input: fp16 breaks it; the minimal marker finds a small kept set."""
     model = need(DETECTOR)
     inputs = tmp_path / "pixels.npz"
-    np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 96, 96)) * 255).astype(np.float32))
+    np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 64, 64)) * 255).astype(np.float32))
     check = [
         "checker=compare",
         "checker.backend=fp16_emulation",

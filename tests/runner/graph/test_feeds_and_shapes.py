@@ -80,11 +80,11 @@ def test_shapes_missing_after_inference_come_from_one_run():
     calls = []
 
     def values():
-        from runner.graph.activations import run_all_tensors
         from runner.graph.feeds import model_feeds
+        from runner.graph.summaries import tensor_summaries
 
         calls.append(1)
-        return run_all_tensors(model, model_feeds(model, {"x": [1, 3, 48, 192]}, None, 0))
+        return tensor_summaries(model, model_feeds(model, {"x": [1, 3, 48, 192]}, None, 0), 2**30)
 
     meta = TensorMeta(model, {"x": [1, 3, 48, 192]}, values)
     assert calls == [1]
@@ -119,3 +119,22 @@ def test_load_errors(tmp_path):
         load_model(tmp_path / "x.onnx")
     with pytest.raises(ArtifactError):
         save_model(chain_model(1), tmp_path / "x.onnx" / "sub.onnx")
+
+
+def test_summaries_in_small_chunks_equal_one_full_run():
+    from runner.graph.activations import run_all_tensors
+    from runner.graph.summaries import summarize, tensor_summaries
+
+    model = onnx.load(str(need(CLASSIFIER)))
+    feeds = model_feeds(model, {"x": [1, 3, 48, 192]}, None, 0)
+    full = {name: summarize(value) for name, value in run_all_tensors(model, feeds).items()}
+    chunked = tensor_summaries(model, feeds, budget_bytes=64 * 1024)  # a few tensors per run
+    assert chunked == full
+
+
+def test_summary_peak():
+    from runner.graph.summaries import summarize
+
+    assert summarize(np.array([1.0, -7.0, np.inf], np.float32)).peak == 7.0
+    assert summarize(np.array([np.inf], np.float32)).peak == float("inf")
+    assert summarize(np.array([5], np.int64)).peak == 0.0

@@ -16,9 +16,9 @@ from tests.helpers.models import CLASSIFIER, VAD_IF, branchy_model, chain_model,
 
 
 def _index(model, shapes=None, keep_constant_nodes=False):
-    from runner.graph.activations import run_all_tensors
+    from runner.graph.summaries import tensor_summaries
 
-    meta = TensorMeta(model, shapes or {}, lambda: run_all_tensors(model, model_feeds(model, shapes, None, 0)))
+    meta = TensorMeta(model, shapes or {}, lambda: tensor_summaries(model, model_feeds(model, shapes, None, 0), 2**30))
     return GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
 
 
@@ -77,11 +77,15 @@ def test_reachable_walks_parents_and_children():
     assert set(_names(index, index.reachable([b0], upward=False))) == {"b1", "b2", "join", "side_out"}
 
 
-def test_keys_depend_on_the_set_and_on_kept_constants():
+def test_candidate_keys_depend_on_the_set_and_on_kept_constants(tmp_path):
+    from strategies.bisect import BisectMarker
+    from strategies.reduce import ReduceStrategy
+
     model = chain_model(4)
-    index = _index(model)
-    assert index.key([1, 2]) == index.key([2, 1]) != index.key([1])
-    assert index.key([1]) != _index(model, keep_constant_nodes=True).key([1])
+    strategy = ReduceStrategy(_index(model), BisectMarker, output=tmp_path / "r.onnx")
+    assert strategy.key(frozenset([1, 2])) == strategy.key(frozenset([2, 1])) != strategy.key(frozenset([1]))
+    kept = ReduceStrategy(_index(model, keep_constant_nodes=True), BisectMarker, output=tmp_path / "r.onnx")
+    assert strategy.key(frozenset([1])) != kept.key(frozenset([1]))
 
 
 def test_bad_graphs():
