@@ -35,15 +35,15 @@ from strategies.base import Strategy
 
 log = logging.getLogger("runner")
 
-#: output options the user can set, as (option, key in the config)
+#: the config keys of the files a run writes that a user can name
 OUTPUT_OPTIONS = (
-    ("output", "output"),
-    ("min_good", "min_good"),
-    ("artifacts.iter_artifact", "artifacts.iter_artifact"),
-    ("summary", "summary"),
-    ("replay.save", "replay.save"),
-    ("artifacts.iter_info", "artifacts.iter_info"),
-    ("save_golden", "save_golden"),
+    "output",
+    "min_good",
+    "artifacts.iter_artifact",
+    "summary",
+    "replay.save",
+    "artifacts.iter_info",
+    "save_golden",
 )
 
 
@@ -106,23 +106,23 @@ def _build_strategy(cfg: DictConfig, ctx: RunContext, options: Dict[str, Any]) -
     return strategy
 
 
-def _plan(cfg: DictConfig) -> OutputPlan:
-    """Resolve every output path (see ``runner.outputs``) and write the resolved ones back into ``cfg``."""
+def _plan(cfg: DictConfig, protected: List[Path]) -> OutputPlan:
+    """Resolve every output path (see ``runner.outputs``) and write the resolved ones back into ``cfg``.
+
+    Args:
+        cfg: the run's config (updated in place).
+        protected: the model and its external data files.
+    """
     options = {}
-    for option, key in OUTPUT_OPTIONS:
+    for key in OUTPUT_OPTIONS:
         value = OmegaConf.select(cfg, key)
-        options[option] = in_job_dir(option, value) if option in ("output", "min_good") else value
+        options[key] = in_job_dir(key, value) if key in ("output", "min_good") else value
     default = in_job_dir("output", cfg.mode.get("default_output"))
-    plan = plan_outputs(
-        options,
-        {"output": default} if default else {},
-        model_files(cfg.get("model")),
-        list(cfg.artifacts.paths),
-    )
+    plan = plan_outputs(options, {"output": default} if default else {}, protected, list(cfg.artifacts.paths))
     with open_dict(cfg):
-        for option, key in OUTPUT_OPTIONS:
-            if plan.get(option) is not None:
-                OmegaConf.update(cfg, key, str(plan.get(option)), merge=False)
+        for key in OUTPUT_OPTIONS:
+            if plan.get(key) is not None:
+                OmegaConf.update(cfg, key, str(plan.get(key)), merge=False)
     return plan
 
 
@@ -158,10 +158,11 @@ def run(cfg: DictConfig) -> int:
             directory = lock_run_dir(run_dir(cfg))
             summary_path = directory / "summary.json"
             check_mode_keys(cfg.mode.name, _set_keys())
-            plan = _plan(cfg)
+            files = model_files(cfg.get("model"))  # the model and its external data: read, never written
+            plan = _plan(cfg, files)
             summary_path = plan.get("summary") or summary_path
             # cheap checks first: a bad replay file fails before the model is loaded
-            identity = run_identity(cfg, model_files(cfg.get("model")))
+            identity = run_identity(cfg, files)
             replay = Replay(
                 Path(cfg.replay.save),
                 cfg.mode.name,

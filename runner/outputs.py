@@ -142,6 +142,17 @@ def plan_outputs(
         ConfigError: an output's directory does not exist.
     """
     plan = OutputPlan(protected=[Path(p) for p in protected])
+    try:
+        _plan_into(plan, options, defaults, artifact_paths)
+    except BaseException:
+        plan.release()  # nothing of a refused plan stays behind
+        raise
+    return plan
+
+
+def _plan_into(
+    plan: OutputPlan, options: Dict[str, Optional[str | Path]], defaults: Dict[str, str], artifact_paths: Iterable[str]
+) -> None:
     for option, value in options.items():
         given = value or defaults.get(option)
         if not given:
@@ -174,7 +185,6 @@ def plan_outputs(
                     f"artifacts.paths lists {entry}, which is the model {p}; artifacts are moved into "
                     "good/ and bad/ after each check, so list only files the check writes"
                 )
-    return plan
 
 
 def reserve(path: Path) -> Path:

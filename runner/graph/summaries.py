@@ -4,7 +4,8 @@ The shape fallback needs only each tensor's dtype and shape, and precision's ran
 largest magnitude; holding every tensor's value at once would grow with the model. So ONNX
 Runtime runs over chunks of tensors (each chunk marked as the graph's outputs), each chunk is
 summarised and dropped, and the chunk size adapts so that one chunk's values stay under a
-budget in bytes.
+budget in bytes: the first chunk assumes tensors as large as the largest input (so an ordinary
+model needs one run), later ones use the measured average.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from runner.graph.activations import run_tensors, top_level_outputs
 
 log = logging.getLogger(__name__)
 
-#: tensors in the first chunk, before the average size per tensor is known
-FIRST_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,8 @@ def tensor_summaries(
     """
     out = {name: summarize(value) for name, value in feeds.items()}
     names: List[str] = [n for n in top_level_outputs(model) if n not in out]
-    start, chunk, runs = 0, min(FIRST_CHUNK, len(names)), 0
+    first_guess = max((np.asarray(v).nbytes for v in feeds.values()), default=1)
+    start, chunk, runs = 0, max(1, int(budget_bytes // max(first_guess, 1))), 0
     while start < len(names):
         part = names[start : start + chunk]
         values = run_tensors(model, feeds, part)

@@ -123,3 +123,9 @@ def test_files_get_the_users_umask(tmp_path, chain, has_nodes_script):
     assert r.returncode == 0, r.stderr[-2000:]
     for name in ("summary.json", "replay.json"):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o640, name
+
+
+def test_a_refused_plan_leaves_no_reserved_name(run, tmp_path, chain):
+    r = run(*reduce_args(chain, "n3"), f"summary={chain}")
+    one_line_error(r, "summary=", "would overwrite the model", code=2)
+    assert not (tmp_path / "reduced.onnx").exists(), "the default output reserved first is released"
