@@ -22,7 +22,6 @@ from runner.graph.activations import run_tensors, top_level_outputs
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class TensorSummary:
     """What a run says of one tensor without keeping its value.
