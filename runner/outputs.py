@@ -17,7 +17,7 @@ from typing import Dict, Iterable, Iterator, List, Optional
 
 import onnx
 
-from runner.artifacts import split_name
+from runner.artifacts import ensure_writable_dir, split_name
 from runner.errors import ArtifactError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -206,25 +206,12 @@ def reserve(path: Path) -> Path:
 
 
 def _check_writable(option: str, path: Path) -> None:
+    """The file ``path`` can be written: its directory exists (created for run files) and takes a file."""
     parent = path.parent
-    if not parent.exists():
-        if option in ("output", "min_good", "save_golden"):
-            raise ConfigError(f"{option}={path}: directory {parent} does not exist; create it or choose another path")
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ArtifactError(
-                f"{option}={path}: cannot create {parent} ({e.strerror}); choose a writable path"
-            ) from None
+    if not parent.exists() and option in ("output", "min_good", "save_golden"):
+        raise ConfigError(f"{option}={path}: directory {parent} does not exist; create it or choose another path")
     if path.is_dir():
         raise ArtifactError(f"{option}={path} is a directory; give a file path")
-    probe = parent / f".write-test-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ArtifactError(
-            f"{option}={path}: directory {parent} is not writable ({e.strerror}); choose a writable path"
-        ) from None
+    ensure_writable_dir(parent, option)
     if path.exists() and not os.access(path, os.W_OK):
         raise ArtifactError(f"{option}={path} exists and is not writable; choose another path or fix its permissions")

@@ -16,13 +16,13 @@ from typing import Any, Dict, List, Optional
 
 from runner.context import RunContext
 from runner.trt import load_tensorrt
-from strategies.base import Candidate, Strategy, Verdict
-from strategies.until import RunCounter, Until
+from strategies.base import Candidate
+from strategies.until import Until, UntilStrategy
 
 log = logging.getLogger(__name__)
 
 
-class BuildStrategy(Strategy):
+class BuildStrategy(UntilStrategy):
     """One candidate per build until ``until`` is met (counting as ``mode=repeat`` does).
 
     Args:
@@ -34,7 +34,7 @@ class BuildStrategy(Strategy):
     artifact_suffix = ".engine"
 
     def __init__(self, builder: Any, until: Until, tactics_path: Path):
-        self.counter = RunCounter(until)
+        super().__init__(until)
         self.builder = builder
         self.tactics_path = Path(tactics_path)
 
@@ -78,18 +78,6 @@ class BuildStrategy(Strategy):
 
         return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n})
 
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Count the verdict and decide whether ``until`` is met."""
-        self.counter.count(verdict.passed)
-
-    def remaining(self) -> Optional[int]:
-        """Builds left for ``until=N``; unknown for good/bad."""
-        return self.counter.remaining()
-
-    def state(self) -> Dict[str, Any]:
-        """Counts so far."""
-        return dict(self.counter.state())
-
     def result(self) -> Dict[str, Any]:
         """Counts of good and bad builds (``builds`` is ``runs``)."""
-        return {**self.counter.state(), "until_met": self.counter.done, "builds": self.counter.runs}
+        return {**super().result(), "builds": self.counter.runs}

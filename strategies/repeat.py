@@ -6,15 +6,15 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from runner.context import RunContext
 from runner.errors import ModelError
-from strategies.base import Candidate, Strategy, Verdict
-from strategies.until import RunCounter, Until
+from strategies.base import Candidate
+from strategies.until import Until, UntilStrategy
 
 
-class RepeatStrategy(Strategy):
+class RepeatStrategy(UntilStrategy):
     """Produces the same (artifact-less) candidate each iteration until ``until`` is met.
 
     Args:
@@ -26,7 +26,7 @@ class RepeatStrategy(Strategy):
     artifact_suffix = ""
 
     def __init__(self, until: Until, ctx: Optional[RunContext] = None):
-        self.counter = RunCounter(until)
+        super().__init__(until)
         self.ctx = ctx if ctx is not None and ctx.model_path is not None else None
 
     @classmethod
@@ -54,19 +54,3 @@ class RepeatStrategy(Strategy):
         return Candidate(
             key=f"run:{n}", label=f"run {n}", info={"run": n}, payload=(lambda: ctx.model) if ctx is not None else None
         )
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Count the verdict and decide whether ``until`` is met."""
-        self.counter.count(verdict.passed)
-
-    def remaining(self) -> Optional[int]:
-        """Runs left for ``until=N``; unknown for good/bad."""
-        return self.counter.remaining()
-
-    def state(self) -> Dict[str, Any]:
-        """Counts so far."""
-        return dict(self.counter.state())
-
-    def result(self) -> Dict[str, Any]:
-        """Counts of good and bad runs, and whether ``until`` was met."""
-        return {**self.counter.state(), "until_met": self.counter.done}

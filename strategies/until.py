@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from runner.errors import ConfigError
+from strategies.base import Candidate, Strategy, Verdict
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,31 @@ class RunCounter:
     def state(self) -> Dict[str, int]:
         """Counts so far."""
         return {"runs": self.runs, "good": self.good, "bad": self.bad}
+
+
+class UntilStrategy(Strategy):
+    """Base of the repeat-style modes (repeat, build): one candidate per run, counted by a
+    ``RunCounter`` until ``until`` is met; a subclass makes the candidates.
+
+    Args:
+        until: the stop condition.
+    """
+
+    def __init__(self, until: Until):
+        self.counter = RunCounter(until)
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Count the verdict and decide whether ``until`` is met."""
+        self.counter.count(verdict.passed)
+
+    def remaining(self) -> Optional[int]:
+        """Runs left for ``until=N``; unknown for good/bad."""
+        return self.counter.remaining()
+
+    def state(self) -> Dict[str, Any]:
+        """Counts so far."""
+        return dict(self.counter.state())
+
+    def result(self) -> Dict[str, Any]:
+        """Counts of good and bad runs, and whether ``until`` was met."""
+        return {**self.counter.state(), "until_met": self.counter.done}
