@@ -196,6 +196,8 @@ def run(cfg: DictConfig) -> int:
                 )
             strategy.finish()
             summary.update(strategy.result())
+            if lifecycle.verdict is not None and "outputs" in lifecycle.verdict.details:
+                summary["last_check_outputs"] = lifecycle.verdict.details["outputs"]  # compare: errors per output
             summary["replay"] = str(replay.save_path)
         except CheckNeverPassedError as e:
             summary.update(status=e.status, error=str(e), check_output_tail=e.tail)

@@ -90,9 +90,11 @@ class CompareCheckerConf:
     _target_: str = "runner.checkers.compare.CompareChecker"
     backend: str = "onnxruntime"
     reference: str = "onnxruntime"
-    atol: float = 1e-3
-    rtol: float = 1e-3
+    atol: Any = 1e-3  # a number, or {output_name: number, default: number}
+    rtol: Any = 1e-3
     max_mismatch_fraction: float = 0.0
+    check_error_stat: str = "elemwise"  # elemwise, max, mean, median, quantile, rel_l2
+    error_quantile: float = 0.5
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
 

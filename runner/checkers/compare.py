@@ -16,7 +16,7 @@ import onnx
 
 from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
-from runner.checkers.tolerance import compare_outputs
+from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
@@ -68,25 +68,45 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
     return values
 
 
+def _plain(value: Any) -> Any:
+    """A tolerance from the config as plain Python (a DictConfig map becomes a dict)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _describe(name: str, st: Dict[str, Any]) -> str:
+    """One output's errors for the log: max abs and rel, rel L2, cosine, mismatches, NaN/Inf."""
+    return (
+        f"{name}: max abs err {st['max_abs']:.3g}, max rel err {st['max_rel']:.3g}, rel L2 {st['rel_l2']:.3g}, "
+        f"cosine {st['cosine']:.6f}, mismatched {100 * st['mismatch_fraction']:.2f}%, NaN {st['nan']}, Inf {st['inf']}"
+    )
+
+
 class CompareChecker(Checker):
     """Judges a candidate by comparing its outputs with golden outputs, per output tensor.
 
-    A candidate fails when any output has NaN/Inf where the golden value has none, or more than
-    ``max_mismatch_fraction`` of its elements outside ``atol + rtol * |golden|``, or when the
+    A candidate fails when any output has NaN/Inf where the golden value has none, or breaks the
+    tolerance by the chosen statistic (``runner.checkers.tolerance``: by default more than
+    ``max_mismatch_fraction`` of its elements outside ``atol + rtol * |golden|``), or when the
     backend cannot run it.
 
     Args:
         backend: the backend that runs candidates (onnxruntime, onnx_reference, fp16_emulation,
             bf16_emulation, tensorrt).
         reference: the backend that computes golden outputs from the original model.
-        atol: absolute tolerance.
-        rtol: relative tolerance.
-        max_mismatch_fraction: fraction of elements (0 to 1) allowed outside tolerance.
+        atol: absolute tolerance, or ``{output name: value, default: value}``.
+        rtol: relative tolerance, or a map as ``atol``.
+        max_mismatch_fraction: fraction of elements (0 to 1) allowed outside tolerance (elemwise).
+        check_error_stat: elemwise, max, mean, median, quantile or rel_l2 (Polygraphy's
+            ``--check-error-stat``, plus the scale-free relative L2 error).
+        error_quantile: the quantile for ``check_error_stat=quantile``.
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
 
     Raises:
-        ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown backend.
+        ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
+            backend.
         MissingExtraError: for tensorrt without TensorRT installed.
     """
 
@@ -94,17 +114,15 @@ class CompareChecker(Checker):
         self,
         backend: str = "onnxruntime",
         reference: str = "onnxruntime",
-        atol: float = 1e-3,
-        rtol: float = 1e-3,
+        atol: Tolerance = 1e-3,
+        rtol: Tolerance = 1e-3,
         max_mismatch_fraction: float = 0.0,
         providers: Sequence[str] = ("CPUExecutionProvider",),
         graph_optimization_level: str = "all",
+        check_error_stat: str = "elemwise",
+        error_quantile: float = 0.5,
     ):
-        if atol < 0 or rtol < 0:
-            raise ConfigError(f"checker.atol={atol} and checker.rtol={rtol} must not be negative")
-        if not 0 <= max_mismatch_fraction < 1:
-            raise ConfigError(f"checker.max_mismatch_fraction={max_mismatch_fraction} must be in [0, 1)")
-        self.atol, self.rtol, self.max_mismatch_fraction = atol, rtol, max_mismatch_fraction
+        self.rule = Tolerances(_plain(atol), _plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
         self.backend: Backend = make_backend(
             backend, providers=list(providers), graph_optimization_level=graph_optimization_level
         )
@@ -190,31 +208,19 @@ class CompareChecker(Checker):
             raise ConfigError(
                 f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
             )
-        passed, stats, problems = compare_outputs(got, self.values, self.atol, self.rtol, self.max_mismatch_fraction)
+        passed, stats, problems = compare_outputs(got, self.values, self.rule)
         for line in problems:
             log.info("Iteration %d: %s", iteration, line)
-        worst = max(stats, key=lambda n: (stats[n]["mismatch_fraction"], stats[n]["max_abs"]))
-        w = stats[worst]
+        worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
         log.info(
-            "Iteration %d: %d of %d outputs within tolerance; worst %s: "
-            "max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
+            "Iteration %d: %d of %d outputs within tolerance; worst %s",
             iteration,
             len(stats) - len(problems),
             len(stats),
-            worst,
-            w["max_abs"],
-            w["max_rel"],
-            100 * w["mismatch_fraction"],
+            _describe(worst, stats[worst]),
         )
         for name, st in stats.items():
-            log.debug(
-                "Iteration %d: %s: max abs err %.3g, max rel err %.3g, mismatched %.2f%%",
-                iteration,
-                name,
-                st["max_abs"],
-                st["max_rel"],
-                100 * st["mismatch_fraction"],
-            )
+            log.debug("Iteration %d: %s", iteration, _describe(name, st))
         reason = (
             "all outputs within tolerance"
             if passed

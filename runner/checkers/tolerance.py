@@ -1,78 +1,219 @@
-"""Compare outputs with golden outputs: per tensor, elementwise |a - b| <= atol + rtol * |b| (numpy.isclose)."""
+"""Compare outputs with golden outputs, per tensor, by one error statistic (Polygraphy's comparator).
+
+Statistics (``check_error_stat``):
+    elemwise: every element within ``|a - b| <= atol + rtol * |b|`` (numpy.isclose), allowing
+        ``max_mismatch_fraction`` of elements outside (this project's default rule).
+    max, mean, median, quantile: Polygraphy's ``--check-error-stat``: the statistic of the absolute
+        errors ``|a - b|`` within ``atol``, or that of the relative errors ``|a - b| / |b|`` (an
+        epsilon of 2.2e-16 where ``b`` is 0) within ``rtol``; ``quantile`` takes ``error_quantile``.
+    rel_l2: the scale-free ``||a - b||_2 / ||b||_2 <= rtol``, for tensors of any magnitude.
+
+A NaN or Inf where the golden value is finite fails whatever the statistic. Tolerances are numbers
+or maps ``{output name: value, default: value}``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Tuple, Union
 
 import numpy as np
+
+from runner.errors import ConfigError
+
+STATS = ("elemwise", "max", "mean", "median", "quantile", "rel_l2")
+#: added to zero golden values for relative errors, as Polygraphy does
+EPSILON = 2.220446049250313e-16
+
+Tolerance = Union[float, Mapping[str, float]]
 
 
 @dataclass
 class OutputStats:
-    """How one output tensor compares with its golden value.
+    """How one output tensor compares with its golden value (errors over elements finite in both).
 
     Attributes:
-        max_abs: largest |a - b| over finite elements.
-        max_rel: largest |a - b| / |b| over finite elements with b != 0.
-        mismatch_fraction: fraction of elements outside atol + rtol * |b| (NaN/Inf count as mismatches).
-        new_nonfinite: elements that are NaN/Inf in the output but finite in the golden value.
+        max_abs: largest ``|a - b|``.
+        max_rel: largest ``|a - b| / |b|`` over elements with ``b != 0``.
+        mean_abs, median_abs: mean and median of ``|a - b|``.
+        rel_l2: ``||a - b||_2 / ||b||_2`` (0 when both norms are 0, inf when only ``b``'s is).
+        cosine: cosine similarity of ``a`` and ``b`` (1 when both are all zeros).
+        mismatch_fraction: fraction of elements outside ``atol + rtol * |b|`` (NaN/Inf count as
+            mismatches).
+        nan, inf: NaN and Inf elements in the output.
+        new_nonfinite: elements NaN/Inf in the output but finite in the golden value.
+        statistic: the value the verdict compared (for elemwise, the mismatch fraction).
         passed: whether this tensor is within tolerance.
         problem: why it failed, or "".
     """
 
     max_abs: float = 0.0
     max_rel: float = 0.0
+    mean_abs: float = 0.0
+    median_abs: float = 0.0
+    rel_l2: float = 0.0
+    cosine: float = 1.0
     mismatch_fraction: float = 0.0
+    nan: int = 0
+    inf: int = 0
     new_nonfinite: int = 0
+    statistic: float = 0.0
     passed: bool = True
     problem: str = ""
 
 
-def compare_tensor(
-    actual: np.ndarray, golden: np.ndarray, atol: float, rtol: float, max_mismatch_fraction: float
-) -> OutputStats:
-    """Compare one tensor (see OutputStats); a shape mismatch fails at once."""
-    a = np.asarray(actual)
-    b = np.asarray(golden)
+@dataclass(frozen=True)
+class Tolerances:
+    """The comparison rule of a checker.
+
+    Args:
+        atol: absolute tolerance, or ``{output: value, default: value}``.
+        rtol: relative tolerance, or a map as ``atol``.
+        stat: one of ``STATS``.
+        quantile: the quantile for ``stat="quantile"`` (0 to 1).
+        max_mismatch_fraction: elements allowed outside tolerance with ``stat="elemwise"``.
+
+    Raises:
+        ConfigError: a negative tolerance, an unknown statistic, a quantile outside [0, 1], or a
+            fraction outside [0, 1).
+    """
+
+    atol: Tolerance = 1e-3
+    rtol: Tolerance = 1e-3
+    stat: str = "elemwise"
+    quantile: float = 0.5
+    max_mismatch_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            values = list(value.values()) if isinstance(value, Mapping) else [value]
+            if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 for v in values):
+                raise ConfigError(
+                    f"checker.{name}={value!r}: give a number >= 0 or a map "
+                    f"{{output_name: number, default: number}}, e.g. 'checker.{name}={{logits: 0.1, default: 1e-3}}'"
+                )
+        if self.stat not in STATS:
+            raise ConfigError(f"checker.check_error_stat={self.stat!r}; use one of {', '.join(STATS)}")
+        if not 0 <= self.quantile <= 1:
+            raise ConfigError(f"checker.error_quantile={self.quantile} must be in [0, 1]")
+        if not 0 <= self.max_mismatch_fraction < 1:
+            raise ConfigError(f"checker.max_mismatch_fraction={self.max_mismatch_fraction} must be in [0, 1)")
+
+    def for_output(self, name: str) -> Tuple[float, float]:
+        """(atol, rtol) for the output ``name``: its own entry, else ``default``, else 1e-3."""
+
+        def pick(value: Tolerance) -> float:
+            if isinstance(value, Mapping):
+                return float(value.get(name, value.get("default", 1e-3)))
+            return float(value)
+
+        return pick(self.atol), pick(self.rtol)
+
+
+def _errors(a64: np.ndarray, b64: np.ndarray) -> Dict[str, Any]:
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    a, b = a64[finite], b64[finite]
+    diff = np.abs(a - b)
+    rel = diff / np.where(b == 0, EPSILON, np.abs(b))
+    nz = b != 0
+    norm_b, norm_d, norm_a = float(np.linalg.norm(b)), float(np.linalg.norm(a - b)), float(np.linalg.norm(a))
+    if norm_b == 0:
+        rel_l2 = 0.0 if norm_d == 0 else float("inf")
+    else:
+        rel_l2 = norm_d / norm_b
+    if norm_a == 0 and norm_b == 0:
+        cosine = 1.0
+    elif norm_a == 0 or norm_b == 0:
+        cosine = 0.0
+    else:
+        cosine = float(np.dot(a, b) / (norm_a * norm_b))
+    return {
+        "diff": diff,
+        "rel": rel,
+        "max_abs": float(diff.max()) if diff.size else 0.0,
+        "max_rel": float((diff[nz] / np.abs(b[nz])).max()) if nz.any() else 0.0,
+        "mean_abs": float(diff.mean()) if diff.size else 0.0,
+        "median_abs": float(np.median(diff)) if diff.size else 0.0,
+        "rel_l2": rel_l2,
+        "cosine": cosine,
+    }
+
+
+def _statistic(values: np.ndarray, stat: str, quantile: float) -> float:
+    if values.size == 0:
+        return 0.0
+    if stat == "max":
+        return float(values.max())
+    if stat == "mean":
+        return float(values.mean())
+    if stat == "median":
+        return float(np.median(values))
+    return float(np.quantile(values, quantile))
+
+
+def compare_tensor(actual: np.ndarray, golden: np.ndarray, atol: float, rtol: float, rule: Tolerances) -> OutputStats:
+    """Compare one tensor by ``rule.stat`` (see the module docstring); a shape mismatch fails at once.
+
+    Args:
+        actual: the candidate's output.
+        golden: the golden output, same shape.
+        atol: this output's absolute tolerance.
+        rtol: this output's relative tolerance.
+        rule: the statistic, quantile and mismatch fraction.
+    """
+    a, b = np.asarray(actual), np.asarray(golden)
     if a.shape != b.shape:
         return OutputStats(
             passed=False, mismatch_fraction=1.0, problem=f"shape {list(a.shape)} != golden {list(b.shape)}"
         )
     if a.size == 0:
         return OutputStats()
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _stats(a64, b64, atol, rtol, max_mismatch_fraction)
-
-
-def _stats(a64: np.ndarray, b64: np.ndarray, atol: float, rtol: float, max_mismatch_fraction: float) -> OutputStats:
-    close = np.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True)
-    new_nonfinite = int(np.count_nonzero(~np.isfinite(a64) & np.isfinite(b64)))
-    finite = np.isfinite(a64) & np.isfinite(b64)
-    diff = np.abs(a64 - b64)
-    max_abs = float(diff[finite].max()) if finite.any() else 0.0
-    nz = finite & (b64 != 0)
-    max_rel = float((diff[nz] / np.abs(b64[nz])).max()) if nz.any() else 0.0
-    fraction = float(np.count_nonzero(~close)) / a64.size
-    stats = OutputStats(max_abs, max_rel, fraction, new_nonfinite)
-    if new_nonfinite:
-        stats.passed, stats.problem = False, f"{new_nonfinite} NaN/Inf values where the golden output is finite"
-    elif fraction > max_mismatch_fraction:
-        stats.passed, stats.problem = (
-            False,
-            f"{fraction:.2%} of values outside atol={atol} rtol={rtol} "
-            f"(max abs err {max_abs:.3g}, max rel err {max_rel:.3g})",
-        )
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        e = _errors(a64, b64)
+        close = np.isclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True)
+    stats = OutputStats(
+        max_abs=e["max_abs"],
+        max_rel=e["max_rel"],
+        mean_abs=e["mean_abs"],
+        median_abs=e["median_abs"],
+        rel_l2=e["rel_l2"],
+        cosine=e["cosine"],
+        mismatch_fraction=float(np.count_nonzero(~close)) / a64.size,
+        nan=int(np.count_nonzero(np.isnan(a64))),
+        inf=int(np.count_nonzero(np.isinf(a64))),
+        new_nonfinite=int(np.count_nonzero(~np.isfinite(a64) & np.isfinite(b64))),
+    )
+    if stats.new_nonfinite:
+        stats.passed, stats.problem = False, f"{stats.new_nonfinite} NaN/Inf values where the golden output is finite"
+        return stats
+    if rule.stat == "elemwise":
+        stats.statistic = stats.mismatch_fraction
+        if stats.mismatch_fraction > rule.max_mismatch_fraction:
+            stats.passed = False
+            stats.problem = (
+                f"{stats.mismatch_fraction:.2%} of values outside atol={atol} rtol={rtol} "
+                f"(max abs err {stats.max_abs:.3g}, max rel err {stats.max_rel:.3g})"
+            )
+    elif rule.stat == "rel_l2":
+        stats.statistic = stats.rel_l2
+        if not stats.rel_l2 <= rtol:
+            stats.passed, stats.problem = False, f"relative L2 error {stats.rel_l2:.3g} > rtol={rtol}"
+    else:
+        abs_stat = _statistic(e["diff"], rule.stat, rule.quantile)
+        rel_stat = _statistic(e["rel"], rule.stat, rule.quantile)
+        stats.statistic = abs_stat
+        if abs_stat > atol and rel_stat > rtol:  # Polygraphy: within either tolerance passes
+            stats.passed = False
+            stats.problem = (
+                f"{rule.stat} abs err {abs_stat:.3g} > atol={atol} and {rule.stat} rel err {rel_stat:.3g} > rtol={rtol}"
+            )
     return stats
 
 
 def compare_outputs(
-    actual: Mapping[str, np.ndarray],
-    golden: Mapping[str, np.ndarray],
-    atol: float,
-    rtol: float,
-    max_mismatch_fraction: float,
+    actual: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], rule: Tolerances
 ) -> Tuple[bool, Dict[str, Dict], List[str]]:
     """Compare every output in ``actual`` with ``golden`` by name.
 
@@ -85,7 +226,8 @@ def compare_outputs(
     stats: Dict[str, Dict] = {}
     problems: List[str] = []
     for name, value in actual.items():
-        s = compare_tensor(value, golden[name], atol, rtol, max_mismatch_fraction)
+        atol, rtol = rule.for_output(name)
+        s = compare_tensor(value, golden[name], atol, rtol, rule)
         stats[name] = asdict(s)
         if not s.passed:
             problems.append(f"{name}: {s.problem}")

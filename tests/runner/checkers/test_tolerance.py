@@ -1,0 +1,119 @@
+"""Error statistics against hand-computed values, per-output tolerances, and rel_l2 on a real reduce."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from runner.checkers.tolerance import Tolerances, compare_outputs, compare_tensor
+from runner.errors import ConfigError
+
+GOLDEN = np.array([1.0, 2.0, 4.0, 0.0], np.float32)
+ACTUAL = np.array([1.1, 2.0, 3.0, 0.5], np.float32)
+# |a - b| = [0.1, 0, 1, 0.5]; |a - b| / |b| (eps where b = 0) = [0.1, 0, 0.25, 0.5 / 2.2e-16]
+
+
+def _stat(stat, atol, rtol, **kw):
+    return compare_tensor(ACTUAL, GOLDEN, atol, rtol, Tolerances(stat=stat, **kw))
+
+
+def test_statistics_are_the_hand_computed_values():
+    s = _stat("elemwise", 0, 0)
+    assert s.max_abs == pytest.approx(1.0) and s.max_rel == pytest.approx(0.25)
+    assert s.mean_abs == pytest.approx(0.4) and s.median_abs == pytest.approx(0.3)
+    assert s.rel_l2 == pytest.approx(math.sqrt(0.01 + 1 + 0.25) / math.sqrt(1 + 4 + 16), rel=1e-6)
+    cosine = (1.1 + 4 + 12) / (math.sqrt(1.21 + 4 + 9 + 0.25) * math.sqrt(21))
+    assert s.cosine == pytest.approx(cosine, rel=1e-6)
+    assert s.mismatch_fraction == 0.75 and s.nan == 0 and s.inf == 0
+
+
+@pytest.mark.parametrize(
+    "stat, atol, rtol, passed",
+    [
+        ("max", 1.0, 0, True),  # max abs 1.0 within atol
+        ("max", 0.99, 1e10, False),  # max rel is 0.5 / eps = 2.3e15
+        ("mean", 0.4001, 0, True),  # float32 inputs: 1.1 - 1.0 is 0.10000002
+        ("mean", 0.39, 0, False),
+        ("median", 0.3001, 0, True),  # median of [0, 0.1, 0.5, 1]
+        ("median", 0.29, 0.17, False),  # median rel of [0, 0.1, 0.25, 2.25e15] is 0.175
+        ("median", 0.29, 0.18, True),  # within rtol instead
+        ("rel_l2", 0, 0.25, True),  # 1.1225 / 4.5826 = 0.245
+        ("rel_l2", 1e9, 0.24, False),  # rel_l2 ignores atol
+    ],
+)
+def test_each_statistic_decides(stat, atol, rtol, passed):
+    assert _stat(stat, atol, rtol).passed is passed
+
+
+def test_quantile_takes_error_quantile():
+    assert _stat("quantile", 0.63, 0, quantile=0.75).passed  # 75th percentile of [0, .1, .5, 1] is 0.625
+    s = _stat("quantile", 0.62, 0, quantile=0.75)
+    assert not s.passed and s.statistic == pytest.approx(0.625, rel=1e-6)
+
+
+def test_nan_where_golden_is_finite_fails_any_statistic():
+    actual = ACTUAL.copy()
+    actual[1] = np.nan
+    for stat in ("elemwise", "max", "mean", "median", "quantile", "rel_l2"):
+        s = compare_tensor(actual, GOLDEN, 1e9, 1e9, Tolerances(stat=stat))
+        assert not s.passed and s.nan == 1 and "NaN/Inf" in s.problem
+
+
+def test_per_output_tolerances():
+    rule = Tolerances(atol={"loose": 1.0, "default": 1e-3}, rtol=0, stat="max")
+    ok, stats, problems = compare_outputs(
+        {"loose": ACTUAL, "strict": ACTUAL}, {"loose": GOLDEN, "strict": GOLDEN}, rule
+    )
+    assert not ok and [p.split(":")[0] for p in problems] == ["strict"]
+    assert stats["loose"]["passed"] and rule.for_output("other") == (1e-3, 0.0)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"atol": -1}, {"rtol": {"y": -0.1}}, {"stat": "l1"}, {"quantile": 1.5}, {"max_mismatch_fraction": 1.0}]
+)
+def test_bad_rules(kw):
+    with pytest.raises(ConfigError):
+        Tolerances(**kw)
+
+
+def test_reduce_by_rel_l2_finds_the_scaled_weight(run, tmp_path):
+    """Tensors of very different scales judged by one scale-free threshold: the answer is the node whose
+    weight was scaled, not the large tensors nearby."""
+    from tests.helpers.models import f32, make_model
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array((rng.random((8, 8)) * 10 ** (i % 3 * 2)).astype(np.float32), f"w{i}") for i in range(6)
+    ]
+    nodes = [
+        onnx.helper.make_node(
+            "MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"], ["y" if i == 5 else f"h{i}"], name=f"mm{i}"
+        )
+        for i in range(6)
+    ]
+    original = make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])], weights)
+    path = tmp_path / "orig.onnx"
+    onnx.save(original, path)
+    golden = tmp_path / "golden.npz"
+    assert run("mode=repeat", "until=1", f"model={path}", "checker=compare", f"save_golden={golden}").returncode == 0
+    w3 = numpy_helper.to_array(original.graph.initializer[3]) * 1.05
+    original.graph.initializer[3].CopyFrom(numpy_helper.from_array(w3, "w3"))
+    perturbed = tmp_path / "perturbed.onnx"
+    onnx.save(original, perturbed)
+    r = run(
+        "mode=reduce",
+        f"model={perturbed}",
+        "checker=compare",
+        f"golden={golden}",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.01",
+    )
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["mm3"]
+    last = r.summary["last_check_outputs"]
+    assert all({"max_abs", "max_rel", "rel_l2", "cosine", "nan", "inf"} <= set(v) for v in last.values())
+    assert "rel L2" in r.stdout and "cosine" in r.stdout
