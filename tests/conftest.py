@@ -26,6 +26,11 @@ def _runner(tmp_path: Path, how):
     return _run
 
 
+def pytest_collection_modifyitems(items: list) -> None:
+    """Start the tests marked ``slow`` first, so that no worker is left alone with one at the end."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
+
+
 @pytest.fixture
 def run(tmp_path):
     """Run a job in this process (compose + ``runner.app.run``), its run dir in tmp, cwd tmp."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,6 +25,7 @@ def _quick_start() -> list[str]:
     return shlex.split(first.split("&&", 1)[1])
 
 
+@pytest.mark.slow
 def test_readme_main_command(tmp_path):
     argv = _quick_start()
     assert argv[:3] == ["python", "-m", "runner"]

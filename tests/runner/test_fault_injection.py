@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import onnx
+import pytest
 
 from tests.helpers.cli import alive, check_cmd, write_script
 from tests.helpers.models import chain_model
@@ -40,6 +41,7 @@ def _verdicts(replay: Path):
     return [(e["key"], e["passed"]) for e in json.loads(replay.read_text())["iterations"]]
 
 
+@pytest.mark.slow
 def test_kill_anywhere_then_resume_gives_the_same_run(run, tmp_path):
     """The uninterrupted and the final runs run in-process (the same job, less start-up); the ten killed
     ones are processes. Linear search from n63 down to the culprit n30 leaves more checks than ten kills
@@ -90,6 +92,9 @@ def test_kill_anywhere_then_resume_gives_the_same_run(run, tmp_path):
 
     final = run(*args, "output=final.onnx", *([f"replay.load={latest}"] if latest else []))
     assert final.returncode == 0, final.stderr[-2000:]
+    done = len(_verdicts(latest)) if latest else 0
+    assert final.summary["reused"] == done, "the resumed run reuses every recorded verdict"
+    assert final.summary["checks"] == full_summary["checks"] - done, "and runs only the checks that were missing"
     assert _verdicts(final.run_dir / "replay.json") == expected, "same candidates, same verdicts, same order"
     summary = final.summary
     assert summary["reduced_nodes"] == full_summary["reduced_nodes"] == [{"name": "n30", "op": "Relu"}]

@@ -193,6 +193,7 @@ def _wait_for_entries(replay: Path, n: int, proc: subprocess.Popen, limit: float
     raise AssertionError("run did not progress")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_kill_then_resume(run, tmp_path, sig):
     """A run stopped mid-way and resumed with its replay ends like an uninterrupted run, with fewer checks."""

@@ -121,6 +121,7 @@ def test_precision_float16_high_is_refused(run, tmp_path):
     assert r.returncode == 2 and "precision=float32" in r.stderr
 
 
+@pytest.mark.slow
 def test_detector_fed_unnormalised_pixels(run, tmp_path):
     """The real detector with 0-255 input: fp16 breaks it; the minimal marker finds a small kept set."""
     model = need(DETECTOR)
@@ -147,6 +148,7 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
     assert results["bisect"]["kept"] > results["minimal"]["kept"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_sweep(tmp_path, launcher):
     """A 2 x 2 multirun, serially (Hydra's basic launcher) and in parallel (joblib)."""

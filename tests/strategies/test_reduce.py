@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import onnx
@@ -60,7 +55,9 @@ def test_single_node_fault_in_a_chain(run, tmp_path, has_nodes_script, marker, c
 def test_two_node_fault_on_different_branches(run, tmp_path, has_nodes_script, marker):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)
-    _r, out = _reduce(run, model, ["a1", "b1"], f"marker={marker}", script=has_nodes_script)
+    # the command check once (bisect); the in-process one for linear's many checks
+    script = has_nodes_script if marker == "bisect" else None
+    _r, out = _reduce(run, model, ["a1", "b1"], f"marker={marker}", script=script)
     assert sorted(_compute_names(out)) == ["a1", "b1"]
     reduced = onnx.load(str(out))
     assert {i.name for i in reduced.graph.input} == {"a0o", "b0o"}
@@ -167,62 +164,10 @@ def test_external_data_round_trip(run, tmp_path, has_nodes_script):
     assert _compute_names(out) == ["mm2"] and onnx.numpy_helper.to_array(loaded.graph.initializer[0]).shape == (64, 64)
 
 
-def test_kill_then_resume_reduce(run, tmp_path):
-    slow = tmp_path / "slow_has.py"  # fails while the model holds node n9 (no other name or tensor has its bytes)
-    slow.write_text(
-        "import sys, time\ntime.sleep(0.1)\nsys.exit(1 if b'n9' in open(sys.argv[1], 'rb').read() else 0)\n"
-    )
-    model = tmp_path / "chain.onnx"
-    onnx.save(chain_model(16), model)
-    full = run(
-        "mode=reduce",
-        "marker=linear",
-        f"model={model}",
-        check_cmd(slow, "{artifact}"),
-        f"output={tmp_path / 'full.onnx'}",
-    )
-    assert full.returncode == 0, full.stderr
-
-    run_dir = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "runner",
-        "mode=reduce",
-        "marker=linear",
-        f"model={model}",
-        check_cmd(slow, "{artifact}"),
-        f"output={tmp_path / 'never.onnx'}",
-        f"hydra.run.dir={run_dir}",
-    ]
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
-    )
-    replay = run_dir / "replay.json"
-    end = time.monotonic() + 60
-    while time.monotonic() < end and not (replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 3):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = len(json.loads(replay.read_text())["iterations"])
-
-    resumed = run(
-        "mode=reduce",
-        "marker=linear",
-        f"model={model}",
-        check_cmd(slow, "{artifact}"),
-        f"output={tmp_path / 'resumed.onnx'}",
-        f"replay.load={replay}",
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert _names(tmp_path / "resumed.onnx") == _names(tmp_path / "full.onnx")
-    assert resumed.summary["checks"] == full.summary["checks"] - done
-    assert not (tmp_path / "never.onnx").exists()
-
-
 # ---- real models ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_detector_bisect_beats_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
     r, out = _reduce(
@@ -242,6 +187,7 @@ def test_detector_bisect_beats_polygraphy(run, tmp_path, has_nodes_script):
     assert s["nodes_after"] == 1, "no larger than Polygraphy's 1-node result: the weights are initializers"
 
 
+@pytest.mark.slow
 def test_detector_linear_half_of_polygraphy(run, tmp_path, has_nodes_script):
     model = need(DETECTOR)
     r, out = _reduce(

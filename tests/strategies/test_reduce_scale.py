@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import onnx
+import pytest
 
 from tests.helpers.models import chain_model
 
@@ -17,6 +18,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
 
 
+@pytest.mark.slow
 def test_reduce_a_20k_node_chain_in_2_gb(tmp_path):
     model = tmp_path / "chain.onnx"
     onnx.save(chain_model(20000), model)
