@@ -220,7 +220,12 @@ def run(cfg: DictConfig) -> int:
             if checker is not None:
                 checker.close()
             if lifecycle is not None:
-                summary.update(iterations=lifecycle.iteration, checks=lifecycle.checks, reused=lifecycle.reused_count)
+                summary.update(
+                    iterations=lifecycle.iteration,
+                    checks=lifecycle.checks,
+                    reused=lifecycle.reused_count,
+                    errors=lifecycle.errors,
+                )
             summary["wall_s"] = round(time.monotonic() - started, 3)
             if summary_path is not None:  # never a rejected path, never another run's directory
                 try:

@@ -95,6 +95,7 @@ class CompareCheckerConf:
     max_mismatch_fraction: float = 0.0
     check_error_stat: str = "elemwise"  # elemwise, max, mean, median, quantile, rel_l2
     error_quantile: float = 0.5
+    on_error: str = "fail"  # a candidate the backend cannot run: fail, pass or stop
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
 

@@ -125,6 +125,7 @@ class Replay:
                 "reason": verdict.reason,
                 "details": verdict.details,
                 "reused": reused,
+                "error": verdict.error,
             }
         )
         write_json_atomic(
@@ -139,6 +140,7 @@ _FIELDS = {
     "returncode": ((int, type(None)), "an integer or null"),
     "reason": ((str,), "a string"),
     "details": ((dict, type(None)), "an object"),
+    "error": ((str,), "a string"),
 }
 
 
@@ -164,4 +166,5 @@ def _verdict(entry: Dict[str, Any]) -> Verdict:
         returncode=entry.get("returncode"),
         reason=entry.get("reason", ""),
         details=entry.get("details") or {},
+        error=entry.get("error", ""),
     )

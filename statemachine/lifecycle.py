@@ -70,6 +70,7 @@ class Lifecycle:
         iteration: iterations so far (checked or reused).
         checks: checks actually run.
         passes: iterations whose verdict (checked or reused) was a pass.
+        errors: iterations whose check could not judge the candidate (``Verdict.error``).
         failure_codes: the return codes of failing verdicts so far.
     """
 
@@ -105,6 +106,7 @@ class Lifecycle:
         self.checks = 0
         self.reused_count = 0
         self.passes = 0
+        self.errors = 0
         self.failure_codes: set = set()
         self.candidate: Optional[Candidate] = None
         self.verdict: Optional[Verdict] = None
@@ -209,6 +211,8 @@ class Lifecycle:
         return self.passes == 0 and len(self.failure_codes) == 1
 
     def _count(self, verdict: Verdict) -> None:
+        if verdict.error:
+            self.errors += 1
         if verdict.passed:
             self.passes += 1
         else:

@@ -24,12 +24,15 @@ class Verdict:
         returncode: the check command's exit code, when there was a command (None otherwise).
         reason: one short line: why it failed, e.g. "exit code 1", "timeout after 5.0 s".
         details: extra facts for the log, the iteration info and the replay (JSON-able).
+        error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
+            a real verdict. Such verdicts are counted apart from failures.
     """
 
     passed: bool
     returncode: Optional[int] = None
     reason: str = ""
     details: Dict[str, Any] = field(default_factory=dict)
+    error: str = ""
 
 
 @dataclass

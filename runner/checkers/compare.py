@@ -18,7 +18,7 @@ from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.context import RunContext
-from runner.errors import ArtifactError, ConfigError, ModelError
+from runner.errors import ArtifactError, CheckError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import graph_inputs, load_npz
 from runner.graph.load import load_model
@@ -101,6 +101,9 @@ class CompareChecker(Checker):
         check_error_stat: elemwise, max, mean, median, quantile or rel_l2 (Polygraphy's
             ``--check-error-stat``, plus the scale-free relative L2 error).
         error_quantile: the quantile for ``check_error_stat=quantile``.
+        on_error: a candidate the backend cannot run (invalid dimensions, unsupported op) counts
+            as a failure ("fail", as Polygraphy counts a crash), a pass ("pass"), or stops the run
+            ("stop"); such verdicts are marked ``error`` and counted apart in the summary.
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
 
@@ -121,7 +124,12 @@ class CompareChecker(Checker):
         graph_optimization_level: str = "all",
         check_error_stat: str = "elemwise",
         error_quantile: float = 0.5,
+        on_error: str = "fail",
     ):
+        if on_error not in ("fail", "pass", "stop"):
+            raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
+        self.on_error = on_error
+        self._warned_error = False
         self.rule = Tolerances(_plain(atol), _plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
         self.backend: Backend = make_backend(
             backend, providers=list(providers), graph_optimization_level=graph_optimization_level
@@ -202,7 +210,7 @@ class CompareChecker(Checker):
         try:
             got = self.backend.run(model, feeds, key=candidate.key)
         except ModelError as e:
-            return Verdict(False, reason=f"{self.backend_name} failed: {e}", details={"error": str(e)})
+            return self._backend_error(iteration, str(e))
         unknown = [n for n in got if n not in self.values]
         if unknown:
             raise ConfigError(
@@ -227,6 +235,35 @@ class CompareChecker(Checker):
             else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         )
         return Verdict(passed, reason=reason, details={"outputs": stats})
+
+    def _backend_error(self, iteration: int, message: str) -> Verdict:
+        """The verdict for a candidate the backend cannot run, as ``on_error`` says.
+
+        Raises:
+            CheckError: with ``on_error="stop"``.
+        """
+        if self.on_error == "stop":
+            raise CheckError(
+                f"{self.backend_name} cannot run the candidate of iteration {iteration}: {message}; "
+                "checker.on_error=fail counts such candidates as failures, on_error=pass as passes"
+            )
+        if not self._warned_error:
+            self._warned_error = True
+            log.warning(
+                "Iteration %d: %s cannot run the candidate (%s); counted as %s (checker.on_error=%s), and "
+                "counted apart as errors in the summary",
+                iteration,
+                self.backend_name,
+                message,
+                "a pass" if self.on_error == "pass" else "a failure",
+                self.on_error,
+            )
+        return Verdict(
+            self.on_error == "pass",
+            reason=f"{self.backend_name} failed: {message}",
+            details={"error": message},
+            error=message,
+        )
 
     def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
         """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""

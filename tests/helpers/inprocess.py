@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
@@ -28,6 +29,13 @@ CONF_DIR = str(Path(conf.__file__).resolve().parent)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
+def ensure_hydra() -> None:
+    """Initialize Hydra on ``conf/`` once for this process (initializing costs more than composing)."""
+    register_configs()
+    if not GlobalHydra.instance().is_initialized():
+        initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="runner")
+
+
 def run_in_process(
     tmp_path: Path, name: str, *overrides: str, cwd: Optional[Path] = None, run_dir: Optional[Path] = None
 ) -> RunResult:
@@ -36,10 +44,9 @@ def run_in_process(
     Raises:
         hydra.errors.ConfigCompositionException: for an override Hydra rejects (the CLI exits 1).
     """
-    register_configs()
+    ensure_hydra()
     run_dir = Path(run_dir or tmp_path / name).absolute()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base=None, job_name="runner"):
-        cfg = compose("config", overrides=[*overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
+    cfg = compose("config", overrides=[*overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(run_dir)
         cfg.hydra.job.name = "runner"

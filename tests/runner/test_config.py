@@ -6,12 +6,12 @@ import itertools
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class, get_method
 
 import conf
-from runner.config import register_configs
+from tests.helpers.inprocess import ensure_hydra
 
 CONF = Path(conf.__file__).parent
 MODES = sorted(p.stem for p in (CONF / "mode").glob("*.yaml"))
@@ -21,9 +21,7 @@ CHECKERS = sorted(p.stem for p in (CONF / "checker").glob("*.yaml"))
 
 @pytest.fixture(scope="module", autouse=True)
 def hydra_conf():
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        yield
+    ensure_hydra()
 
 
 def test_groups_are_complete():

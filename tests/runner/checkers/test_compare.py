@@ -207,3 +207,39 @@ def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
     assert reduced.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16, (
         "the subgraph is the fp16 model's own"
     )
+
+
+def _contrib_model(path):
+    """A model ONNX Runtime runs but the ONNX reference evaluator cannot (a com.microsoft op)."""
+    from onnx import helper as h
+
+    from tests.helpers.models import f32
+
+    node = h.make_node("Gelu", ["x"], ["y"], name="gelu", domain="com.microsoft")
+    graph = h.make_graph([node], "g", [f32("x", [1, 4])], [f32("y", [1, 4])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("on_error, code, passed", [("fail", 0, False), ("pass", 0, True), ("stop", 2, None)])
+def test_a_candidate_the_backend_cannot_run(run, tmp_path, on_error, code, passed):
+    model = _contrib_model(tmp_path / "contrib.onnx")
+    r = run(
+        "mode=repeat",
+        "until=2",
+        f"model={model}",
+        "checker=compare",
+        "checker.backend=onnx_reference",
+        f"checker.on_error={on_error}",
+    )
+    assert r.returncode == code, r.stderr[-2000:]
+    if on_error == "stop":
+        assert "cannot run the candidate of iteration 1" in r.stderr and "checker.on_error=fail" in r.stderr
+        return
+    s = r.summary
+    assert s["errors"] == 2 and (s["good"] if passed else s["bad"]) == 2
+    entries = r.replay["iterations"]
+    assert all(e["error"] and e["passed"] is passed for e in entries)
+    assert (r.stdout + r.stderr).count("cannot run the candidate") == 1, "warned once"
