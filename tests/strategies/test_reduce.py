@@ -210,10 +210,8 @@ def test_classifier_two_node_fault(run, tmp_path, has_nodes_script):
     sess.run(None, feeds)
 
 
-def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
-    model = need(VAD)
-    m = onnx.load(str(model))
-    target = [n.name for n in m.graph.node if n.op_type == "Conv"][2]
+def _vad_inputs(tmp_path):
+    """Half a second of noise at 16 kHz, a zero state and the sample rate, for the voice-activity models."""
     inputs = tmp_path / "vad_inputs.npz"
     np.savez(
         inputs,
@@ -221,6 +219,14 @@ def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
         state=np.zeros((2, 1, 128), np.float32),
         sr=np.array(16000, np.int64),
     )
+    return inputs
+
+
+def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
+    model = need(VAD)
+    m = onnx.load(str(model))
+    target = [n.name for n in m.graph.node if n.op_type == "Conv"][2]
+    inputs = _vad_inputs(tmp_path)
     _r, out = _reduce(
         run,
         model,
@@ -234,13 +240,7 @@ def test_recurrent_model_with_int_inputs(run, tmp_path, has_nodes_script):
 
 def test_if_node_moves_as_one(run, tmp_path, has_nodes_script):
     model = need(VAD_IF)
-    inputs = tmp_path / "vad_inputs.npz"
-    np.savez(
-        inputs,
-        input=np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32),
-        state=np.zeros((2, 1, 128), np.float32),
-        sr=np.array(16000, np.int64),
-    )
+    inputs = _vad_inputs(tmp_path)
     _r, out = _reduce(
         run,
         model,
