@@ -96,6 +96,7 @@ class CompareCheckerConf:
     check_error_stat: str = "elemwise"  # elemwise, max, mean, median, quantile, rel_l2
     error_quantile: float = 0.5
     on_error: str = "fail"  # a candidate the backend cannot run: fail, pass or stop
+    low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
 

@@ -46,6 +46,8 @@ class Candidate:
         info: the mode's state for the iteration info file and the replay (JSON-able).
         payload: returns the candidate's model for in-process checkers (built on first call), or
             None when the candidate is not an ONNX model in memory (the checker reads the artifact).
+        as_typed: run exactly as typed: the mode decided each node's precision (precision's
+            candidates), so a checker must not convert it to a low precision.
     """
 
     key: str
@@ -53,6 +55,7 @@ class Candidate:
     write: Optional[Callable[[Path], None]] = None
     info: Dict[str, Any] = field(default_factory=dict)
     payload: Optional[Callable[[], onnx.ModelProto]] = None
+    as_typed: bool = False
 
 
 class Strategy(abc.ABC):

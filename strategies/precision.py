@@ -202,7 +202,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
     def candidate(self, units: Units, label: str) -> Candidate:
         """An ONNX candidate, or with ``weak_typing`` an engine built with layer precisions."""
         if not self.weak_typing:
-            return super().candidate(units, label)
+            candidate = super().candidate(units, label)
+            candidate.as_typed = True  # its precision is the point: never converted by a checker
+            return candidate
         names = self.names(units)
 
         def write(path: Path) -> None:

@@ -20,6 +20,7 @@ from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.context import RunContext
 from runner.errors import ArtifactError, CheckError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
+from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import graph_inputs, load_npz
 from runner.graph.load import load_model
 from strategies.base import Candidate, Verdict
@@ -104,6 +105,11 @@ class CompareChecker(Checker):
         on_error: a candidate the backend cannot run (invalid dimensions, unsupported op) counts
             as a failure ("fail", as Polygraphy counts a crash), a pass ("pass"), or stops the run
             ("stop"); such verdicts are marked ``error`` and counted apart in the summary.
+        low_precision: float16 or bfloat16: a candidate with no low-precision tensors (an fp32
+            model or subgraph) is converted with the project's converter (every float tensor and
+            weight in that type, graph input/output types kept) before it runs, as TensorRT's
+            ``--fp16`` would run it; implied by fp16_emulation / bf16_emulation. Candidates marked
+            ``as_typed`` (precision mode) run as they are.
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
 
@@ -125,7 +131,13 @@ class CompareChecker(Checker):
         check_error_stat: str = "elemwise",
         error_quantile: float = 0.5,
         on_error: str = "fail",
+        low_precision: Optional[str] = None,
     ):
+        implied = {"fp16_emulation": "float16", "bf16_emulation": "bfloat16"}.get(backend)
+        self.low = low_precision or implied
+        if self.low not in (None, "float16", "bfloat16"):
+            raise ConfigError(f"checker.low_precision={low_precision!r}; use float16 or bfloat16")
+        self._said_converting = False
         if on_error not in ("fail", "pass", "stop"):
             raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
         self.on_error = on_error
@@ -197,6 +209,11 @@ class CompareChecker(Checker):
             ConfigError: when a tensor the candidate needs as input has no recorded value.
         """
         model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
+        if self.low is not None and not candidate.as_typed and not has_low_precision(model):
+            try:
+                model = self._lowered(model)
+            except ModelError as e:
+                return self._backend_error(iteration, str(e))
         self._warn_fp16_on_cpu(model)
         names: List[str] = [i.name for i in graph_inputs(model)]
         missing = [n for n in names if n not in self.values]
@@ -235,6 +252,19 @@ class CompareChecker(Checker):
             else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
         )
         return Verdict(passed, reason=reason, details={"outputs": stats})
+
+    def _lowered(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` converted to ``self.low`` (logged once per run)."""
+        assert self.low is not None
+        if not self._said_converting:
+            self._said_converting = True
+            log.info(
+                "Candidates hold no %s tensors: each is converted to %s before it runs, as TensorRT's --fp16 "
+                "runs an fp32 model (checker.low_precision; graph input/output types kept)",
+                self.low,
+                self.low,
+            )
+        return to_low_precision(model, self.low)
 
     def _backend_error(self, iteration: int, message: str) -> Verdict:
         """The verdict for a candidate the backend cannot run, as ``on_error`` says.

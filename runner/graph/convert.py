@@ -29,6 +29,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
+from runner.graph.constants import constants_to_initializers
 from runner.graph.meta import infer_shapes
 
 log = logging.getLogger(__name__)
@@ -197,3 +198,33 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
         if any(types.get(o) in floats for o in node.output) or any(types.get(x) in floats for x in node.input):
             out.append(i)
     return out
+
+
+LOW_TYPES = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def has_low_precision(model: onnx.ModelProto) -> bool:
+    """Whether the top-level graph holds any float16 or bfloat16 tensor (weights, declared types, Casts)."""
+    g = model.graph
+    if any(t.data_type in LOW_TYPES for t in g.initializer):
+        return True
+    if any(v.type.tensor_type.elem_type in LOW_TYPES for v in list(g.input) + list(g.output) + list(g.value_info)):
+        return True
+    for node in g.node:
+        for attr in node.attribute:
+            if (node.op_type == "Cast" and attr.name == "to" and attr.i in LOW_TYPES) or (
+                attr.HasField("t") and attr.t.data_type in LOW_TYPES
+            ):
+                return True
+    return False
+
+
+def to_low_precision(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
+    """``model`` with every float tensor and weight in ``low`` (graph input and output types kept), as
+    TensorRT's ``--fp16`` runs an fp32 model; nodes without low-precision kernels stay fp32 (the
+    converter's op block list).
+
+    Raises:
+        ModelError: when the converter fails on the model.
+    """
+    return convert_except(constants_to_initializers(name_nodes(model)), [], low)

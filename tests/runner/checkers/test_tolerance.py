@@ -117,3 +117,89 @@ def test_reduce_by_rel_l2_finds_the_scaled_weight(run, tmp_path):
     last = r.summary["last_check_outputs"]
     assert all({"max_abs", "max_rel", "rel_l2", "cosine", "nan", "inf"} <= set(v) for v in last.values())
     assert "rel L2" in r.stdout and "cosine" in r.stdout
+
+
+def test_an_fp32_model_under_fp16_emulation_runs_in_fp16(run, tmp_path):
+    """As TensorRT's --fp16: a weight of 1e5 is fine in fp32 and past fp16's range once the model is converted."""
+    from tests.helpers.graphs import one_sensitive
+
+    model, _, _ = one_sensitive()
+    path = tmp_path / "fp32.onnx"
+    onnx.save(model, path)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.full((1, 8), 1e-3, np.float32))  # outputs of 100 fit fp16; the weight does not
+    fp32 = run("mode=repeat", "until=1", f"model={path}", "checker=compare", f"inputs={inputs}")
+    assert fp32.summary["good"] == 1
+    fp16 = run(
+        "mode=repeat",
+        "until=1",
+        f"model={path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        f"inputs={inputs}",
+    )
+    assert fp16.summary["bad"] == 1 and "converted to float16" in fp16.stdout
+    any_backend = run(
+        "mode=repeat",
+        "until=1",
+        f"model={path}",
+        "checker=compare",
+        "checker.low_precision=float16",
+        f"inputs={inputs}",
+    )
+    assert any_backend.summary["bad"] == 1, "checker.low_precision converts for any backend"
+    reduced = run(
+        "mode=reduce",
+        f"model={path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        f"inputs={inputs}",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.01",
+    )
+    assert reduced.returncode == 0, reduced.stderr[-2000:]
+    assert [n["name"] for n in reduced.summary["reduced_nodes"]] == ["big_mul"]
+
+
+def test_precision_candidates_are_never_converted(run, tmp_path):
+    """Precision decides each node's type: its all-fp32 candidate must run in fp32 under emulation."""
+    from tests.helpers.graphs import one_sensitive
+
+    model, needed, _ = one_sensitive()
+    path = tmp_path / "fp32.onnx"
+    onnx.save(model, path)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.full((1, 8), 1e-3, np.float32))
+    r = run(
+        "mode=precision",
+        "marker=minimal",
+        f"model={path}",
+        f"inputs={inputs}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.rtol=1e-2",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["kept_nodes"]] == needed
+
+
+@pytest.mark.slow
+def test_reduce_the_fp32_detector_under_fp16_emulation_by_rel_l2(run, tmp_path):
+    """The issue's acceptance: 0-255 pixels push the fp32 detector's BatchNormalization past fp16; reduce on the
+    fp32 model under emulation, judged by rel_l2, ends at that node."""
+    from tests.helpers.models import DETECTOR, need
+
+    inputs = tmp_path / "pixels.npz"
+    np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 64, 64)) * 255).astype(np.float32))
+    r = run(
+        "mode=reduce",
+        f"model={need(DETECTOR)}",
+        f"inputs={inputs}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = [n["name"] for n in r.summary["reduced_nodes"]]
+    assert "p2o.BatchNormalization.1" in names and len(names) <= 3
