@@ -49,6 +49,33 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     return named
 
 
+def restore_output_types(converted: onnx.ModelProto, original: onnx.ModelProto) -> int:
+    """Give graph outputs back their original float type, in place; return how many were fixed.
+
+    With ``keep_io_types``, onnxconverter-common still ends an output whose producer is blocked
+    (kept in fp32) with a Cast to float16 and declares it float16, so a kept node's output would
+    be rounded through fp16 (and overflow past 65504) on its way out. That Cast is retargeted to
+    the original type.
+    """
+    types = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
+    producers = {name: node for node in converted.graph.node for name in node.output}
+    fixed = 0
+    for out in converted.graph.output:
+        want = types.get(out.name)
+        have = out.type.tensor_type.elem_type
+        if want is None or want == have or have not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+            continue
+        cast = producers.get(out.name)
+        if cast is None or cast.op_type != "Cast":
+            continue
+        for attr in cast.attribute:
+            if attr.name == "to":
+                attr.i = want
+        out.type.tensor_type.elem_type = want
+        fixed += 1
+    return fixed
+
+
 def drop_round_trips(model: onnx.ModelProto) -> int:
     """Bypass ``fp32 -> Cast(fp16) -> Cast(fp32)`` chains in place; return how many consumers were rewired.
 
@@ -167,6 +194,7 @@ def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "floa
     except Exception as e:  # the converter raises plain Exceptions/ValueErrors
         raise ModelError(f"onnxconverter-common could not convert the model to float16: {e}") from None
     drop_round_trips(converted)
+    restore_output_types(converted, model)
     if low == "bfloat16":
         if min(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
             raise ModelError(

@@ -97,3 +97,15 @@ def test_float_nodes_skip_integer_only_nodes():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     names = [model.graph.node[i].name for i in float_nodes(model)]
     assert "relu" in names and "int_add" not in names
+
+
+def test_a_kept_last_node_keeps_the_output_in_fp32():
+    """The converter ends a blocked producer's graph output with a Cast to float16; it is retargeted, so the
+    all-fp32 candidate really is fp32 up to the output (2e5 would overflow fp16)."""
+    model, _, _ = one_sensitive()
+    model = constants_to_initializers(name_nodes(model))
+    converted = convert_except(model, [n.name for n in model.graph.node])
+    assert converted.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    x = np.full((1, 8), 2.0, np.float32)
+    y = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, np.full((1, 8), 2e5, np.float32))
