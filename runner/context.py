@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from runner.graph.activations import run_all_tensors
-from runner.graph.feeds import check_input_shapes, model_feeds
+from runner.graph.feeds import check_input_shapes, load_npz, model_feeds, recorded_shapes
 from runner.graph.load import load_model
 from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
 
@@ -58,12 +58,20 @@ class RunContext:
 
     @functools.cached_property
     def shapes(self) -> Dict[str, List[int]]:
-        """``model_input_shapes`` checked against the model's inputs.
+        """The model's input shapes: ``model_input_shapes`` when given, else those of the arrays in
+        ``inputs=`` or, failing that, ``golden=`` (so generated inputs and the shape fallback match
+        the recorded values), checked against the model's inputs.
 
         Raises:
-            ConfigError: an unknown input, a wrong rank, or a negative dimension.
+            ConfigError: an unknown input, a wrong rank or a negative dimension; a recorded array
+                whose rank or fixed dimensions do not fit the model's input.
         """
-        return check_input_shapes(self.model, self.input_shapes)
+        if self.input_shapes:
+            return check_input_shapes(self.model, self.input_shapes)
+        for option, path in (("inputs", self.inputs), ("golden", self.golden)):
+            if path:
+                return recorded_shapes(self.model, load_npz(path, option), f"{option}={path}")
+        return {}
 
     @functools.cached_property
     def feeds(self) -> Dict[str, np.ndarray]:

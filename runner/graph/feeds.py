@@ -65,6 +65,36 @@ def check_input_shapes(
     return shapes
 
 
+def recorded_shapes(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], source: str) -> Dict[str, List[int]]:
+    """The shapes of the recorded arrays of the model's inputs, checked against the declared dims.
+
+    Args:
+        model: the model.
+        arrays: recorded values by tensor name (``inputs=`` or ``golden=``); other tensors are ignored.
+        source: the option and file, for error messages.
+
+    Returns:
+        ``{input name: [dims]}`` for each graph input found in ``arrays``.
+
+    Raises:
+        ConfigError: an array whose rank or fixed dimensions differ from the model's input.
+    """
+    shapes: Dict[str, List[int]] = {}
+    for vi in graph_inputs(model):
+        if vi.name not in arrays:
+            continue
+        shape = [int(d) for d in np.asarray(arrays[vi.name]).shape]
+        declared = vi.type.tensor_type.shape.dim
+        fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in declared]
+        if len(declared) and (len(fixed) != len(shape) or any(f is not None and f != s for f, s in zip(fixed, shape))):
+            raise ConfigError(
+                f"{source}: {vi.name} has shape {shape} but the model's input is {[f or '?' for f in fixed]}; "
+                "record it from this model (save_golden=) or give the right file"
+            )
+        shapes[vi.name] = shape
+    return shapes
+
+
 def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> List[Spec]:
     """Name, numpy dtype and concrete shape of each graph input.
 

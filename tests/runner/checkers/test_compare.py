@@ -267,3 +267,71 @@ def test_a_candidate_the_backend_cannot_run(run, tmp_path, on_error, code, passe
     entries = r.replay["iterations"]
     assert all(e["error"] and e["passed"] is passed for e in entries)
     assert (r.stdout + r.stderr).count("cannot run the candidate") == 1, "warned once"
+
+
+def _dynamic_overflow_model():
+    """fp32, input x of dynamic length: x*x overflows fp16 for x near 3000 (a node named "square")."""
+    from onnx import helper as h
+
+    nodes = [
+        h.make_node("Relu", ["x"], ["a"], name="relu"),
+        h.make_node("Mul", ["a", "a"], ["sq"], name="square"),
+        h.make_node("Div", ["sq", "k"], ["d"], name="scale"),
+        h.make_node("Neg", ["d"], ["y"], name="neg"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+        [numpy_helper.from_array(np.array(1000.0, np.float32), "k")],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_input_shapes_come_from_the_golden_values(run, tmp_path):
+    """No inputs= and no model_input_shapes: shapes come from golden.npz, not 1 per dynamic dim."""
+    from runner.graph.convert import convert_except
+
+    fp32 = _dynamic_overflow_model()
+    fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
+    onnx.save(fp32, fp32_path)
+    onnx.save(convert_except(fp32, []), fp16_path)
+    inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
+    np.savez(inputs, x=np.full(6, 3000, np.float32))
+    assert (
+        run(
+            "mode=repeat",
+            "until=1",
+            f"model={fp32_path}",
+            "checker=compare",
+            f"inputs={inputs}",
+            f"save_golden={golden}",
+        ).returncode
+        == 0
+    )
+    r = run(
+        "mode=reduce",
+        f"model={fp16_path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.rtol=1e-2",
+        f"golden={golden}",
+    )
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    assert r.summary["errors"] == 0, "no candidate at the wrong shape"
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]
+
+
+def test_recorded_values_that_do_not_fit_the_model(run, tmp_path):
+    from tests.helpers.cli import one_line_error
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_dynamic_overflow_model(), path)
+    golden = tmp_path / "golden.npz"
+    np.savez(golden, x=np.ones((2, 3), np.float32), y=np.ones((2, 3), np.float32))
+    r = run("mode=reduce", f"model={path}", "checker=compare", f"golden={golden}")
+    one_line_error(r, "golden=", "has shape [2, 3]", code=2)
+    assert r.summary["checks"] == 0
