@@ -245,6 +245,15 @@ def set_keys(overrides: Iterable[str]) -> List[str]:
     return out
 
 
+def plain(value: Any) -> Any:
+    """A config value as plain Python: a DictConfig/ListConfig as dict/list (resolved), an enum as its value."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    return getattr(value, "value", value)
+
+
 def mode_uses(mode: str, key: str) -> bool:
     """Whether ``mode`` uses the top-level key ``key`` (its schema in ``MODE_KEYS`` holds it)."""
     return key in _names(MODE_KEYS[mode])
@@ -280,17 +289,7 @@ def mode_options(mode: str, cfg: Any) -> Dict[str, Any]:
         ``{key: value}`` for each key of the mode's schema except ``checker`` and ``marker``
         (built separately), values as plain Python (enums by value).
     """
-    from omegaconf import OmegaConf
-
-    options = {}
-    for name in _names(MODE_KEYS[mode]):
-        if name in ("checker", "marker"):
-            continue
-        value = cfg.get(name)
-        if OmegaConf.is_config(value):
-            value = OmegaConf.to_container(value, resolve=True)
-        options[name] = getattr(value, "value", value)
-    return options
+    return {name: plain(cfg.get(name)) for name in _names(MODE_KEYS[mode]) if name not in ("checker", "marker")}
 
 
 def register_configs() -> None:

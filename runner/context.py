@@ -103,7 +103,3 @@ class RunContext:
         if "activations" in self.__dict__:
             return {name: summarize(value) for name, value in self.activations.items()}
         return tensor_summaries(self.model, self.feeds, self.value_budget)
-
-    def has(self, name: str) -> bool:
-        """Whether a cached part (``"model"``, ``"feeds"``, ``"activations"``) was already made."""
-        return name in self.__dict__

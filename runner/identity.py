@@ -17,6 +17,8 @@ from typing import Any, Dict, Iterable, List, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config import plain
+
 #: checker options that change what is printed, not the verdict
 DISPLAY_ONLY = {"show_output", "hide_fail_output"}
 
@@ -112,7 +114,7 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
         value = cfg.get(option)
         if value and Path(value).is_file():
             data[option] = file_digest([Path(value)])
-    candidates = {k: _plain(cfg.get(k)) for k in CANDIDATE_OPTIONS if cfg.get(k) is not None}
+    candidates = {k: plain(cfg.get(k)) for k in CANDIDATE_OPTIONS if cfg.get(k) is not None}
     return {
         "mode": cfg.mode.name,
         "model": file_digest(model_files) if model_files else None,
@@ -120,12 +122,6 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
         "data": data,
         "candidates": candidates,
     }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, DictConfig) or OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)
-    return getattr(value, "value", value)  # enums
 
 
 def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> List[str]:

@@ -17,6 +17,7 @@ import onnx
 from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
+from runner.config import plain
 from runner.context import RunContext
 from runner.errors import ArtifactError, CheckError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
@@ -67,13 +68,6 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
             elif src not in values and dst in values:
                 values[src], changed = values[dst], True
     return values
-
-
-def _plain(value: Any) -> Any:
-    """A tolerance from the config as plain Python (a DictConfig map becomes a dict)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
 def _describe(name: str, st: Dict[str, Any]) -> str:
@@ -142,7 +136,7 @@ class CompareChecker(Checker):
             raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
         self.on_error = on_error
         self._warned_error = False
-        self.rule = Tolerances(_plain(atol), _plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
+        self.rule = Tolerances(plain(atol), plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
         self.backend: Backend = make_backend(
             backend, providers=list(providers), graph_optimization_level=graph_optimization_level
         )
