@@ -78,12 +78,13 @@ def _set_keys() -> List[str]:
         return []
 
 
-def _context(cfg: DictConfig, directory: Path) -> RunContext:
-    """The run's shared context from the (already planned) config."""
+def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
+    """The run's shared context from the (already planned) config and the model's files."""
     return RunContext(
         mode=cfg.mode.name,
         run_dir=directory,
         model_path=Path(cfg.model) if cfg.get("model") else None,
+        model_files=files,
         input_shapes=cfg.get("model_input_shapes"),
         inputs=cfg.get("inputs"),
         golden=cfg.get("golden"),
@@ -170,7 +171,7 @@ def run(cfg: DictConfig) -> int:
                 identity,
                 cfg.replay.force,
             )
-            ctx = _context(cfg, directory)
+            ctx = _context(cfg, directory, files)
             strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg))
             if strategy.needs_checker:
                 checker = _build_checker(cfg)

@@ -29,6 +29,8 @@ class RunContext:
         mode: the mode's name.
         run_dir: the run's own directory (locked for the run).
         model_path: the model file (``model=``), or None for modes without one.
+        model_files: the model file and the external data files it references (``runner.outputs.model_files``,
+            listed once per run), or empty.
         input_shapes: ``model_input_shapes=`` as given (validated against the model on first use).
         inputs: an ``.npz`` file of model inputs (``inputs=``), or None to generate them.
         golden: an ``.npz`` file of golden values (``golden=``), or None.
@@ -40,6 +42,7 @@ class RunContext:
     mode: str
     run_dir: Path
     model_path: Optional[Path] = None
+    model_files: Sequence[Path] = ()
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None
     inputs: Optional[str] = None
     golden: Optional[str] = None

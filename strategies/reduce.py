@@ -20,7 +20,7 @@ import functools
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import onnx
 
@@ -30,7 +30,6 @@ from runner.graph.load import save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
-from runner.outputs import model_files
 from strategies.base import Candidate, Verdict
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
@@ -50,8 +49,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         output: where the reduced model is written.
         min_good: where the largest passing candidate close in size is written, or None.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
-        source_path: the user's model file; iteration 1 checks a byte copy of it (None: the loaded
-            model, saved again).
+        source_files: the user's model file and its external data files; iteration 1 checks a byte
+            copy of a single-file model (otherwise, or when empty, the loaded model saved again).
         source_model: the model as loaded, weights included (default: ``index.model``).
         weights: when given, ``index`` was built on its stub and candidate files reference the
             shared weights file instead of holding the bytes.
@@ -69,7 +68,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         output: Path = Path("reduced.onnx"),
         min_good: Optional[Path] = None,
         save_opts: Optional[Dict[str, Any]] = None,
-        source_path: Optional[Path] = None,
+        source_files: Sequence[Path] = (),
         source_model: Optional[onnx.ModelProto] = None,
         weights: Optional[SharedWeights] = None,
     ):
@@ -85,7 +84,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.marker_name = marker_name(marker)
         self.min_good = Path(min_good) if min_good else None
         self.min_good_written: Optional[str] = None
-        self.source_path = Path(source_path) if source_path else None
+        self.source_files = [Path(f) for f in source_files]
         self.source_model = source_model if source_model is not None else index.model
         self.weights = weights
         self.full = self.universe
@@ -138,7 +137,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             Path(output or "reduced.onnx"),
             Path(min_good) if min_good else None,
             {"external_data": external_data, "threshold": external_data_threshold},
-            ctx.model_path,
+            ctx.model_files,
             ctx.model,
             weights,
         )
@@ -211,12 +210,11 @@ class ReduceStrategy(OnnxSearchStrategy):
     def _original(self) -> Candidate:
         """The user's model exactly as given (a byte copy; with external data, saved again)."""
         model = self.source_model
-        single_file = self.source_path is not None and len(model_files(self.source_path)) == 1
+        single_file = self.source_files[0] if len(self.source_files) == 1 else None
 
         def write(path: Path) -> None:
-            if single_file:
-                assert self.source_path is not None
-                shutil.copyfile(self.source_path, path)
+            if single_file is not None:
+                shutil.copyfile(single_file, path)
             else:  # saving with external data moves tensors out of the proto it is given: save a copy
                 copy = onnx.ModelProto()
                 copy.CopyFrom(model)
