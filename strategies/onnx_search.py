@@ -64,6 +64,9 @@ class OnnxSearchStrategy(Strategy):
 
     noun = "node"
 
+    #: candidates run exactly as typed (``Candidate.as_typed``): checkers must not convert them
+    as_typed = False
+
     def __init__(
         self,
         search: Search,
@@ -124,11 +127,22 @@ class OnnxSearchStrategy(Strategy):
         """The candidate of a unit set: its model is built on first use and kept for the iteration."""
         self._pending = units
         model = functools.cache(lambda: self.model_for(units))
+        return Candidate(
+            self.key(units),
+            f"{label}: {self.size(units)}",
+            functools.partial(self.write_candidate, units, model),
+            self.info(units),
+            payload=self.payload(model),
+            as_typed=self.as_typed,
+        )
 
-        def write(path: Path) -> None:
-            save_model(model(), path, **self.save_opts)
+    def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
+        """Write a candidate's artifact (default: its model, with the save options)."""
+        save_model(model(), path, **self.save_opts)
 
-        return Candidate(self.key(units), f"{label}: {self.size(units)}", write, self.info(units), payload=model)
+    def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
+        """What in-process checkers run (default: the candidate's model)."""
+        return model
 
     def next_candidate(self) -> Optional[Candidate]:
         """The next gate's candidate, else the search's, else the gates after the search."""

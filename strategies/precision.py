@@ -28,7 +28,7 @@ from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, float_nodes, name_nodes
 from runner.graph.load import fingerprint
 from runner.graph.summaries import TensorSummary, summarize
-from strategies.base import Candidate, Verdict
+from strategies.base import Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch
@@ -84,6 +84,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
     Raises:
         ConfigError: when the model has no float nodes.
     """
+
+    #: its precision is the point: checkers never convert a precision candidate
+    as_typed = True
 
     def __init__(
         self,
@@ -199,21 +202,17 @@ class PrecisionStrategy(OnnxSearchStrategy):
         """Name and op type of each node, in topological order."""
         return [{"name": self.model.graph.node[i].name, "op": self.model.graph.node[i].op_type} for i in sorted(units)]
 
-    def candidate(self, units: Units, label: str) -> Candidate:
-        """An ONNX candidate, or with ``weak_typing`` an engine built with layer precisions."""
+    def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
+        """The mixed-precision model, or with ``weak_typing`` an engine built with layer precisions."""
         if not self.weak_typing:
-            candidate = super().candidate(units, label)
-            candidate.as_typed = True  # its precision is the point: never converted by a checker
-            return candidate
-        names = self.names(units)
+            return super().write_candidate(units, model, path)
+        from runner.trt.weak_precision import build_weakly_typed
 
-        def write(path: Path) -> None:
-            from runner.trt.weak_precision import build_weakly_typed
+        path.write_bytes(build_weakly_typed(self.model.SerializeToString(), self.names(units), self.low))
 
-            path.write_bytes(build_weakly_typed(self.model.SerializeToString(), names, self.low))
-
-        self._pending = units
-        return Candidate(self.key(units), f"{label}: {self.size(units)}", write, self.info(units))
+    def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
+        """The model for in-process checkers; none for engines (``weak_typing``)."""
+        return None if self.weak_typing else model
 
     # -- gates ----------------------------------------------------------------------------
 

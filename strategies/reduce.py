@@ -179,26 +179,20 @@ class ReduceStrategy(OnnxSearchStrategy):
         return frozenset(out)
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """A search candidate: the closure of ``units``; with shared weights, its file holds only the
-        graph and references the weights file, and in-process checkers get the bytes read back."""
-        units = self.closure(units)
+        """A search candidate: the closure of ``units``."""
+        return super().candidate(self.closure(units), label)
+
+    def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
+        """With shared weights, the file holds only the graph and references the weights file."""
+        if self.weights is None:
+            return super().write_candidate(units, model, path)
+        self.weights.place(path.parent)
+        onnx.save_model(model(), str(path))
+
+    def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
+        """With shared weights, in-process checkers get the bytes read back (once per candidate)."""
         weights = self.weights
-        if weights is None:
-            return super().candidate(units, label)
-        self._pending = units
-        model = functools.cache(lambda: self.model_for(units))
-
-        def write(path: Path) -> None:
-            weights.place(path.parent)
-            onnx.save_model(model(), str(path))
-
-        return Candidate(
-            self.key(units),
-            f"{label}: {self.size(units)}",
-            write,
-            self.info(units),
-            payload=functools.cache(lambda: weights.load_into(model())),
-        )
+        return model if weights is None else functools.cache(lambda: weights.load_into(model()))
 
     def output_model(self, units: Units) -> onnx.ModelProto:
         """A self-contained model of ``units`` (shared weights read back in)."""
