@@ -185,11 +185,27 @@ def test_python_checker_cli(run_cli, tmp_path):
     assert bad.returncode == 2 and "cannot be imported" in bad.stderr
 
 
+def _fp16_model_and_fp32_golden(run, tmp_path, fp32, x):
+    """The fp16 workflow's first half: save ``fp32`` converted to fp16, and record the fp32 model's values
+    on input ``x`` with save_golden. Returns (the fp16 model's path, the golden file)."""
+    from runner.graph.convert import convert_except
+
+    fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
+    onnx.save(fp32, fp32_path)
+    onnx.save(convert_except(fp32, []), fp16_path)
+    inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
+    np.savez(inputs, x=x)
+    first = run(
+        "mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}"
+    )
+    assert first.returncode == 0 and first.summary["good"] == 1, first.stderr
+    return fp16_path, golden
+
+
 def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
     """The fp16 workflow: golden values from the fp32 model, the fp16 model reduced under emulation."""
     from onnx import helper as h
 
-    from runner.graph.convert import convert_except
     from tests.helpers.models import f32, make_model
 
     nodes = [
@@ -206,15 +222,7 @@ def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
         [f32("y", []), f32("z", [4])],
         [numpy_helper.from_array(np.array(1000.0, np.float32), "k")],
     )
-    fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
-    onnx.save(fp32, fp32_path)
-    onnx.save(convert_except(fp32, []), fp16_path)
-    inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
-    np.savez(inputs, x=np.full(4, 3000, np.float32))
-    first = run(
-        "mode=repeat", "until=1", f"model={fp32_path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}"
-    )
-    assert first.returncode == 0 and first.summary["good"] == 1, first.stderr
+    fp16_path, golden = _fp16_model_and_fp32_golden(run, tmp_path, fp32, np.full(4, 3000, np.float32))
     out = tmp_path / "reduced.onnx"
     r = run(
         "mode=reduce",
@@ -293,24 +301,8 @@ def _dynamic_overflow_model():
 
 def test_input_shapes_come_from_the_golden_values(run, tmp_path):
     """No inputs= and no model_input_shapes: shapes come from golden.npz, not 1 per dynamic dim."""
-    from runner.graph.convert import convert_except
-
-    fp32 = _dynamic_overflow_model()
-    fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
-    onnx.save(fp32, fp32_path)
-    onnx.save(convert_except(fp32, []), fp16_path)
-    inputs, golden = tmp_path / "x.npz", tmp_path / "golden.npz"
-    np.savez(inputs, x=np.full(6, 3000, np.float32))
-    assert (
-        run(
-            "mode=repeat",
-            "until=1",
-            f"model={fp32_path}",
-            "checker=compare",
-            f"inputs={inputs}",
-            f"save_golden={golden}",
-        ).returncode
-        == 0
+    fp16_path, golden = _fp16_model_and_fp32_golden(
+        run, tmp_path, _dynamic_overflow_model(), np.full(6, 3000, np.float32)
     )
     r = run(
         "mode=reduce",
