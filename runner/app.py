@@ -19,7 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 from runner import signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
-from runner.config import check_mode_keys, mode_options, mode_uses, set_keys
+from runner.config import check_mode_keys, mode_options, mode_uses, plain, set_keys
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.identity import run_identity
@@ -90,6 +90,8 @@ def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
         golden=cfg.get("golden"),
         save_golden=cfg.get("save_golden"),
         seed=cfg.get("seed", 0),
+        data_loader=cfg.get("data_loader"),
+        val_range=plain(cfg.get("val_range")),
     )
 
 

@@ -151,10 +151,12 @@ class DataKeys(CheckedKeys):
 
     model: Optional[str] = None
     model_input_shapes: Any = None  # {input: [dims]}; validated in runner.graph.feeds
-    inputs: Optional[str] = None
-    golden: Optional[str] = None
+    inputs: Optional[str] = None  # .npz, or polygraphy run --save-inputs JSON (several samples)
+    golden: Optional[str] = None  # .npz, or polygraphy run --save-outputs JSON
     save_golden: Optional[str] = None
     seed: int = 0
+    data_loader: Optional[str] = None  # pkg.module.fn returning an iterable of feed dicts
+    val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
 
 
 @dataclass

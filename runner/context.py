@@ -10,15 +10,30 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
 
 from runner.graph.activations import run_all_tensors
-from runner.graph.feeds import check_input_shapes, load_npz, model_feeds, recorded_shapes
+from runner.graph.feeds import (
+    check_input_shapes,
+    generate_feeds,
+    graph_inputs,
+    input_specs,
+    model_sample,
+    recorded_shapes,
+)
 from runner.graph.load import load_model
 from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
+from runner.samples import (
+    Sample,
+    check_sources,
+    load_golden_samples,
+    load_input_samples,
+    loader_samples,
+    parse_val_range,
+)
 
 
 @dataclass
@@ -32,8 +47,12 @@ class RunContext:
         model_files: the model file and the external data files it references (``runner.outputs.model_files``,
             listed once per run), or empty.
         input_shapes: ``model_input_shapes=`` as given (validated against the model on first use).
-        inputs: an ``.npz`` file of model inputs (``inputs=``), or None to generate them.
-        golden: an ``.npz`` file of golden values (``golden=``), or None.
+        inputs: an ``.npz`` file or Polygraphy ``--save-inputs`` JSON of input samples
+            (``inputs=``), or None.
+        golden: an ``.npz`` file or Polygraphy ``--save-outputs`` JSON of golden values
+            (``golden=``), or None.
+        data_loader: ``pkg.module.fn`` returning an iterable of feed dicts (``data_loader=``), or None.
+        val_range: the range of generated inputs (``val_range=``: ``[lo, hi]`` or ``{input: [lo, hi]}``).
         save_golden: where ``checker=compare`` saves the golden values it computed, or None.
         seed: the seed for generated inputs.
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
@@ -48,6 +67,8 @@ class RunContext:
     golden: Optional[str] = None
     save_golden: Optional[str] = None
     seed: int = 0
+    data_loader: Optional[str] = None
+    val_range: Any = None
     value_budget: int = 2**30
 
     @functools.cached_property
@@ -60,10 +81,36 @@ class RunContext:
         return load_model(self.model_path)
 
     @functools.cached_property
+    def loaded_inputs(self) -> Optional[List[Sample]]:
+        """The raw samples of ``inputs=`` or ``data_loader=``, or None when inputs are not given.
+
+        Raises:
+            ConfigError: both given, ``val_range=`` with either, or an unreadable source.
+        """
+        check_sources(self.inputs, self.data_loader, self.val_range)
+        if self.inputs:
+            return load_input_samples(self.inputs)
+        if self.data_loader:
+            return loader_samples(self.data_loader)
+        return None
+
+    @functools.cached_property
+    def golden_samples(self) -> Optional[List[Sample]]:
+        """The golden values of ``golden=`` per sample, or None.
+
+        Raises:
+            ConfigError: an unreadable file.
+        """
+        return load_golden_samples(self.golden) if self.golden else None
+
+    def _source(self) -> str:
+        return f"inputs={self.inputs}" if self.inputs else f"data_loader={self.data_loader}"
+
+    @functools.cached_property
     def shapes(self) -> Dict[str, List[int]]:
-        """The model's input shapes: ``model_input_shapes`` when given, else those of the arrays in
-        ``inputs=`` or, failing that, ``golden=`` (so generated inputs and the shape fallback match
-        the recorded values), checked against the model's inputs.
+        """The model's input shapes: ``model_input_shapes`` when given, else those of the first
+        sample of ``inputs=``/``data_loader=`` or, failing that, ``golden=`` (so generated inputs and
+        the shape fallback match the recorded values), checked against the model's inputs.
 
         Raises:
             ConfigError: an unknown input, a wrong rank or a negative dimension; a recorded array
@@ -71,19 +118,43 @@ class RunContext:
         """
         if self.input_shapes:
             return check_input_shapes(self.model, self.input_shapes)
-        for option, path in (("inputs", self.inputs), ("golden", self.golden)):
-            if path:
-                return recorded_shapes(self.model, load_npz(path, option), f"{option}={path}")
+        if self.loaded_inputs is not None:
+            for i, sample in enumerate(self.loaded_inputs[1:], 1):
+                recorded_shapes(self.model, sample, f"{self._source()} sample {i}")
+            return recorded_shapes(self.model, self.loaded_inputs[0], self._source())
+        if self.golden_samples is not None:
+            return recorded_shapes(self.model, self.golden_samples[0], f"golden={self.golden}")
         return {}
 
     @functools.cached_property
-    def feeds(self) -> Dict[str, np.ndarray]:
-        """The model's inputs: loaded from ``inputs=`` or generated from the seed and shapes.
+    def samples(self) -> List[Dict[str, np.ndarray]]:
+        """The model's input samples, each ``{input name: array}``: from ``inputs=`` or
+        ``data_loader=``; else the inputs recorded in every ``golden=`` sample (``save_golden=``
+        records them); else one sample generated from ``seed`` within ``val_range``.
 
         Raises:
-            ConfigError: an unreadable ``inputs=`` file, or one lacking a model input.
+            ConfigError: an unreadable source, or a sample lacking a model input.
         """
-        return model_feeds(self.model, self.shapes, self.inputs, self.seed)
+        _ = self.shapes  # validates every loaded sample against the model first
+        if self.loaded_inputs is not None:
+            return [
+                model_sample(self.model, s, f"{self._source()} sample {i}") for i, s in enumerate(self.loaded_inputs)
+            ]
+        names = [i.name for i in graph_inputs(self.model)]
+        golden = self.golden_samples
+        if golden and all(n in g for g in golden for n in names):
+            return [model_sample(self.model, g, f"golden={self.golden}") for g in golden]
+        ranges = parse_val_range(self.val_range, names)
+        return [generate_feeds(input_specs(self.model, self.shapes), self.seed, ranges)]
+
+    @functools.cached_property
+    def feeds(self) -> Dict[str, np.ndarray]:
+        """The first input sample (the one the strategy's ranking and the shape fallback run on).
+
+        Raises:
+            ConfigError: as ``samples``.
+        """
+        return self.samples[0]
 
     @functools.cached_property
     def activations(self) -> Dict[str, np.ndarray]:

@@ -94,6 +94,20 @@ def _named_files(cmd: str) -> Dict[str, str]:
     return out
 
 
+def _loader_identity(target: str) -> str:
+    """``data_loader=pkg.module.fn`` and the digest of the module's source file, found without
+    importing it (the name alone when it cannot be found)."""
+    import importlib.util
+
+    module = target.rpartition(".")[0]
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = Path(spec.origin) if spec is not None and spec.origin and spec.origin != "built-in" else None
+    return f"{target} {file_digest([origin])}" if origin is not None and origin.is_file() else target
+
+
 def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
     """The identity of a run's verdicts (JSON-able), stored in its replay.
 
@@ -114,6 +128,10 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
         value = cfg.get(option)
         if value and Path(value).is_file():
             data[option] = file_digest([Path(value)])
+    if cfg.get("val_range") is not None:
+        data["val_range"] = plain(cfg.get("val_range"))
+    if cfg.get("data_loader"):
+        data["data_loader"] = _loader_identity(cfg.data_loader)
     candidates = {k: plain(cfg.get(k)) for k in CANDIDATE_OPTIONS if cfg.get(k) is not None}
     return {
         "mode": cfg.mode.name,

@@ -19,26 +19,15 @@ from runner.checkers.base import Checker
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.config import plain
 from runner.context import RunContext
-from runner.errors import ArtifactError, CheckError, ConfigError, ModelError
+from runner.errors import CheckError, ConfigError, ModelError
 from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
-from runner.graph.feeds import graph_inputs, load_npz
+from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
+from runner.samples import save_golden_samples
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
-
-
-def _as_declared(value: np.ndarray, elem_type: Optional[int]) -> np.ndarray:
-    """``value`` in the numpy type of an input's declared ONNX type (e.g. fp32 golden values fed to an
-    fp16 candidate); types numpy lacks (bfloat16) are left for the backend."""
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)) if elem_type else None
-    except (KeyError, TypeError, ValueError):
-        dtype = None
-    if dtype is None or dtype.kind not in "biuf" or value.dtype == dtype:
-        return value
-    return value.astype(dtype)
 
 
 def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -68,6 +57,36 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
             elif src not in values and dst in values:
                 values[src], changed = values[dst], True
     return values
+
+
+def _check_golden(
+    model: onnx.ModelProto, golden: List[Dict[str, np.ndarray]], samples: List[Dict[str, np.ndarray]], ctx: RunContext
+) -> None:
+    """Loaded golden values fit the run: one per input sample, made from those inputs, holding
+    every output of the model.
+
+    Raises:
+        ConfigError: naming the mismatch and the fix.
+    """
+    given = ctx.inputs or ctx.data_loader
+    names = [i.name for i in graph_inputs(model)]
+    if not given and not all(n in g for g in golden for n in names):
+        raise ConfigError(
+            f"golden={ctx.golden} holds no values for the model inputs {names}; give the inputs it was made "
+            "from: inputs=FILE (polygraphy run --save-inputs, or an .npz)"
+        )
+    if len(golden) != len(samples):
+        raise ConfigError(
+            f"golden={ctx.golden} holds {len(golden)} samples but the inputs {len(samples)}; give the inputs "
+            "the golden values were made from"
+        )
+    for i, values in enumerate(golden):
+        missing = [o.name for o in model.graph.output if o.name not in values]
+        if missing:
+            raise ConfigError(
+                f"golden={ctx.golden} sample {i} lacks outputs {missing}; write it with save_golden=PATH from the "
+                "original model"
+            )
 
 
 def _describe(name: str, st: Dict[str, Any]) -> str:
@@ -143,48 +162,47 @@ class CompareChecker(Checker):
         self.backend_name = backend
         self.reference_name = reference
         self.providers = list(providers)
-        self.values: Dict[str, np.ndarray] = {}
+        self.samples: List[Dict[str, np.ndarray]] = []
         self._warned = False
 
     def bind(self, ctx: RunContext) -> None:
-        """Make the inputs and golden values once: loaded (``golden=``) or from the reference run.
+        """Make the input samples and their golden values once: loaded (``golden=``) or from the
+        reference run of each sample.
 
         Raises:
             ModelError: the original model cannot be loaded or run on the reference backend.
-            ConfigError: unreadable ``inputs=``/``golden=`` files.
+            ConfigError: unreadable ``inputs=``/``golden=`` files; golden values without the inputs
+                they were made from, or a different number of samples; golden values lacking an
+                output of the model.
             ArtifactError: ``save_golden=`` cannot be written.
         """
         model = ctx.model
-        golden = load_npz(ctx.golden, "golden") if ctx.golden else None
-        if golden is None and self.reference_name == "onnxruntime":
-            golden = ctx.activations  # the run's one fp32 run of every tensor, shared with the strategy
-        names = [i.name for i in graph_inputs(model)]
-        if golden is not None and (not ctx.inputs or not ctx.golden) and all(n in golden for n in names):
-            feeds = {n: golden[n] for n in names}
-        else:
-            feeds = ctx.feeds
+        samples = ctx.samples
+        golden = ctx.golden_samples
         if golden is None:
-            golden = self.reference_values(model, feeds)
-        missing = [o.name for o in model.graph.output if o.name not in golden]
-        if missing:
-            raise ConfigError(
-                f"golden={ctx.golden} lacks outputs {missing}; write it with save_golden=PATH from the original model"
-            )
-        self.values = _through_casts(model, {**golden, **feeds})
+            golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
+        else:
+            _check_golden(model, golden, samples, ctx)
+        self.samples = [_through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
+        if len(self.samples) > 1:
+            log.info("Each candidate is checked on %d input samples; it passes only if every one does", len(samples))
         if ctx.save_golden:
-            try:
-                savez: Any = np.savez  # numpy's stub types **arrays as its keyword options
-                savez(ctx.save_golden, **self.values)
-            except OSError as e:
-                raise ArtifactError(
-                    f"save_golden={ctx.save_golden}: cannot write ({e.strerror}); choose a writable path"
-                ) from None
-            log.info("Saved %d golden tensors to %s", len(self.values), ctx.save_golden)
+            save_golden_samples(ctx.save_golden, self.samples)
+            log.info("Saved %d golden tensors per sample to %s", len(self.samples[0]), ctx.save_golden)
 
-    def reference_values(self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Every tensor's value from one reference run (ONNX Runtime keeps intermediates too)."""
+    @property
+    def values(self) -> Dict[str, np.ndarray]:
+        """The first sample's inputs and golden values, by tensor name."""
+        return self.samples[0]
+
+    def reference_values(
+        self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray], ctx: Optional[RunContext] = None
+    ) -> Dict[str, np.ndarray]:
+        """Every tensor's value from one reference run (ONNX Runtime keeps intermediates too); the
+        run's shared fp32 values (``ctx.activations``) when ``ctx`` is given and the reference is
+        ONNX Runtime on its feeds."""
         if self.reference_name == "onnxruntime":
-            return run_all_tensors(model, feeds)
+            return ctx.activations if ctx is not None else run_all_tensors(model, feeds)
         reference = make_backend(self.reference_name, providers=self.providers)
         try:
             names = (
@@ -197,7 +215,8 @@ class CompareChecker(Checker):
             reference.close()
 
     def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
-        """Run the candidate (its in-memory model, else the artifact file) and compare.
+        """Run the candidate (its in-memory model, else the artifact file) on every sample and
+        compare; it passes only if every sample passes (checking stops at the first that fails).
 
         Raises:
             ConfigError: when a tensor the candidate needs as input has no recorded value.
@@ -217,35 +236,40 @@ class CompareChecker(Checker):
                 "let the checker compute golden values (drop golden=) or save them with save_golden="
             )
         declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-        feeds = {n: _as_declared(self.values[n], declared.get(n)) for n in names}
-        try:
-            got = self.backend.run(model, feeds, key=candidate.key)
-        except ModelError as e:
-            return self._backend_error(iteration, str(e))
-        unknown = [n for n in got if n not in self.values]
-        if unknown:
-            raise ConfigError(
-                f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
+        several = len(self.samples) > 1
+        for index, values in enumerate(self.samples):
+            feeds = {n: as_declared(values[n], declared.get(n)) for n in names}
+            try:
+                got = self.backend.run(model, feeds, key=candidate.key)
+            except ModelError as e:
+                return self._backend_error(iteration, str(e))
+            unknown = [n for n in got if n not in values]
+            if unknown:
+                raise ConfigError(
+                    f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
+                )
+            passed, stats, problems = compare_outputs(got, values, self.rule)
+            where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
+            for line in problems:
+                log.info("%s: %s", where, line)
+            worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
+            log.info(
+                "%s: %d of %d outputs within tolerance; worst %s",
+                where,
+                len(stats) - len(problems),
+                len(stats),
+                _describe(worst, stats[worst]),
             )
-        passed, stats, problems = compare_outputs(got, self.values, self.rule)
-        for line in problems:
-            log.info("Iteration %d: %s", iteration, line)
-        worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
-        log.info(
-            "Iteration %d: %d of %d outputs within tolerance; worst %s",
-            iteration,
-            len(stats) - len(problems),
-            len(stats),
-            _describe(worst, stats[worst]),
-        )
-        for name, st in stats.items():
-            log.debug("Iteration %d: %s", iteration, _describe(name, st))
-        reason = (
-            "all outputs within tolerance"
-            if passed
-            else problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
-        )
-        return Verdict(passed, reason=reason, details={"outputs": stats})
+            for name, st in stats.items():
+                log.debug("%s: %s", where, _describe(name, st))
+            if not passed:
+                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+                details: Dict[str, Any] = {"outputs": stats}
+                if several:
+                    details["sample"] = index
+                return Verdict(False, reason=(f"sample {index}: " if several else "") + problems[0] + more, details=details)
+        reason = "all outputs within tolerance" + (f" on all {len(self.samples)} samples" if several else "")
+        return Verdict(True, reason=reason, details={"outputs": stats})
 
     def _lowered(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """``model`` converted to ``self.low`` (logged once per run)."""

@@ -135,17 +135,32 @@ def input_specs(model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequ
     return specs
 
 
-def generate_feeds(specs: Sequence[Spec], seed: int = 0) -> Dict[str, np.ndarray]:
-    """Random inputs: floats uniform in [0, 1), integers in {0, 1}, booleans, from ``seed``."""
+def generate_feeds(
+    specs: Sequence[Spec], seed: int = 0, ranges: Optional[Mapping[str, Tuple[float, float]]] = None
+) -> Dict[str, np.ndarray]:
+    """Random inputs from ``seed``, as Polygraphy's default data loader makes them.
+
+    Args:
+        specs: ``(name, dtype, shape)`` per input (``input_specs``).
+        seed: the random seed.
+        ranges: ``{input name: (low, high)}`` (``val_range=``); floats are uniform in [low, high),
+            integers uniform in [low, high] (both ends included); inputs not named use [0, 1].
+            Booleans are uniform either way.
+
+    Returns:
+        ``{name: array}`` of the spec's dtype and shape.
+    """
     rng = np.random.default_rng(seed)
+    ranges = ranges or {}
     feeds: Dict[str, np.ndarray] = {}
     for name, dtype, shape in specs:
+        lo, hi = ranges.get(name, (0.0, 1.0))
         if np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.random(shape, dtype=np.float64).astype(dtype)
+            feeds[name] = (lo + (hi - lo) * rng.random(shape, dtype=np.float64)).astype(dtype)
         elif dtype == np.bool_:
             feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
         else:
-            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+            feeds[name] = rng.integers(int(np.ceil(lo)), int(np.floor(hi)) + 1, shape).astype(dtype)
     return feeds
 
 
@@ -173,18 +188,46 @@ def load_npz(path: str | Path, option: str) -> Dict[str, np.ndarray]:
         raise ConfigError(f"{option}={path}: a damaged .npz file ({type(e).__name__}: {e}); {hint}") from None
 
 
-def model_feeds(
-    model: onnx.ModelProto, input_shapes: Optional[Mapping[str, Sequence[int]]], inputs: Optional[str], seed: int
-) -> Dict[str, np.ndarray]:
-    """Inputs for ``model``: loaded from ``inputs`` when given (all inputs must be there), else generated.
+def as_declared(value: np.ndarray, elem_type: Optional[int]) -> np.ndarray:
+    """``value`` in the numpy type of an input's declared ONNX type (e.g. fp32 golden values fed to
+    an fp16 model); non-numeric types and types numpy lacks (bfloat16) are left for the backend."""
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)) if elem_type else None
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or value.dtype == dtype:
+        return value
+    return value.astype(dtype)
+
+
+def model_sample(model: onnx.ModelProto, sample: Mapping[str, np.ndarray], source: str) -> Dict[str, np.ndarray]:
+    """The model's inputs taken from a loaded sample (other arrays in it are left out), each in
+    its input's declared type.
 
     Raises:
-        ConfigError: when the loaded file lacks one of the model's inputs.
+        ConfigError: when the sample lacks one of the model's inputs.
+    """
+    missing = [i.name for i in graph_inputs(model) if i.name not in sample]
+    if missing:
+        raise ConfigError(f"{source} lacks model inputs {missing}; save every input of the model")
+    return {
+        i.name: as_declared(np.asarray(sample[i.name]), i.type.tensor_type.elem_type) for i in graph_inputs(model)
+    }
+
+
+def model_feeds(
+    model: onnx.ModelProto,
+    input_shapes: Optional[Mapping[str, Sequence[int]]],
+    inputs: Optional[str],
+    seed: int,
+    ranges: Optional[Mapping[str, Tuple[float, float]]] = None,
+) -> Dict[str, np.ndarray]:
+    """One sample of inputs for ``model``: loaded from the ``.npz`` file ``inputs`` when given (all
+    inputs must be there), else generated from ``seed`` within ``ranges``.
+
+    Raises:
+        ConfigError: when the loaded file is unreadable or lacks one of the model's inputs.
     """
     if inputs:
-        feeds = load_npz(inputs, "inputs")
-        missing = [i.name for i in graph_inputs(model) if i.name not in feeds]
-        if missing:
-            raise ConfigError(f"inputs={inputs} lacks model inputs {missing}; save every input with numpy.savez")
-        return {i.name: feeds[i.name] for i in graph_inputs(model)}
-    return generate_feeds(input_specs(model, input_shapes), seed)
+        return model_sample(model, load_npz(inputs, "inputs"), f"inputs={inputs}")
+    return generate_feeds(input_specs(model, input_shapes), seed, ranges)

@@ -1,0 +1,222 @@
+"""Where a run's input samples and golden values come from.
+
+A sample is one feed dict ``{input name: array}``. Sources, as Polygraphy's data loader options:
+
+- ``inputs=FILE.npz``: one sample (``numpy.savez``).
+- ``inputs=FILE.json``: the samples ``polygraphy run --save-inputs`` wrote (a list of feed dicts),
+  read with Polygraphy's own JSON reader (the ``polygraphy`` extra).
+- ``data_loader=pkg.module.fn``: a function returning an iterable of feed dicts (Polygraphy's
+  ``--data-loader-script``).
+- neither: one sample generated from ``seed``, floats uniform in ``val_range`` (Polygraphy's
+  ``--val-range``; default [0, 1]).
+
+Golden values (``golden=``) are an ``.npz`` file of one sample's tensors, or the JSON that
+``polygraphy run --save-outputs`` wrote (one runner's outputs per iteration).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from runner.errors import ArtifactError, ConfigError, MissingExtraError
+from runner.graph.feeds import load_npz
+
+log = logging.getLogger(__name__)
+
+Sample = Dict[str, np.ndarray]
+Range = Tuple[float, float]
+
+
+def _polygraphy(option: str, path: Path) -> Any:
+    """Polygraphy's JSON module, or a one-line error naming the extra."""
+    try:
+        from polygraphy import json as pjson
+    except ImportError:
+        raise MissingExtraError(
+            f"{option}={path} is Polygraphy JSON, which is read with Polygraphy's own reader; "
+            "install it: pip install 'runner[polygraphy]' (or save the arrays with numpy.savez)"
+        ) from None
+    return pjson
+
+
+def _arrays(obj: Any, where: str) -> Sample:
+    """A decoded feed dict as ``{name: ndarray}``, or a one-line error."""
+    if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
+        raise ConfigError(f"{where} is not a mapping of tensor names to arrays; write feed dicts")
+    return {k: np.asarray(v) for k, v in obj.items()}
+
+
+def _polygraphy_error(option: str, path: Path, e: Exception) -> ConfigError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ConfigError(f"{option}={path}: Polygraphy cannot read it ({first}); give the file polygraphy wrote")
+
+
+def load_input_samples(path: str | Path) -> List[Sample]:
+    """The samples in an ``inputs=`` file: an ``.npz`` (one sample) or Polygraphy JSON (a list).
+
+    Raises:
+        ConfigError: a missing, unreadable or empty file, or one that does not hold feed dicts.
+        MissingExtraError: a JSON file without polygraphy installed.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".json":
+        return [load_npz(path, "inputs")]
+    if not path.exists():
+        raise ConfigError(f"inputs={path}: no such file; give polygraphy run --save-inputs output or an .npz file")
+    pjson = _polygraphy("inputs", path)
+    try:
+        obj = pjson.load_json(str(path), description="input data")
+    except Exception as e:  # Polygraphy raises PolygraphyException, JSONDecodeError, OSError, ...
+        raise _polygraphy_error("inputs", path, e) from None
+    items = obj if isinstance(obj, list) else [obj]
+    if not items:
+        raise ConfigError(f"inputs={path} holds no samples; save at least one with polygraphy run --save-inputs")
+    return [_arrays(item, f"inputs={path} sample {i}") for i, item in enumerate(items)]
+
+
+def load_golden_samples(path: str | Path) -> List[Sample]:
+    """The golden values in a ``golden=`` file: an ``.npz`` (one sample) or the JSON that
+    ``polygraphy run --save-outputs`` wrote (``RunResults``: the first runner's iterations; other
+    runners in the file are named in the log and left out).
+
+    Raises:
+        ConfigError: a missing, unreadable or empty file.
+        MissingExtraError: a JSON file without polygraphy installed.
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".json":
+        return [load_npz(path, "golden")]
+    if not path.exists():
+        raise ConfigError(f"golden={path}: no such file; give polygraphy run --save-outputs output or an .npz file")
+    _polygraphy("golden", path)
+    from polygraphy.comparator import RunResults
+
+    try:
+        results = RunResults.load(str(path))
+    except Exception as e:  # Polygraphy raises PolygraphyException, JSONDecodeError, OSError, ...
+        raise _polygraphy_error("golden", path, e) from None
+    runs = list(results.items())
+    if not runs or not runs[0][1]:
+        raise ConfigError(f"golden={path} holds no results; save them with polygraphy run --save-outputs")
+    name, iterations = runs[0]
+    if len(runs) > 1:
+        log.info("golden=%s: using runner %s; left out %s", path, name, [r for r, _ in runs[1:]])
+    return [_arrays(dict(it), f"golden={path} iteration {i}") for i, it in enumerate(iterations)]
+
+
+def loader_samples(target: str) -> List[Sample]:
+    """Call ``data_loader=pkg.module.fn`` and collect the feed dicts its iterable yields.
+
+    Raises:
+        ConfigError: a name that is not ``module.function``, a module or function that cannot be
+            found, a function that raises, returns something not iterable, yields something that
+            is not a feed dict, or yields nothing.
+    """
+    module_name, _, fn_name = target.rpartition(".")
+    if not module_name or not fn_name:
+        raise ConfigError(f"data_loader={target!r} is not module.function; write e.g. data_loader=my_data.load")
+    try:
+        fn = getattr(importlib.import_module(module_name), fn_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"data_loader={target}: cannot import {module_name} ({e}); put it on PYTHONPATH or in the working directory"
+        ) from None
+    except AttributeError:
+        raise ConfigError(f"data_loader={target}: {module_name} has no {fn_name}") from None
+    if not callable(fn):
+        raise ConfigError(f"data_loader={target} is not a function; name a function returning feed dicts")
+    try:
+        samples = [_arrays(item, f"data_loader={target} item {i}") for i, item in enumerate(fn())]
+    except ConfigError:
+        raise
+    except Exception as e:  # the user's code
+        raise ConfigError(f"data_loader={target} raised {type(e).__name__}: {e}") from None
+    if not samples:
+        raise ConfigError(f"data_loader={target} yielded no feed dicts; yield at least one")
+    return samples
+
+
+def parse_val_range(value: Any, names: List[str]) -> Dict[str, Range]:
+    """``val_range=`` as a range per input.
+
+    Args:
+        value: None, ``[lo, hi]`` (every input) or ``{input: [lo, hi], default: [lo, hi]}``.
+        names: the model's input names.
+
+    Returns:
+        ``{input name: (lo, hi)}`` for the inputs it covers (others keep the default [0, 1]).
+
+    Raises:
+        ConfigError: a range that is not two numbers with lo <= hi, or an unknown input name.
+    """
+    if value is None:
+        return {}
+
+    def one(v: Any, key: str) -> Range:
+        try:
+            lo, hi = (float(x) for x in v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"val_range{key}={v!r} is not [low, high]; write e.g. val_range={{x:[0,255]}}") from None
+        if not lo <= hi:
+            raise ConfigError(f"val_range{key}=[{lo}, {hi}] has low > high")
+        return lo, hi
+
+    if not isinstance(value, Mapping):
+        rng = one(value, "")
+        return {n: rng for n in names}
+    unknown = [k for k in value if k != "default" and k not in names]
+    if unknown:
+        raise ConfigError(f"val_range names {unknown}, which are not model inputs; inputs are {names}")
+    out = {n: one(value["default"], ".default") for n in names} if "default" in value else {}
+    out.update({str(k): one(v, f".{k}") for k, v in value.items() if k != "default"})
+    return out
+
+
+def check_sources(inputs: Optional[str], data_loader: Optional[str], val_range: Any) -> None:
+    """One source of input samples at a time.
+
+    Raises:
+        ConfigError: ``inputs=`` with ``data_loader=``, or ``val_range=`` with either (it shapes
+            generated inputs only).
+    """
+    if inputs and data_loader:
+        raise ConfigError("inputs= and data_loader= both give the inputs; keep one")
+    if val_range is not None and (inputs or data_loader):
+        raise ConfigError("val_range= shapes generated inputs only; drop it, or drop inputs=/data_loader=")
+
+
+def save_golden_samples(path: str | Path, samples: List[Sample]) -> None:
+    """Write golden values for ``golden=`` to read back: an ``.npz`` of one sample, or for a path
+    ending in ``.json`` Polygraphy's ``RunResults`` (every sample, one runner named ``golden``),
+    which ``polygraphy run --load-outputs`` also reads.
+
+    Raises:
+        ConfigError: several samples for an ``.npz`` path.
+        ArtifactError: the file cannot be written.
+        MissingExtraError: a ``.json`` path without polygraphy installed.
+    """
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".json":
+            _polygraphy("save_golden", path)
+            from polygraphy.comparator import RunResults
+            from polygraphy.comparator.struct import IterationResult
+
+            results = RunResults()
+            results.append(("golden", [IterationResult(outputs=dict(s), runner_name="golden") for s in samples]))
+            results.save(str(path))
+            return
+        if len(samples) > 1:
+            raise ConfigError(
+                f"save_golden={path}: an .npz holds one sample and this run has {len(samples)}; "
+                "name a .json file to save them all in Polygraphy's format"
+            )
+        savez: Any = np.savez  # numpy's stub types **arrays as its keyword options
+        savez(path, **samples[0])
+    except OSError as e:
+        raise ArtifactError(f"save_golden={path}: cannot write ({e.strerror}); choose a writable path") from None
