@@ -38,8 +38,7 @@ def _polygraphy(option: str, path: Path) -> Any:
         from polygraphy import json as pjson
     except ImportError:
         raise MissingExtraError(
-            f"{option}={path} is Polygraphy JSON, which is read with Polygraphy's own reader; "
-            "install it: pip install 'runner[polygraphy]' (or save the arrays with numpy.savez)"
+            "polygraphy", "polygraphy", f"{option}={path} (Polygraphy JSON, read with Polygraphy's own reader)"
         ) from None
     return pjson
 

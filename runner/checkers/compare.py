@@ -267,7 +267,8 @@ class CompareChecker(Checker):
                 details: Dict[str, Any] = {"outputs": stats}
                 if several:
                     details["sample"] = index
-                return Verdict(False, reason=(f"sample {index}: " if several else "") + problems[0] + more, details=details)
+                reason = (f"sample {index}: " if several else "") + problems[0] + more
+                return Verdict(False, reason=reason, details=details)
         reason = "all outputs within tolerance" + (f" on all {len(self.samples)} samples" if several else "")
         return Verdict(True, reason=reason, details={"outputs": stats})
 

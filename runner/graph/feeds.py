@@ -210,9 +210,7 @@ def model_sample(model: onnx.ModelProto, sample: Mapping[str, np.ndarray], sourc
     missing = [i.name for i in graph_inputs(model) if i.name not in sample]
     if missing:
         raise ConfigError(f"{source} lacks model inputs {missing}; save every input of the model")
-    return {
-        i.name: as_declared(np.asarray(sample[i.name]), i.type.tensor_type.elem_type) for i in graph_inputs(model)
-    }
+    return {i.name: as_declared(np.asarray(sample[i.name]), i.type.tensor_type.elem_type) for i in graph_inputs(model)}
 
 
 def model_feeds(

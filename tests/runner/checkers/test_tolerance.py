@@ -181,25 +181,3 @@ def test_precision_candidates_are_never_converted(run, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert [n["name"] for n in r.summary["kept_nodes"]] == needed
-
-
-@pytest.mark.slow
-def test_reduce_the_fp32_detector_under_fp16_emulation_by_rel_l2(run, tmp_path):
-    """The issue's acceptance: 0-255 pixels push the fp32 detector's BatchNormalization past fp16; reduce on the
-    fp32 model under emulation, judged by rel_l2, ends at that node."""
-    from tests.helpers.models import DETECTOR, need
-
-    inputs = tmp_path / "pixels.npz"
-    np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 64, 64)) * 255).astype(np.float32))
-    r = run(
-        "mode=reduce",
-        f"model={need(DETECTOR)}",
-        f"inputs={inputs}",
-        "checker=compare",
-        "checker.backend=fp16_emulation",
-        "checker.check_error_stat=rel_l2",
-        "checker.rtol=0.05",
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    names = [n["name"] for n in r.summary["reduced_nodes"]]
-    assert "p2o.BatchNormalization.1" in names and len(names) <= 3
