@@ -280,3 +280,12 @@ def test_reduce_the_fp32_detector_on_polygraphy_mark_all_golden_values(run, tmp_
     assert r.returncode == 0, r.stderr[-2000:]
     names = [n["name"] for n in r.summary["reduced_nodes"]]
     assert "p2o.BatchNormalization.1" in names and len(names) <= 3
+
+
+def test_polygraphy_json_without_polygraphy_names_the_extra(tmp_path, monkeypatch):
+    from runner.errors import MissingExtraError
+
+    (tmp_path / "in.json").write_text("[]")
+    monkeypatch.setitem(sys.modules, "polygraphy", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(MissingExtraError, match=r"install the 'polygraphy' extra"):
+        load_input_samples(tmp_path / "in.json")
