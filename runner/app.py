@@ -95,10 +95,14 @@ def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
     )
 
 
-def _build_strategy(cfg: DictConfig, ctx: RunContext, options: Dict[str, Any]) -> Strategy:
+def _build_strategy(
+    cfg: DictConfig, ctx: RunContext, options: Dict[str, Any], checker: Optional[Checker] = None
+) -> Strategy:
     """``instantiate`` the mode's ``_target_`` with its options, then call it with the context (and
-    the marker factory, for modes with a marker)."""
+    the marker factory, for modes with a marker; the checker, for modes that take it)."""
     extra: Dict[str, Any] = {"ctx": ctx}
+    if checker is not None:
+        extra["checker"] = checker
     if mode_uses(cfg.mode.name, "marker"):
         extra["marker"] = instantiate(cfg.marker, _partial_=True)
     try:
@@ -174,7 +178,9 @@ def run(cfg: DictConfig) -> int:
                 cfg.replay.force,
             )
             ctx = _context(cfg, directory, files)
-            strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg))
+            if cfg.mode.get("takes_checker"):
+                checker = _build_checker(cfg)
+            strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg), checker)
             if strategy.needs_checker:
                 checker = _build_checker(cfg)
                 checker.output_dir = directory / "checks"

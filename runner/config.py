@@ -42,6 +42,7 @@ class ModeConf:
     _target_: str = MISSING
     name: str = MISSING
     default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
+    takes_checker: bool = False  # the strategy is given the built checker (``checker=``) instead of the lifecycle
 
 
 @dataclass
@@ -210,6 +211,23 @@ class BuildKeys(CheckedKeys):
 
 
 @dataclass
+class LayerwiseConf:
+    """``layerwise.*``: the per-node report."""
+
+    top: int = 10  # nodes in top_introduced and the printed table
+    max_memory_mb: Optional[float] = 1024.0  # tensor values held at once; past it, chunks of nodes (null: no limit)
+    plot: bool = True  # write layerwise.png
+
+
+@dataclass
+class LayerwiseKeys(DataKeys):
+    """``mode=layerwise``."""
+
+    reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
+    layerwise: LayerwiseConf = field(default_factory=LayerwiseConf)
+
+
+@dataclass
 class DiffTacticsKeys:
     """``mode=diff_tactics``."""
 
@@ -225,11 +243,12 @@ MODE_KEYS: Dict[str, type] = {
     "repeat": RepeatKeys,
     "build": BuildKeys,
     "diff_tactics": DiffTacticsKeys,
+    "layerwise": LayerwiseKeys,
 }
 
 
 @dataclass
-class RunConfig(ReduceKeys, PrecisionKeys, RepeatKeys, BuildKeys, DiffTacticsKeys, CommonKeys):
+class RunConfig(ReduceKeys, PrecisionKeys, RepeatKeys, BuildKeys, LayerwiseKeys, DiffTacticsKeys, CommonKeys):
     """The top-level config: every key a user types on the command line (the union of the modes' keys)."""
 
 

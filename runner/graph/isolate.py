@@ -1,0 +1,150 @@
+"""Models in which every node runs alone: each node's activations come in as graph inputs.
+
+The error a node *introduces* is what it makes of exact inputs: run alone on the target backend,
+fed the reference values of its inputs, compared with the reference values of its outputs. One
+session per node would cost a session per node; instead one model holds many nodes, each
+reading its activations from its own graph inputs (``<tensor>::ref``) instead of from the node
+that produced them, so one run gives every node's introduced error. Weights (initializers and
+Constant nodes) stay wired: a node's own weights in the target precision are part of what it
+introduces.
+
+Nodes with subgraphs (If, Loop, Scan) read outer-scope tensors by name, which cannot be renamed
+from outside; ``isolated_groups`` puts them in models of their own in which none of them reads
+another's output.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+import onnx
+from onnx import helper
+
+#: the suffix of the graph input that feeds a node the reference value of a tensor
+REF_SUFFIX = "::ref"
+
+
+def _bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
+    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
+        g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs
+    ]
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return bool(_bodies(node))
+
+
+def outer_scope_inputs(node: onnx.NodeProto) -> List[str]:
+    """The tensors a node's bodies (If branches, Loop/Scan bodies, nested) read from enclosing scopes, sorted."""
+    reads: Set[str] = set()
+
+    def walk(graph: onnx.GraphProto, known: Set[str]) -> None:
+        local = known | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        for n in graph.node:
+            for name in n.input:
+                if name and name not in local:
+                    reads.add(name)
+            for body in _bodies(n):
+                walk(body, local)
+            local |= set(n.output)
+
+    for body in _bodies(node):
+        walk(body, set())
+    return sorted(reads)
+
+
+def weight_names(model: onnx.ModelProto) -> Set[str]:
+    """Initializers and Constant node outputs of the top-level graph: the tensors that stay wired."""
+    names = {i.name for i in model.graph.initializer}
+    names.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    return names
+
+
+def isolated_groups(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> List[List[onnx.NodeProto]]:
+    """Split ``nodes`` (Constant nodes left out) into groups that ``isolated_model`` can hold: every
+    node without a subgraph in the first group; nodes with subgraphs in further groups in which no
+    node reads (explicitly or from a body) an output of another node of the group.
+
+    Returns:
+        The groups, each in the order of ``nodes``; empty groups are left out.
+    """
+    plain = [n for n in nodes if n.op_type != "Constant" and not _has_subgraph(n)]
+    nested = [n for n in nodes if n.op_type != "Constant" and _has_subgraph(n)]
+    groups: List[List[onnx.NodeProto]] = [plain] if plain else []
+    while nested:
+        produced: Set[str] = set()
+        group, rest = [], []
+        for node in nested:
+            reads = set(node.input) | set(outer_scope_inputs(node))
+            if reads & produced:
+                rest.append(node)
+            else:
+                group.append(node)
+                produced.update(node.output)
+        groups.append(group)
+        nested = rest
+    return groups
+
+
+def isolated_model(
+    model: onnx.ModelProto,
+    nodes: Iterable[onnx.NodeProto],
+    types: Mapping[str, int],
+    weights: Optional[Set[str]] = None,
+) -> onnx.ModelProto:
+    """One model in which each of ``nodes`` reads its activations from graph inputs.
+
+    Args:
+        model: the model the nodes come from (its initializers, Constant nodes, opsets).
+        nodes: the nodes to isolate (one group of ``isolated_groups``).
+        types: ``{tensor name: ONNX elem type}`` of the model's tensors, for the new graph inputs.
+        weights: tensor names that stay wired (``weight_names``); computed when None.
+
+    Returns:
+        A model whose graph inputs are ``<tensor>`` + ``REF_SUFFIX`` for each activation a plain node
+        reads (the tensor's own name for a node with a subgraph), and whose graph outputs are every
+        output of the nodes, under their own names. Constant nodes the nodes read are copied in.
+
+    Raises:
+        KeyError: an activation with no entry in ``types``.
+    """
+    weights = weight_names(model) if weights is None else weights
+    constants = {o: n for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    used_consts: Dict[str, onnx.NodeProto] = {}
+    inputs: Dict[str, onnx.ValueInfoProto] = {}
+    out_nodes: List[onnx.NodeProto] = []
+    outputs: List[str] = []
+    for node in nodes:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        nested = _has_subgraph(node)
+        reads = list(node.input) + (outer_scope_inputs(node) if nested else [])
+        for name in reads:
+            if not name:
+                continue
+            if name in weights:
+                if name in constants:
+                    used_consts[name] = constants[name]
+                continue
+            fed = name if nested else name + REF_SUFFIX
+            if fed not in inputs:
+                inputs[fed] = helper.make_tensor_value_info(fed, types[name], None)
+        if not nested:
+            del copy.input[:]
+            copy.input.extend("" if not n else n if n in weights else n + REF_SUFFIX for n in node.input)
+        out_nodes.append(copy)
+        outputs.extend(o for o in node.output if o)
+    used_inits = {n for node in out_nodes for n in node.input} | {
+        n for node in out_nodes if _has_subgraph(node) for n in outer_scope_inputs(node)
+    }
+    graph = helper.make_graph(
+        list(used_consts.values()) + out_nodes,
+        f"{model.graph.name}_isolated",
+        list(inputs.values()),
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        [i for i in model.graph.initializer if i.name in used_inits],
+    )
+    out = helper.make_model(graph, opset_imports=list(model.opset_import))
+    out.ir_version = model.ir_version
+    out.functions.extend(model.functions)
+    return out

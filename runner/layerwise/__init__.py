@@ -1,0 +1,1 @@
+"""mode=layerwise: compare every tensor of a target with a reference, and the error each node introduces."""

@@ -1,0 +1,350 @@
+"""Per-node comparison of a target with a reference: accumulated and introduced error.
+
+For each node of the target model (in topological order):
+
+- **accumulated** error: the node's outputs in the target run, every tensor marked as an output,
+  against the reference run's values of the same tensors (what ``polygraphy run --onnx-outputs
+  mark all`` compares);
+- **introduced** error: the node run alone on the target backend, fed the reference values of its
+  inputs, against the reference values of its outputs (``runner.graph.isolate``): what the node
+  itself adds, free of what reached it.
+
+Tensors are matched by name and through the float Casts a precision conversion inserts (as
+``checker=compare`` matches them). Cost: per chunk of nodes, one reference run, one target run
+and one run of the isolated model per sample (a chunk is the whole model unless its values pass
+the memory budget).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+import numpy as np
+import onnx
+
+from runner.backends.base import Backend
+from runner.checkers.tolerance import Tolerances, compare_tensor
+from runner.errors import ModelError
+from runner.graph.feeds import as_declared, graph_inputs
+from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
+from runner.graph.meta import infer_shapes
+
+log = logging.getLogger(__name__)
+
+#: the largest finite value of each low precision
+LOW_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+
+
+@dataclass
+class NodeRow:
+    """One node's comparison (worst output, worst sample).
+
+    Attributes:
+        index: position in the target's topological order (compute nodes only, from 0).
+        node: the node's name. op: its op type. outputs: its output tensors.
+        tensor: the output the accumulated statistics are for (the one that compares worst).
+        magnitude: the largest finite |value| of the node's outputs in the reference.
+        weights: the largest finite |value| of the node's weights (initializers, Constant nodes).
+        in_range: whether ``magnitude`` and ``weights`` fit the low precision (True without one).
+        accumulated: target run vs reference (``OutputStats`` fields).
+        introduced: the node alone on reference inputs vs reference (``OutputStats`` fields), or
+            None when the node could not be run alone.
+        passes: whether the accumulated error is within the checker's tolerance.
+    """
+
+    index: int
+    node: str
+    op: str
+    outputs: List[str]
+    tensor: str = ""
+    magnitude: float = 0.0
+    weights: float = 0.0
+    in_range: bool = True
+    accumulated: Dict[str, Any] = field(default_factory=dict)
+    introduced: Optional[Dict[str, Any]] = None
+    passes: bool = True
+
+
+def weight_peaks(model: onnx.ModelProto) -> Dict[str, float]:
+    """``{node name: largest finite |value| among its float weights}`` (initializers and Constant
+    node outputs it reads), for nodes with any."""
+    from onnx import numpy_helper
+
+    values: Dict[str, float] = {}
+    for init in model.graph.initializer:
+        if init.data_type in FLOAT_TYPES:
+            values[init.name] = _peak(numpy_helper.to_array(init))
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type in FLOAT_TYPES:
+                    values[n.output[0]] = _peak(numpy_helper.to_array(a.t))
+    peaks: Dict[str, float] = {}
+    for n in model.graph.node:
+        found = [values[i] for i in n.input if i in values]
+        if found:
+            peaks[n.name] = max(found)
+    return peaks
+
+
+def cast_aliases(model: onnx.ModelProto, known: Set[str]) -> Dict[str, str]:
+    """For each tensor of ``model`` that is not in ``known``, a tensor of ``known`` holding the same
+    reference value through a chain of float-to-float Casts (a conversion's inserted Casts), when
+    there is one.
+
+    Args:
+        model: the target model.
+        known: the tensor names the reference has.
+
+    Returns:
+        ``{target tensor: reference tensor}`` (identity entries left out).
+    """
+    edges: Dict[str, Set[str]] = {}
+    for n in model.graph.node:
+        if n.op_type == "Cast" and any(a.name == "to" and a.i in FLOAT_TYPES for a in n.attribute):
+            a, b = n.input[0], n.output[0]
+            edges.setdefault(a, set()).add(b)
+            edges.setdefault(b, set()).add(a)
+    alias: Dict[str, str] = {}
+    for start in edges:
+        if start in known:
+            continue
+        seen, frontier = {start}, [start]
+        while frontier:
+            nxt = []
+            for name in frontier:
+                for other in edges.get(name, ()):
+                    if other not in seen:
+                        seen.add(other)
+                        nxt.append(other)
+            found = sorted(s for s in nxt if s in known)
+            if found:
+                alias[start] = found[0]
+                break
+            frontier = nxt
+    return alias
+
+
+def tensor_types(model: onnx.ModelProto) -> Dict[str, int]:
+    """``{tensor name: ONNX elem type}`` of the model's top-level tensors, from type inference."""
+    try:
+        typed = infer_shapes(model)
+    except Exception as e:  # inference can fail on custom ops; declared types are then all there is
+        log.warning("Type inference failed (%s); using declared types", str(e).splitlines()[0])
+        typed = model
+    g = typed.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)}
+    types.update({i.name: i.data_type for i in g.initializer})
+    return {k: v for k, v in types.items() if v}
+
+
+def marked(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph outputs are ``names`` (top-level tensors), in order."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
+    return out
+
+
+def _worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
+    """Whether statistics ``a`` are worse than ``b`` (a failure, new NaN/Inf, then rel_l2)."""
+    return (not a["passed"], a["new_nonfinite"] > 0, _finite_or_inf(a["rel_l2"])) > (
+        not b["passed"],
+        b["new_nonfinite"] > 0,
+        _finite_or_inf(b["rel_l2"]),
+    )
+
+
+def _finite_or_inf(x: float) -> float:
+    return float("inf") if x != x else x  # NaN ranks as the worst
+
+
+class LayerwiseComparison:
+    """Compares every node of ``target`` with ``reference`` on each sample.
+
+    Args:
+        reference: the reference model (fp32, as given).
+        target: the model as the target backend runs it (converted to the low precision when the
+            run asks for it).
+        rows_of: names of the target's nodes to report (others, e.g. Casts a conversion inserted,
+            run but are not reported); None reports every compute node.
+        weights_of: ``{node name: largest |weight|}`` before any conversion (``weight_peaks``).
+        run_reference: ``(model, feeds) -> {tensor: value}`` for the marked reference model.
+        target_backend: the backend that runs the target and the isolated models.
+        rule: the checker's tolerances (first divergence).
+        low: float16, bfloat16 or None: the precision whose range ``in_range`` is about.
+        chunk_bytes: bytes of one chunk's values (``layerwise.max_memory_mb``), or None for one chunk.
+        sizes: ``{tensor: bytes}`` estimates for chunking.
+
+    Raises:
+        ModelError: a backend cannot run a model.
+    """
+
+    def __init__(
+        self,
+        reference: onnx.ModelProto,
+        target: onnx.ModelProto,
+        rows_of: Optional[Set[str]],
+        weights_of: Mapping[str, float],
+        run_reference: Callable[[onnx.ModelProto, Mapping[str, np.ndarray]], Dict[str, np.ndarray]],
+        target_backend: Backend,
+        rule: Tolerances,
+        low: Optional[str] = None,
+        chunk_bytes: Optional[int] = None,
+        sizes: Optional[Mapping[str, int]] = None,
+    ):
+        self.reference, self.target = reference, target
+        self.weights_of = weights_of
+        self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
+        ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
+        self.alias = cast_aliases(target, ref_names)
+        self.ref_names = ref_names
+        self.types = tensor_types(target)
+        self.weights = weight_names(target)
+        compute = [n for n in target.graph.node if n.op_type != "Constant"]
+        self.nodes = [n for n in compute if rows_of is None or n.name in rows_of]
+        self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
+
+    def ref_name(self, tensor: str) -> Optional[str]:
+        """The reference tensor holding ``tensor``'s reference value, or None."""
+        return tensor if tensor in self.ref_names else self.alias.get(tensor)
+
+    def _chunks(
+        self, nodes: Sequence[onnx.NodeProto], budget: Optional[int], sizes: Mapping[str, int]
+    ) -> List[List[onnx.NodeProto]]:
+        """Consecutive runs of nodes whose values fit ``budget`` bytes (about four copies of each
+        output and one of each input are held at once)."""
+        if budget is None:
+            return [list(nodes)]
+        chunks: List[List[onnx.NodeProto]] = [[]]
+        used = 0
+        for node in nodes:
+            cost = sum(4 * sizes.get(o, 0) for o in node.output) + sum(sizes.get(i, 0) for i in node.input)
+            if chunks[-1] and used + cost > budget:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(node)
+            used += cost
+        if len(chunks) > 1:
+            log.info("Values exceed layerwise.max_memory_mb: comparing in %d chunks of nodes", len(chunks))
+        return chunks
+
+    def run(self, samples: Sequence[Mapping[str, np.ndarray]]) -> List[NodeRow]:
+        """Compare every reported node on every sample.
+
+        Args:
+            samples: feed dicts for the reference model's inputs.
+
+        Returns:
+            One row per reported node, in topological order.
+
+        Raises:
+            ModelError: a backend cannot run the reference, the target or an isolated model.
+        """
+        reported = {n.name for n in self.nodes}
+        rows: Dict[str, NodeRow] = {
+            n.name: NodeRow(i, n.name, n.op_type, [o for o in n.output if o], weights=self.weights_of.get(n.name, 0.0))
+            for i, n in enumerate(self.nodes)
+        }
+        for chunk in self.chunks:
+            for feeds in samples:
+                self._compare_chunk([n for n in chunk], feeds, rows, reported)
+        for row in rows.values():
+            row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_MAX[self.low]
+        return [rows[n.name] for n in self.nodes]
+
+    def _compare_chunk(
+        self,
+        chunk: List[onnx.NodeProto],
+        feeds: Mapping[str, np.ndarray],
+        rows: Dict[str, NodeRow],
+        reported: Set[str],
+    ) -> None:
+        outs = [o for n in chunk for o in n.output if o]
+        reads = [i for n in chunk for i in n.input if i and i not in self.weights]
+        needed = [self.ref_name(t) for t in outs + reads]
+        ref = self.run_reference(marked(self.reference, [n for n in needed if n]), feeds)
+        ref = {**{k: np.asarray(v) for k, v in feeds.items()}, **ref}
+
+        def ref_value(tensor: str) -> Optional[np.ndarray]:
+            name = self.ref_name(tensor)
+            return None if name is None else ref.get(name)
+
+        target_feeds = {
+            i.name: as_declared(np.asarray(feeds[i.name]), i.type.tensor_type.elem_type)
+            for i in graph_inputs(self.target)
+            if i.name in feeds
+        }
+        got = self.backend.run(marked(self.target, outs), target_feeds)
+        alone = self._introduced(chunk, ref_value)
+        for node in chunk:
+            if node.name not in reported:
+                continue
+            row = rows[node.name]
+            for o in row.outputs:
+                golden = ref_value(o)
+                if golden is None or o not in got or golden.dtype.kind not in "biuf":
+                    continue
+                atol, rtol = self.rule.for_output(o)
+                acc = asdict(compare_tensor(got[o], golden, atol, rtol, self.rule))
+                if not row.accumulated or _worse(acc, row.accumulated):
+                    row.accumulated, row.tensor, row.passes = acc, o, acc["passed"]
+                peak = _peak(golden)
+                row.magnitude = max(row.magnitude, peak)
+                if o in alone:
+                    intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule))
+                    if row.introduced is None or _worse(intro, row.introduced):
+                        row.introduced = intro
+
+    def _introduced(
+        self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]]
+    ) -> Dict[str, np.ndarray]:
+        """Every output of the chunk's nodes, each node run alone on reference inputs (isolated
+        models on the target backend); a group the backend cannot run is logged and left out."""
+        out: Dict[str, np.ndarray] = {}
+        runnable, skipped = [], []
+        for node in chunk:
+            reads = [i for i in node.input if i and i not in self.weights]
+            if all(ref_value(i) is not None and i in self.types for i in reads):
+                runnable.append(node)
+            else:
+                skipped.append(node.name)
+        if skipped:
+            log.warning(
+                "No reference value or type for an input of %d nodes (e.g. %s); they are not run alone",
+                len(skipped),
+                skipped[0],
+            )
+        for group in isolated_groups(self.target, runnable):
+            try:
+                model = isolated_model(self.target, group, self.types, self.weights)
+            except KeyError as e:  # an outer-scope tensor of a body with no type
+                log.warning("No type for tensor %s; %d nodes with subgraphs are not run alone", e, len(group))
+                continue
+            feeds: Dict[str, np.ndarray] = {}
+            for vi in model.graph.input:
+                tensor = vi.name[: -len(REF_SUFFIX)] if vi.name.endswith(REF_SUFFIX) else vi.name
+                value = ref_value(tensor)
+                if value is not None:
+                    feeds[vi.name] = as_declared(value, vi.type.tensor_type.elem_type)
+            if len(feeds) < len(model.graph.input):
+                log.warning("No reference value for an outer-scope input of %d nodes; not run alone", len(group))
+                continue
+            try:
+                out.update(self.backend.run(model, feeds))
+            except ModelError as e:
+                log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", len(group), e)
+        return out
+
+
+def _peak(value: np.ndarray) -> float:
+    a = np.asarray(value)
+    if a.dtype.kind != "f" or a.size == 0:
+        return 0.0
+    finite = np.abs(a[np.isfinite(a)])
+    return float(finite.max()) if finite.size else float("inf")

@@ -1,0 +1,181 @@
+"""``mode=layerwise``: compare every tensor of the target with the reference, and measure the error
+each node introduces (``runner.layerwise``).
+
+A report, not a search: no candidates are checked. The compare checker's options say how: the
+target runs on ``checker.backend`` (an fp32 model under fp16/bf16 emulation, or with
+``checker.low_precision``, runs converted, as ``checker=compare`` runs it), the reference on
+``checker.reference``, and the first divergence is the first tensor outside the checker's
+tolerance. ``reference_model=`` compares the model with another one (e.g. an fp16 or edited model
+against its fp32 original), tensors matched by name and through a conversion's Casts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import onnx
+
+from runner.backends.base import make_backend
+from runner.checkers.base import Checker
+from runner.checkers.compare import CompareChecker
+from runner.context import RunContext
+from runner.errors import ArtifactError, ConfigError
+from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
+from runner.graph.load import load_model
+from runner.graph.meta import TensorMeta
+from runner.layerwise.compute import LayerwiseComparison, NodeRow, weight_peaks
+from runner.layerwise.report import describe, first_divergence, plot, ranked, table, write_csv
+from strategies.base import Candidate, Strategy, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class LayerwiseStrategy(Strategy):
+    """Per-node accumulated and introduced error of a target against a reference.
+
+    Args:
+        ctx: the run context (model, input samples, run directory).
+        checker: the compare checker whose backend, reference, tolerances and low precision apply.
+        reference_model: a model to compare against, or None for the model itself on the reference.
+        top: how many nodes ``top_introduced`` and the printed table hold.
+        max_memory_mb: the budget in MiB for tensor values held at once; past it values are
+            compared in chunks of nodes. None: no limit.
+        plot: whether to write ``layerwise.png``.
+    """
+
+    needs_checker = False
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        checker: CompareChecker,
+        reference_model: Optional[str],
+        top: int,
+        max_memory_mb: Optional[float],
+        plot: bool,
+    ):
+        self.ctx, self.checker, self.reference_model = ctx, checker, reference_model
+        self.top, self.max_memory_mb, self.plot = top, max_memory_mb, plot
+        self.rows: List[NodeRow] = []
+        self.outcome: Dict[str, Any] = {}
+
+    @classmethod
+    def create(
+        cls,
+        ctx: RunContext,
+        checker: Checker,
+        reference_model: Optional[str] = None,
+        layerwise: Optional[Mapping[str, Any]] = None,
+        golden: Optional[str] = None,
+        **unused: Any,
+    ) -> LayerwiseStrategy:
+        """Build from ``LayerwiseKeys``.
+
+        Raises:
+            ConfigError: a checker other than compare, ``golden=`` (the reference is run, not
+                loaded), ``layerwise.top`` below 1 or ``layerwise.max_memory_mb`` not positive.
+        """
+        if not isinstance(checker, CompareChecker):
+            raise ConfigError("mode=layerwise compares tensors in-process; use checker=compare (its default)")
+        if golden:
+            raise ConfigError(
+                "mode=layerwise runs the reference itself and needs every tensor; drop golden= "
+                "(reference_model=FILE compares with another model)"
+            )
+        opts = dict(layerwise or {})
+        top = int(opts.get("top", 10))
+        budget = opts.get("max_memory_mb")
+        if top < 1:
+            raise ConfigError(f"layerwise.top={top}; give 1 or more")
+        if budget is not None and not float(budget) > 0:
+            raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
+        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)))
+
+    def next_candidate(self) -> Optional[Candidate]:
+        """None: a report checks no candidates."""
+        return None
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """Never called."""
+
+    def _models(self) -> Tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
+        """(reference; the target as given, nodes named; the target as the backend runs it)."""
+        model = name_nodes(self.ctx.model)
+        reference = name_nodes(load_model(self.reference_model, "reference_model")) if self.reference_model else model
+        low = self.checker.low
+        target = model
+        if low is not None and not has_low_precision(model):
+            log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)
+            target = to_low_precision(model, low)
+        return reference, model, target
+
+    def finish(self) -> None:
+        """Compare, then write ``layerwise.csv``, ``layerwise.png`` and print the table.
+
+        Raises:
+            ModelError: a backend cannot run the reference or the target.
+            ArtifactError: the CSV or the plot cannot be written.
+        """
+        reference, given, target = self._models()
+        rows_of = {n.name for n in given.graph.node if n.op_type != "Constant"}
+        ref_backend = make_backend(
+            self.checker.reference_name, providers=self.checker.providers, graph_optimization_level="disable"
+        )
+        budget = None if self.max_memory_mb is None else int(float(self.max_memory_mb) * 2**20)
+        try:
+            comparison = LayerwiseComparison(
+                reference,
+                target,
+                rows_of,
+                weight_peaks(given),
+                lambda m, feeds: ref_backend.run(m, feeds),
+                self.checker.backend,
+                self.checker.rule,
+                self.checker.low,
+                budget,
+                self._sizes(reference) if budget is not None else None,
+            )
+            samples = self.ctx.samples
+            self.rows = comparison.run(samples)
+        finally:
+            ref_backend.close()
+        first = first_divergence(self.rows)
+        top = ranked(self.rows)[: self.top]
+        run_dir = self.ctx.run_dir
+        csv_path, png_path = run_dir / "layerwise.csv", run_dir / "layerwise.png"
+        try:
+            write_csv(csv_path, self.rows)
+            if self.plot:
+                plot(png_path, self.rows, first, top)
+        except OSError as e:
+            raise ArtifactError(f"cannot write the layerwise report in {run_dir} ({e.strerror})") from None
+        with contextlib.suppress(OSError, ValueError):
+            print(table(self.rows, self.top, first), file=sys.stdout, flush=True)
+        self.outcome = {
+            "nodes": len(self.rows),
+            "tensors_compared": sum(1 for r in self.rows for _ in r.outputs if r.accumulated),
+            "samples": len(samples),
+            "first_divergence": describe(first) if first is not None else None,
+            "top_introduced": [describe(r) for r in top],
+            "target": self.checker.backend_name + (f" ({self.checker.low})" if self.checker.low else ""),
+            "reference": self.reference_model or self.checker.reference_name,
+            "csv": str(csv_path),
+            "plot": str(png_path) if self.plot else None,
+        }
+
+    def _sizes(self, reference: onnx.ModelProto) -> Dict[str, int]:
+        """Bytes of each tensor, from shape inference (ONNX Runtime's summaries where it falls short)."""
+        shapes = self.ctx.shapes or {k: list(np.shape(v)) for k, v in self.ctx.feeds.items()}
+        meta = TensorMeta(reference, shapes, lambda: self.ctx.summaries)
+        return {
+            name: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            for name, (dtype, shape) in meta.meta.items()
+        }
+
+    def result(self) -> Dict[str, Any]:
+        """``summary.json`` fields: ``nodes``, ``tensors_compared``, ``first_divergence``, ``top_introduced``, ..."""
+        return dict(self.outcome)
