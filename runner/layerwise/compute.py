@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -54,6 +54,9 @@ class NodeRow:
         introduced: the node alone on reference inputs vs reference (``OutputStats`` fields), or
             None when the node could not be run alone.
         passes: whether the accumulated error is within the checker's tolerance.
+        saturated: inputs whose reference values pass the target type's range (fed saturated to
+            its largest finite value when run alone): part of the node's introduced error is
+            its producer's.
     """
 
     index: int
@@ -67,6 +70,7 @@ class NodeRow:
     accumulated: Dict[str, Any] = field(default_factory=dict)
     introduced: Optional[Dict[str, Any]] = None
     passes: bool = True
+    saturated: List[str] = field(default_factory=list)
 
 
 def weight_peaks(model: onnx.ModelProto) -> Dict[str, float]:
@@ -281,11 +285,12 @@ class LayerwiseComparison:
             if i.name in feeds
         }
         got = self.backend.run(marked(self.target, outs), target_feeds)
-        alone = self._introduced(chunk, ref_value)
+        alone, saturated = self._introduced(chunk, ref_value)
         for node in chunk:
             if node.name not in reported:
                 continue
             row = rows[node.name]
+            row.saturated = sorted(set(row.saturated) | {i for i in node.input if i in saturated})
             for o in row.outputs:
                 golden = ref_value(o)
                 if golden is None or o not in got or golden.dtype.kind not in "biuf":
@@ -303,10 +308,12 @@ class LayerwiseComparison:
 
     def _introduced(
         self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]]
-    ) -> Dict[str, np.ndarray]:
+    ) -> Tuple[Dict[str, np.ndarray], Set[str]]:
         """Every output of the chunk's nodes, each node run alone on reference inputs (isolated
-        models on the target backend); a group the backend cannot run is logged and left out."""
+        models on the target backend), and the inputs fed saturated (``_fed``); a group the
+        backend cannot run is logged and left out."""
         out: Dict[str, np.ndarray] = {}
+        saturated: Set[str] = set()
         runnable, skipped = [], []
         for node in chunk:
             reads = [i for i in node.input if i and i not in self.weights]
@@ -331,7 +338,9 @@ class LayerwiseComparison:
                 tensor = vi.name[: -len(REF_SUFFIX)] if vi.name.endswith(REF_SUFFIX) else vi.name
                 value = ref_value(tensor)
                 if value is not None:
-                    feeds[vi.name] = as_declared(value, vi.type.tensor_type.elem_type)
+                    feeds[vi.name], clipped = _fed(value, vi.type.tensor_type.elem_type)
+                    if clipped:
+                        saturated.add(tensor)
             if len(feeds) < len(model.graph.input):
                 log.warning("No reference value for an outer-scope input of %d nodes; not run alone", len(group))
                 continue
@@ -339,7 +348,19 @@ class LayerwiseComparison:
                 out.update(self.backend.run(model, feeds))
             except ModelError as e:
                 log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", len(group), e)
-        return out
+        return out, saturated
+
+
+def _fed(value: np.ndarray, elem_type: int) -> Tuple[np.ndarray, bool]:
+    """A reference value as a node's input of type ``elem_type``: cast (``as_declared``), with finite
+    values past fp16's range saturated to +-65504 rather than turned into Inf. Returns the value and
+    whether any was saturated."""
+    if elem_type == onnx.TensorProto.FLOAT16 and np.asarray(value).dtype.kind == "f":
+        a = np.asarray(value)
+        big = np.isfinite(a) & (np.abs(a) > LOW_MAX["float16"])
+        if big.any():
+            return np.clip(a, -LOW_MAX["float16"], LOW_MAX["float16"]).astype(np.float16), True
+    return as_declared(value, elem_type), False
 
 
 def _peak(value: np.ndarray) -> float:

@@ -18,14 +18,16 @@ log = logging.getLogger(__name__)
 STATS = ("max_abs", "max_rel", "rel_l2", "cosine", "nan", "inf")
 
 
-def introduced_key(row: NodeRow) -> Tuple[bool, float, float]:
-    """Ranking of introduced error: new NaN/Inf first, then relative L2 error (NaN as the worst),
-    then the reference magnitude (larger first) to break ties."""
+def introduced_key(row: NodeRow) -> Tuple[bool, bool, float, float]:
+    """Ranking of introduced error: nodes whose inputs all fit the target type first (a node fed a
+    saturated input shares its error with the producer), then new NaN/Inf, then relative L2 error
+    (NaN as the worst), then the larger of the output and weight magnitudes to break ties."""
     intro = row.introduced
+    size = max(row.magnitude, row.weights)
     if intro is None:
-        return (False, -1.0, row.magnitude)
+        return (False, False, -1.0, size)
     rel = intro["rel_l2"]
-    return (intro["new_nonfinite"] > 0, math.inf if rel != rel else rel, row.magnitude)
+    return (not row.saturated, intro["new_nonfinite"] > 0, math.inf if rel != rel else rel, size)
 
 
 def ranked(rows: Sequence[NodeRow]) -> List[NodeRow]:
@@ -47,6 +49,7 @@ def describe(row: NodeRow) -> Dict[str, Any]:
         "magnitude": row.magnitude,
         "weights": row.weights,
         "in_range": row.in_range,
+        "saturated_inputs": row.saturated,
         "accumulated": _stats(row.accumulated),
         "introduced": _stats(row.introduced),
     }

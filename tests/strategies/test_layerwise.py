@@ -1,0 +1,249 @@
+"""mode=layerwise: planted introduced error (overflow, a perturbed weight, precision lost only in bf16),
+the real models, every backend that runs here, chunked values, and the report files."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.backends.base import make_backend
+from runner.checkers.tolerance import Tolerances
+from runner.graph.convert import name_nodes, to_low_precision
+from runner.graph.isolate import REF_SUFFIX, isolated_model
+from runner.layerwise.compute import LayerwiseComparison, tensor_types, weight_peaks
+from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, chain_model, f32, make_model, need
+
+
+def _overflow_model() -> onnx.ModelProto:
+    """x -> Mul(300) "scale" -> Mul(0.001) "shrink" -> Relu "act" -> y; "scale" passes 65504 for x > 218."""
+    consts = [
+        helper.make_tensor("k300", TensorProto.FLOAT, [], [300.0]),
+        helper.make_tensor("k001", TensorProto.FLOAT, [], [0.001]),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["pos"], name="pre"),
+        helper.make_node("Mul", ["pos", "k300"], ["big"], name="scale"),
+        helper.make_node("Mul", ["big", "k001"], ["small"], name="shrink"),
+        helper.make_node("Relu", ["small"], ["y"], name="act"),
+    ]
+    return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], consts)
+
+
+def _mix_model() -> onnx.ModelProto:
+    """y = x * 1 + x * (-0.999) "mix" (cancellation): bf16 rounds -0.999 to -1 (y loses everything), fp16 keeps
+    it to 5e-4 (y to 2%), so the node introduces a large error only in bf16."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 1], [1.0, -0.999])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["pos"], name="pre"),
+        helper.make_node("Concat", ["pos", "pos"], ["pair"], name="dup", axis=1),
+        helper.make_node("MatMul", ["pair", "w"], ["mixed"], name="mix"),
+        helper.make_node("Relu", ["mixed"], ["y"], name="post"),
+    ]
+    return make_model(nodes, [f32("x", [4, 1])], [f32("y", [4, 1])], [w])
+
+
+def _layerwise(run, model_path, *extra):
+    r = run("mode=layerwise", f"model={model_path}", *extra)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def test_overflow_is_introduced_by_the_node_that_overflows(run, tmp_path):
+    path = tmp_path / "overflow.onnx"
+    onnx.save(_overflow_model(), path)
+    r = _layerwise(
+        run,
+        path,
+        "checker.backend=fp16_emulation",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+        "val_range=[250,255]",
+    )
+    s = r.summary
+    assert s["first_divergence"]["node"] == "scale" and s["first_divergence"]["op"] == "Mul"
+    top = s["top_introduced"][0]
+    assert top["node"] == "scale" and top["introduced"]["new_nonfinite"] == 4 and not top["in_range"]
+    assert [t["node"] for t in s["top_introduced"][1:]] and all(
+        t["introduced"]["new_nonfinite"] == 0 for t in s["top_introduced"][1:]
+    ), "nodes after the overflow, fed exact inputs, introduce no NaN/Inf of their own"
+    accumulated = {row["node"]: row for row in csv.DictReader(open(r.run_dir / "layerwise.csv"))}
+    assert set(accumulated) == {"pre", "scale", "shrink", "act"}
+    assert int(accumulated["act"]["acc_inf"]) == 4 and accumulated["act"]["intro_inf"] == "0"
+    assert s["nodes"] == 4 and s["tensors_compared"] == 4
+    assert (r.run_dir / "layerwise.png").stat().st_size > 10_000
+    assert "first divergence: scale (Mul)" in r.stdout
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "onnx_reference", "fp16_emulation", "bf16_emulation"])
+def test_a_perturbed_weight_is_found_against_the_original(run, tmp_path, backend):
+    """The chain with one Add's constant changed, compared with the original through reference_model=, on every
+    backend that runs here (the emulations run it converted): that Add is the first divergence and first in
+    top_introduced."""
+    original = chain_model(8)
+    edited = onnx.ModelProto()
+    edited.CopyFrom(original)
+    const = next(n for n in edited.graph.node if n.op_type == "Constant")
+    # n3 gets its own constant, 1.5x the shared one
+    new = helper.make_node(
+        "Constant", [], ["c15"], name="const15", value=helper.make_tensor("v", TensorProto.FLOAT, [1, 4], [1.5] * 4)
+    )
+    edited.graph.node.insert(1, new)
+    n3 = next(n for n in edited.graph.node if n.name == "n3")
+    n3.input[1] = "c15"
+    del const
+    ref_path, path = tmp_path / "original.onnx", tmp_path / "edited.onnx"
+    onnx.save(original, ref_path)
+    onnx.save(edited, path)
+    r = _layerwise(
+        run,
+        path,
+        f"reference_model={ref_path}",
+        f"checker.backend={backend}",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.02",
+        "val_range=[1,2]",
+    )
+    s = r.summary
+    assert s["first_divergence"]["node"] == "n3", s["first_divergence"]
+    assert s["top_introduced"][0]["node"] == "n3"
+    assert s["top_introduced"][0]["introduced"]["rel_l2"] > 0.05
+
+
+def test_a_conv_weight_scaled_by_1_5_on_the_classifier(run, tmp_path):
+    """The issue's acceptance: one Conv weight of the real classifier scaled by 1.5, compared with the original."""
+    model = onnx.load(str(need(CLASSIFIER)))
+    uses: dict = {}
+    for n in model.graph.node:
+        for i in n.input:
+            uses[i] = uses.get(i, 0) + 1
+    convs = [n for n in model.graph.node if n.op_type == "Conv" and uses[n.input[1]] == 1]
+    target = convs[len(convs) // 2]
+    const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == target.input[1])
+    value = next(a for a in const.attribute if a.name == "value")  # this model's weights are Constant nodes
+    value.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(value.t) * 1.5, value.t.name))
+    path = tmp_path / "scaled.onnx"
+    onnx.save(model, path)
+    r = _layerwise(
+        run,
+        path,
+        f"reference_model={CLASSIFIER}",
+        "model_input_shapes={x:[1,3,48,192]}",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.01",
+    )
+    s = r.summary
+    assert s["first_divergence"]["node"] == target.name
+    assert s["top_introduced"][0]["node"] == target.name
+    assert s["nodes"] == len([n for n in model.graph.node if n.op_type != "Constant"])
+
+
+def test_precision_lost_only_in_bf16(run, tmp_path):
+    path = tmp_path / "mix.onnx"
+    onnx.save(_mix_model(), path)
+    args = ["checker.check_error_stat=rel_l2", "checker.rtol=0.05", "val_range=[1,2]"]
+    bf16 = _layerwise(run, path, "checker.backend=bf16_emulation", *args).summary
+    assert bf16["first_divergence"]["node"] == "mix" and bf16["top_introduced"][0]["node"] == "mix"
+    assert bf16["top_introduced"][0]["introduced"]["rel_l2"] > 0.5
+    fp16 = _layerwise(run, path, "checker.backend=fp16_emulation", *args).summary
+    assert fp16["first_divergence"] is None
+    assert max(t["introduced"]["rel_l2"] for t in fp16["top_introduced"]) < 0.05
+
+
+@pytest.mark.slow
+def test_the_detector_on_pixels_names_its_batchnorm(run):
+    """The issue's acceptance: the fp32 detector fed 0-255 under fp16 emulation."""
+    r = _layerwise(
+        run,
+        need(DETECTOR),
+        "checker.backend=fp16_emulation",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+        "val_range=[0,255]",
+        "model_input_shapes={x:[1,3,64,64]}",
+    )
+    s = r.summary
+    top = s["top_introduced"][0]
+    assert top["node"] == "p2o.BatchNormalization.1" and not top["in_range"] and top["weights"] > 65504
+    assert s["first_divergence"]["index"] <= top["index"]
+    assert s["nodes"] == 330
+
+
+def test_if_nodes_run_alone_in_a_model_of_their_own(run):
+    """The voice-activity model with If subgraphs: the If reads outer-scope tensors and still gets its introduced
+    error."""
+    r = _layerwise(
+        run,
+        need(VAD_IF),
+        "checker.backend=fp16_emulation",
+        "model_input_shapes={input:[1,512],state:[2,1,128]}",
+        "val_range={sr:[16000,16000],default:[-1,1]}",
+    )
+    rows = {t["node"]: t for t in r.summary["top_introduced"]}
+    assert "If_0" in rows and rows["If_0"]["introduced"]["rel_l2"] < 0.01
+
+
+def test_values_in_chunks_give_the_same_rows():
+    """A memory budget below the model's values compares chunk by chunk, with the same result."""
+    model = name_nodes(chain_model(12, shape=(1, 64)))
+    target = to_low_precision(model)
+    feeds = [{"x": np.linspace(-2, 2, 64, dtype=np.float32)[None]}]
+    reference = make_backend("onnxruntime", graph_optimization_level="disable")
+    sizes = {o: 256 for n in model.graph.node for o in n.output}
+
+    def rows(budget):
+        lw = LayerwiseComparison(
+            model,
+            target,
+            {n.name for n in model.graph.node if n.op_type != "Constant"},
+            weight_peaks(model),
+            lambda m, f: reference.run(m, f),
+            make_backend("fp16_emulation"),
+            Tolerances(stat="rel_l2", rtol=0.05),
+            "float16",
+            budget,
+            sizes,
+        )
+        return len(lw.chunks), lw.run(feeds)
+
+    (one, whole), (many, chunked) = rows(None), rows(3000)
+    assert one == 1 and many >= 4
+    assert [(r.node, r.accumulated, r.introduced) for r in whole] == [
+        (r.node, r.accumulated, r.introduced) for r in chunked
+    ]
+
+
+def test_isolated_model_feeds_each_node_its_own_inputs():
+    model = _overflow_model()
+    iso = isolated_model(model, list(model.graph.node), tensor_types(model))
+    assert sorted(i.name for i in iso.graph.input) == sorted(f"{t}{REF_SUFFIX}" for t in ["x", "pos", "big", "small"])
+    assert [o.name for o in iso.graph.output] == ["pos", "big", "small", "y"]
+    got = make_backend("onnxruntime").run(
+        iso,
+        {
+            f"{t}{REF_SUFFIX}": np.full((1, 4), v, np.float32)
+            for t, v in [("x", -1), ("pos", 2), ("big", 3), ("small", -4)]
+        },
+    )
+    assert got["pos"][0, 0] == 0 and got["big"][0, 0] == 600 and got["small"][0, 0] == pytest.approx(0.003)
+    assert got["y"][0, 0] == 0
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["checker=command", "checker.cmd=echo"], "use checker=compare"),
+        (["golden=g.npz"], "drop golden="),
+        (["layerwise.top=0"], "layerwise.top=0"),
+        (["layerwise.max_memory_mb=-1"], "positive number"),
+    ],
+)
+def test_bad_options(run, tmp_path, args, words):
+    path = tmp_path / "overflow.onnx"
+    onnx.save(_overflow_model(), path)
+    np.savez(tmp_path / "g.npz", y=np.zeros((1, 4), np.float32))
+    r = run("mode=layerwise", f"model={path}", *[a.replace("g.npz", str(tmp_path / "g.npz")) for a in args])
+    assert r.returncode == 2 and words in r.stderr
