@@ -70,7 +70,8 @@ def test_overflow_is_introduced_by_the_node_that_overflows(run, tmp_path):
     assert [t["node"] for t in s["top_introduced"][1:]] and all(
         t["introduced"]["new_nonfinite"] == 0 for t in s["top_introduced"][1:]
     ), "nodes after the overflow, fed exact inputs, introduce no NaN/Inf of their own"
-    accumulated = {row["node"]: row for row in csv.DictReader(open(r.run_dir / "layerwise.csv"))}
+    with open(r.run_dir / "layerwise.csv") as f:
+        accumulated = {row["node"]: row for row in csv.DictReader(f)}
     assert set(accumulated) == {"pre", "scale", "shrink", "act"}
     assert int(accumulated["act"]["acc_inf"]) == 4 and accumulated["act"]["intro_inf"] == "0"
     assert s["nodes"] == 4 and s["tensors_compared"] == 4
