@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from runner.backends.base import Backend
+from runner.errors import ModelError
 from runner.trt import load_tensorrt
 
 
@@ -39,17 +40,27 @@ class TensorRTBackend(Backend):
         key: Optional[str] = None,
         outputs: Optional[Sequence[str]] = None,
     ) -> Dict[str, np.ndarray]:
-        """Build (or reuse) the engine for ``model`` and run it on ``feeds``.
+        """Build (or reuse) the engine for ``model`` and run it on ``feeds``; ``outputs`` that are
+        not graph outputs are marked as network outputs before the build.
 
         Raises:
-            ModelError: when parsing, building or running fails.
+            ModelError: when parsing, building or running fails, or an output names no network tensor.
         """
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
         from runner.trt.execute import run_engine
 
-        if self._engine is None or key is None or self._engine[0] != key:
+        wanted = None if outputs is None else list(outputs)
+        ident = None if key is None else f"{key}:{','.join(wanted or [])}"
+        if self._engine is None or ident is None or self._engine[0] != ident:
             shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
             builder = EngineBuilder(model.SerializeToString(), self.workspace, profiles_from_shapes(shapes))
-            self._engine = (key, builder.build().engine)
+            if wanted is not None:
+                builder.mark_outputs(wanted)
+            self._engine = (ident, builder.build().engine)
         got = run_engine(self._engine[1], feeds)
-        return got if outputs is None else {n: got[n] for n in outputs}
+        if wanted is None:
+            return got
+        missing = [n for n in wanted if n not in got]
+        if missing:
+            raise ModelError(f"TensorRT's network has no tensors {missing[:5]} to report (fused or renamed)")
+        return {n: got[n] for n in wanted}

@@ -120,6 +120,28 @@ class EngineBuilder:
         )
         return BuildResult(bytes(memoryview(serialized)), tactics)
 
+    def mark_outputs(self, names: Optional[Sequence[str]] = None) -> List[str]:
+        """Mark network tensors as outputs (``polygraphy run --trt-outputs mark all``): the layer
+        outputs named in ``names``, or every layer output when None. Marked tensors are not fused
+        away, so the engine reports each one.
+
+        Returns:
+            The names of the tensors newly marked.
+        """
+        wanted = None if names is None else set(names)
+        current = {self.network.get_output(i).name for i in range(self.network.num_outputs)}
+        marked: List[str] = []
+        for i in range(self.network.num_layers):
+            layer = self.network.get_layer(i)
+            for j in range(layer.num_outputs):
+                tensor = layer.get_output(j)
+                if tensor.name in current or (wanted is not None and tensor.name not in wanted):
+                    continue
+                self.network.mark_output(tensor)
+                current.add(tensor.name)
+                marked.append(tensor.name)
+        return marked
+
     def input_names(self) -> List[str]:
         """Names of the network's inputs."""
         return [self.network.get_input(i).name for i in range(self.network.num_inputs)]
