@@ -20,10 +20,12 @@ RUN_DIR = "${hydra:runtime.output_dir}"
 
 
 class Direction(Enum):
-    """Which end of the network precision marking starts from (Polygraphy's --direction)."""
+    """Which end of the network precision marking starts from (Polygraphy's --direction), or
+    ``ranked``: prefixes of the nodes ranked by the error each introduces in the low precision."""
 
     forward = "forward"
     reverse = "reverse"
+    ranked = "ranked"
 
 
 class Precision(Enum):

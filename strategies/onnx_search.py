@@ -25,12 +25,13 @@ import onnx
 from runner.graph.load import check_saved, save_model
 from strategies.base import Candidate, Strategy, Verdict
 from strategies.prefix_search import PrefixSearch
+from strategies.ranked_search import RankedSearch
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
-Search = Union[PrefixSearch[int], SetSearch[int]]
+Search = Union[PrefixSearch[int], SetSearch[int], RankedSearch[int]]
 
 
 @dataclass

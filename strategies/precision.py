@@ -7,10 +7,12 @@ or is built strongly typed by TensorRT, and the final one is what the user deplo
 Markers:
     bisect / linear: Polygraphy's algorithm. Keep a prefix (``direction=forward``, from the
         network inputs) or a suffix (``reverse``, from the outputs) of the nodes in topological
-        order, and search its length for the shortest that passes.
-    minimal: a set search (``strategies.set_search``) over the nodes ranked by how far their
-        fp32 values (activations and weights) reach past the low precision's range, ending with
-        a 1-minimal kept set: dropping any one kept node fails the check.
+        order, and search its length for the shortest that passes. ``direction=ranked`` takes
+        prefixes of the nodes ranked by the error each introduces in the low precision
+        (``runner.layerwise.ranking``) instead: about log2 n checks, a far smaller kept set.
+    minimal: a ranked search (``strategies.ranked_search``) over that ranking: the shortest
+        passing ranked prefix, then its unneeded nodes dropped in groups, ending with a 1-minimal
+        kept set: dropping any one kept node fails the check.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from runner.graph.constants import constants_to_initializers
 from runner.graph.convert import convert_except, float_nodes, name_nodes
 from runner.graph.load import fingerprint
 from runner.graph.summaries import TensorSummary, summarize
+from runner.layerwise.ranking import introduced_ranking
 from strategies.base import Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch
-from strategies.set_search import SetSearch
+from strategies.ranked_search import RankedSearch
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         direction: "forward" or "reverse" (prefix markers only).
         low: "float16" or "bfloat16".
         output: where the final mixed-precision model is written.
-        ranking: the order for a set search (minimal marker); None means a prefix search.
+        ranking: the nodes ranked by introduced error, for the minimal marker (a ranked search) or
+            ``direction="ranked"`` (a prefix search over it); None: topological prefixes.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
         weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
 
@@ -108,21 +112,20 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.low = low
         self.weak_typing = weak_typing
         self.artifact_suffix = ".engine" if weak_typing else ".onnx"
-        search: Search = (
-            SetSearch(ranking, marker)
-            if ranking is not None
-            else PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
-        )
+        search: Search
+        if ranking is not None and searches_sets(marker):
+            search = RankedSearch(ranking, marker)
+        elif ranking is not None:
+            search = PrefixSearch(ranking, marker)
+        else:
+            search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
-        nothing: Units = frozenset()
-        self.gates.extend(
-            [
-                Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed),
-                Gate(lambda: self.candidate(nothing, "no node kept"), False, self._none_kept_passed),
-            ]
-        )
+        self.gates.append(Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed))
+        # the all-low-precision candidate is checked only when no search candidate has failed yet
+        self._some_failed = False
+        self._none_queued = False
 
     @classmethod
     def create(
@@ -163,7 +166,16 @@ class PrecisionStrategy(OnnxSearchStrategy):
             load_tensorrt("weak_typing=true")
         model = constants_to_initializers(name_nodes(ctx.model))
         layers = float_nodes(model)
-        ranking = sensitivity_ranking(model, layers, ctx.summaries) if searches_sets(marker) else None
+        ranking = None
+        if searches_sets(marker) or direction == "ranked":
+            ranking = introduced_ranking(model, layers, ctx.samples, low_precision)
+            if ranking is None:
+                ranking = sensitivity_ranking(model, layers, ctx.summaries)
+            log.info(
+                "Nodes ranked by the error each introduces in %s; first: %s",
+                low_precision,
+                ", ".join(model.graph.node[i].name for i in ranking[:5]),
+            )
         return cls(
             model,
             layers,
@@ -222,6 +234,25 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "check the checker, its tolerances and the golden outputs",
             tail=verdict.details.get("output_tail", ""),
         )
+
+    def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
+        """A failing search candidate shows that no smaller kept set passes, the empty one included
+        (monotone); a pass before any failure queues the all-low-precision check, which then runs
+        before the search goes on (the markers assume it fails)."""
+        if not verdict.passed:
+            self._some_failed = True
+        elif not self._some_failed and not self._none_queued:
+            self._none_queued = True
+            self.gates.append(self._none_gate())
+
+    def after_search(self) -> Optional[Gate]:
+        """The all-low-precision check, when the search ended without testing anything."""
+        if self._some_failed or self._none_queued or not self.final:
+            return None
+        return self._none_gate()
+
+    def _none_gate(self) -> Gate:
+        return Gate(lambda: self.candidate(frozenset(), "no node kept"), False, self._none_kept_passed)
 
     def _none_kept_passed(self, verdict: Verdict) -> None:
         log.info("The check passes with every node in %s: no node needs float32", self.low)
