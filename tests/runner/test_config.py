@@ -25,7 +25,7 @@ def hydra_conf():
 
 
 def test_groups_are_complete():
-    assert MODES == ["build", "diff_tactics", "precision", "reduce", "repeat"]
+    assert MODES == ["build", "diff_tactics", "layerwise", "precision", "reduce", "repeat"]
     assert MARKERS == ["bisect", "linear", "minimal"]
     assert {"command", "interactive", "python", "compare"} <= set(CHECKERS)
 

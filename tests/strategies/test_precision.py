@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import json
 
 import numpy as np
@@ -124,29 +126,41 @@ def test_precision_float16_high_is_refused(run, tmp_path):
 
 @pytest.mark.slow
 def test_detector_fed_unnormalised_pixels(run, tmp_path):
-    """The real detector with 0-255 input: fp16 breaks it; the minimal marker finds a small kept set."""
+    """The real detector with 0-255 input: fp16 breaks it. Ranked by introduced error, the minimal marker keeps
+    its BatchNormalization alone in 3 checks; bisect over the ranking (direction=ranked) stays within
+    2 ceil(log2 n) checks; Polygraphy's topological prefix keeps far more. Each answer passes the check."""
     model = need(DETECTOR)
     inputs = tmp_path / "pixels.npz"
     np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 64, 64)) * 255).astype(np.float32))
     check = [
         "checker=compare",
         "checker.backend=fp16_emulation",
-        "checker.atol=0.05",
-        "checker.rtol=0",
-        "checker.max_mismatch_fraction=0.01",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
     ]
     results = {}
-    for marker in ("minimal", "bisect"):
-        out = tmp_path / f"{marker}.onnx"
-        r = run("mode=precision", f"marker={marker}", f"model={model}", f"inputs={inputs}", f"output={out}", *check)
+    for marker, direction in (("minimal", "forward"), ("bisect", "ranked"), ("bisect", "forward")):
+        out = tmp_path / f"{marker}-{direction}.onnx"
+        r = run(
+            "mode=precision",
+            f"marker={marker}",
+            f"direction={direction}",
+            f"model={model}",
+            f"inputs={inputs}",
+            f"output={out}",
+            *check,
+        )
         assert r.returncode == 0, r.stderr + r.stdout[-1500:]
-        results[marker] = r.summary
-        checker = CompareChecker(backend="fp16_emulation", atol=0.05, rtol=0, max_mismatch_fraction=0.01)
+        results[marker, direction] = r.summary
+        checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
         checker.bind(RunContext(mode="precision", run_dir=tmp_path, model_path=model, inputs=str(inputs)))
-        assert checker.check(out, 1, Candidate(marker, marker)).passed
-    assert 0 < results["minimal"]["kept"] <= 10
-    assert "p2o.BatchNormalization.1" in [n["name"] for n in results["minimal"]["kept_nodes"]]
-    assert results["bisect"]["kept"] > results["minimal"]["kept"]
+        assert checker.check(out, 1, Candidate(marker, marker, as_typed=True)).passed
+    minimal, ranked, forward = results["minimal", "forward"], results["bisect", "ranked"], results["bisect", "forward"]
+    assert [n["name"] for n in minimal["kept_nodes"]] == ["p2o.BatchNormalization.1"] and minimal["checks"] <= 4
+    # bisect trusts monotonicity, which mixed precision only roughly has (82 ranked nodes kept fail at rel L2
+    # 0.054): its answer is a prefix, not 1-minimal, yet a quarter of Polygraphy's topological one
+    assert ranked["checks"] <= 2 * math.ceil(math.log2(330))
+    assert minimal["kept"] < ranked["kept"] and 3 * ranked["kept"] < forward["kept"]
 
 
 @pytest.mark.slow
