@@ -46,8 +46,8 @@ def _mix_model() -> onnx.ModelProto:
     return make_model(nodes, [f32("x", [4, 1])], [f32("y", [4, 1])], [w])
 
 
-def _layerwise(run, model_path, *extra):
-    r = run("mode=layerwise", f"model={model_path}", *extra)
+def _layerwise(run, model_path, *extra, plot=False):
+    r = run("mode=layerwise", f"model={model_path}", f"layerwise.plot={str(plot).lower()}", *extra)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -62,6 +62,7 @@ def test_overflow_is_introduced_by_the_node_that_overflows(run, tmp_path):
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.05",
         "val_range=[250,255]",
+        plot=True,
     )
     s = r.summary
     assert s["first_divergence"]["node"] == "scale" and s["first_divergence"]["op"] == "Mul"
