@@ -18,9 +18,9 @@ def _model(nodes: List[onnx.NodeProto], inputs, outputs, initializers) -> onnx.M
     return model
 
 
-def chain(n: int, culprit: int) -> onnx.ModelProto:
-    """Add, Mul, Relu, Add, ... on a [1, 64] tensor: ``n`` nodes named n0.., node ``culprit`` named "culprit"."""
-    c = numpy_helper.from_array(np.full((1, 64), 0.5, np.float32), "c")
+def chain(n: int, culprit: int, width: int = 64) -> onnx.ModelProto:
+    """Add, Mul, Relu, Add, ... on a [1, width] tensor: ``n`` nodes named n0.., node ``culprit`` named "culprit"."""
+    c = numpy_helper.from_array(np.full((1, width), 0.5, np.float32), "c")
     nodes, prev = [], "x"
     for i in range(n):
         out = "y" if i == n - 1 else f"t{i}"
@@ -31,7 +31,7 @@ def chain(n: int, culprit: int) -> onnx.ModelProto:
             )
         )
         prev = out
-    io = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 64]) for name in ("x", "y")]
+    io = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, width]) for name in ("x", "y")]
     return _model(nodes, io[:1], io[1:], [c])
 
 
