@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
-SKIP = {"kept_nodes"}
+SKIP = {"kept_nodes", "top_introduced"}  # long lists: in summary.json (layerwise prints its own table)
 
 
 def _fmt(value: Any) -> str:
