@@ -8,9 +8,11 @@ It is the set search of ``strategies.set_search`` (Junker's QuickXplain rounds: 
 shown needed, U = the rest in ranked order, invariant target(R + U)) with a second kind of round
 for rankings whose needed elements sit together:
 
-- **sparse round** (as the set search): if R alone gives the target, stop; else the marker
-  (galloping) finds the shortest prefix U[:b] with target(R + U[:b]); U[b-1] is needed and
-  U[b:] is dropped. About 2 log2(b) tests.
+- **sparse round** (as the set search): the marker (galloping) finds the shortest prefix U[:b]
+  with target(R + U[:b]); U[b-1] is needed and U[b:] is dropped. About 2 log2(b) tests. The
+  marker assumes that R alone misses; a test that missed in the round shows it (R is a subset),
+  so R alone is tested only when the round ends at b = 1 without a miss, and if it gives the
+  target the search stops with R. (The set search tests R alone before every round.)
 - **dense round**: one test of R + U[:-1]. If it loses the target, U[-1] is needed (one test,
   the floor of certifying an element); if not, U[-1] is dropped and the next round is sparse.
 
@@ -56,6 +58,7 @@ class RankedSearch(Generic[T]):
         self._marker: Optional[BoundaryMarker] = None
         self._pending: Optional[int] = None
         self._kind = ""  # "probe", "dense" or "marker": what the pending test is
+        self._missed = False  # a marker test of this round missed: R alone misses too
 
     @property
     def result(self) -> FrozenSet[T]:
@@ -71,18 +74,18 @@ class RankedSearch(Generic[T]):
                 break
             if self._marker is not None:
                 index = self._marker.next()
-                if index is None:
-                    self._finish_marker()
-                    continue
-                self._kind, self._pending = "marker", index
-                return frozenset(self.required) | frozenset(self.rest[:index])
+                if index is not None:
+                    self._kind, self._pending = "marker", index
+                    return frozenset(self.required) | frozenset(self.rest[:index])
+                if self._marker.boundary == 1 and not self._missed and self.required and self._kind != "probe":
+                    self._kind = "probe"
+                    return frozenset(self.required)
+                self._finish_marker()
+                continue
             if self.dense:
                 self._kind = "dense"
                 return frozenset(self.required) | frozenset(self.rest[:-1])
-            if self.required and self._kind != "probe":
-                self._kind = "probe"
-                return frozenset(self.required)
-            self._kind = ""
+            self._kind, self._missed = "", False
             self._marker = self.marker_factory(len(self.rest))
         return None
 
@@ -91,6 +94,7 @@ class RankedSearch(Generic[T]):
         if self._kind == "marker":
             assert self._marker is not None and self._pending is not None
             self._marker.step(self._pending, hit)
+            self._missed = self._missed or not hit
         elif self._kind == "dense":
             last = self.rest.pop()
             if not hit:
@@ -100,6 +104,7 @@ class RankedSearch(Generic[T]):
                 self.dense = False
         elif self._kind == "probe" and hit:
             self.rest = []
+            self._marker = None
             self.done = True
 
     def _finish_marker(self) -> None:
