@@ -25,6 +25,7 @@ from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
+from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.layerwise.compute import LayerwiseComparison, NodeRow, weight_peaks
@@ -105,7 +106,16 @@ class LayerwiseStrategy(Strategy):
     def _models(self) -> Tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
         """(reference; the target as given, nodes named; the target as the backend runs it)."""
         model = name_nodes(self.ctx.model)
-        reference = name_nodes(load_model(self.reference_model, "reference_model")) if self.reference_model else model
+        reference = model
+        if self.reference_model:
+            reference = name_nodes(load_model(self.reference_model, "reference_model"))
+            ours = sorted(i.name for i in graph_inputs(model))
+            theirs = sorted(i.name for i in graph_inputs(reference))
+            if ours != theirs:
+                raise ConfigError(
+                    f"reference_model={self.reference_model} takes inputs {theirs} but the model takes {ours}; "
+                    "compare models with the same inputs"
+                )
         low = self.checker.low
         target = model
         if low is not None and not has_low_precision(model):
@@ -117,7 +127,9 @@ class LayerwiseStrategy(Strategy):
         """Compare, then write ``layerwise.csv``, ``layerwise.png`` and print the table.
 
         Raises:
-            ModelError: a backend cannot run the reference or the target.
+            ModelError: a backend cannot run the reference or the target; ``reference_model=`` cannot
+                be loaded.
+            ConfigError: ``reference_model=`` takes other inputs than the model.
             ArtifactError: the CSV or the plot cannot be written.
         """
         reference, given, target = self._models()

@@ -234,6 +234,33 @@ def test_isolated_model_feeds_each_node_its_own_inputs():
     assert got["y"][0, 0] == 0
 
 
+def test_several_samples_keep_each_nodes_worst(run, tmp_path, monkeypatch):
+    """Two samples from a data loader, only the second past fp16's range: the overflow is still found."""
+    (tmp_path / "two_feeds.py").write_text(
+        "import numpy as np\n"
+        "def load():\n"
+        "    return [{'x': np.full((1, 4), 1.0, np.float32)}, {'x': np.full((1, 4), 250.0, np.float32)}]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "overflow.onnx"
+    onnx.save(_overflow_model(), path)
+    s = _layerwise(run, path, "checker.backend=fp16_emulation", "data_loader=two_feeds.load").summary
+    assert s["samples"] == 2 and s["top_introduced"][0]["node"] == "scale"
+    assert s["first_divergence"]["node"] == "scale"
+
+
+def test_a_reference_with_other_inputs_is_refused(run, tmp_path):
+    path, other = tmp_path / "overflow.onnx", tmp_path / "chain.onnx"
+    onnx.save(_overflow_model(), path)
+    renamed = chain_model(3)
+    renamed.graph.input[0].name = "z"
+    for n in renamed.graph.node:
+        n.input[:] = ["z" if i == "x" else i for i in n.input]
+    onnx.save(renamed, other)
+    r = run("mode=layerwise", f"model={path}", f"reference_model={other}")
+    assert r.returncode == 2 and "takes inputs ['z'] but the model takes ['x']" in r.stderr
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
