@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable
 
-SKIP = {"kept_nodes", "top_introduced"}  # long lists: in summary.json (layerwise prints its own table)
+#: long fields, in summary.json only (layerwise prints its own table of top_introduced)
+SKIP = {"kept_nodes", "top_introduced", "last_check_outputs", "answer_outputs"}
 
 
 def _fmt(value: Any) -> str:

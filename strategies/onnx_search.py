@@ -87,6 +87,8 @@ class OnnxSearchStrategy(Strategy):
         self.final: Optional[Units] = None
         self._gate: Optional[Gate] = None
         self._pending: Optional[Units] = None
+        #: per-output statistics of each in-process check (checker=compare), by unit set
+        self._outputs: Dict[Units, Any] = {}
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -166,6 +168,8 @@ class OnnxSearchStrategy(Strategy):
 
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """A gate's verdict goes to its handler when unexpected; a search candidate's to the search."""
+        if self._pending is not None and "outputs" in verdict.details:
+            self._outputs[self._pending] = verdict.details["outputs"]
         if self._gate is not None:
             gate = self.gates.popleft()
             if verdict.passed != gate.expect_pass:
@@ -182,6 +186,12 @@ class OnnxSearchStrategy(Strategy):
     def state(self) -> Dict[str, Any]:
         """Rounds done and the units found necessary so far."""
         return {"rounds": self.search.rounds, "necessary": self.describe(self.search.required)}
+
+    def answer_outputs(self) -> Dict[str, Any]:
+        """``{"answer_outputs": per-output statistics}`` of the check of the final unit set, when an
+        in-process checker (compare) checked it; else empty. For ``summary.json``."""
+        found = self._outputs.get(self.final) if self.final is not None else None
+        return {"answer_outputs": found} if found is not None else {}
 
     def output_model(self, units: Units) -> onnx.ModelProto:
         """The model written as a result (default: the candidate model itself)."""

@@ -271,4 +271,5 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "marker": self.marker_name,
             "direction": self.direction,
             "low_precision": self.low,
+            **self.answer_outputs(),
         }

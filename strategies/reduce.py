@@ -323,4 +323,5 @@ class ReduceStrategy(OnnxSearchStrategy):
             "reduced_nodes": self.index.describe(sorted(self.final)),
             "reduced_inputs": inputs,
             "reduced_outputs": outputs,
+            **self.answer_outputs(),
         }

@@ -280,6 +280,8 @@ def test_reduce_the_fp32_detector_on_polygraphy_mark_all_golden_values(run, tmp_
     assert r.returncode == 0, r.stderr[-2000:]
     names = [n["name"] for n in r.summary["reduced_nodes"]]
     assert "p2o.BatchNormalization.1" in names and len(names) <= 3
+    answer = r.summary["answer_outputs"]["batch_norm_0.tmp_3"]
+    assert not answer["passed"] and answer["rel_l2"] > 1
 
 
 def test_polygraphy_json_without_polygraphy_names_the_extra(tmp_path, monkeypatch):

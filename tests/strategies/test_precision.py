@@ -156,6 +156,7 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
         assert checker.check(out, 1, Candidate(marker, marker, as_typed=True)).passed
     minimal, ranked, forward = results["minimal", "forward"], results["bisect", "ranked"], results["bisect", "forward"]
     assert [n["name"] for n in minimal["kept_nodes"]] == ["p2o.BatchNormalization.1"] and minimal["checks"] <= 4
+    assert minimal["answer_outputs"]["sigmoid_0.tmp_0"]["passed"], "the summary gives the answer's own statistics"
     # bisect trusts monotonicity, which mixed precision only roughly has (82 ranked nodes kept fail at rel L2
     # 0.054): its answer is a prefix, not 1-minimal, yet a quarter of Polygraphy's topological one
     assert ranked["checks"] <= 2 * math.ceil(math.log2(330))
