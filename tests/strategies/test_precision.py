@@ -127,7 +127,8 @@ def test_precision_float16_high_is_refused(run, tmp_path):
 def test_detector_fed_unnormalised_pixels(run, tmp_path):
     """The real detector with 0-255 input: fp16 breaks it. Ranked by introduced error, the minimal marker keeps
     its BatchNormalization alone in 3 checks; bisect over the ranking (direction=ranked) stays within
-    2 ceil(log2 n) checks; Polygraphy's topological prefix keeps far more. Each answer passes the check."""
+    2 ceil(log2 n) checks and keeps far fewer than Polygraphy's topological prefix (322 of 330 nodes, see
+    benchmarks/precision_markers.py). Each answer passes the check."""
     model = need(DETECTOR)
     inputs = tmp_path / "pixels.npz"
     np.savez(inputs, x=(np.random.default_rng(0).random((1, 3, 64, 64)) * 255).astype(np.float32))
@@ -138,7 +139,7 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
         "checker.rtol=0.05",
     ]
     results = {}
-    for marker, direction in (("minimal", "forward"), ("bisect", "ranked"), ("bisect", "forward")):
+    for marker, direction in (("minimal", "forward"), ("bisect", "ranked")):
         out = tmp_path / f"{marker}-{direction}.onnx"
         r = run(
             "mode=precision",
@@ -154,13 +155,13 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
         checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
         checker.bind(RunContext(mode="precision", run_dir=tmp_path, model_path=model, inputs=str(inputs)))
         assert checker.check(out, 1, Candidate(marker, marker, as_typed=True)).passed
-    minimal, ranked, forward = results["minimal", "forward"], results["bisect", "ranked"], results["bisect", "forward"]
+    minimal, ranked = results["minimal", "forward"], results["bisect", "ranked"]
     assert [n["name"] for n in minimal["kept_nodes"]] == ["p2o.BatchNormalization.1"] and minimal["checks"] <= 4
     assert minimal["answer_outputs"]["sigmoid_0.tmp_0"]["passed"], "the summary gives the answer's own statistics"
     # bisect trusts monotonicity, which mixed precision only roughly has (82 ranked nodes kept fail at rel L2
     # 0.054): its answer is a prefix, not 1-minimal, yet a quarter of Polygraphy's topological one
     assert ranked["checks"] <= 2 * math.ceil(math.log2(330))
-    assert minimal["kept"] < ranked["kept"] and 3 * ranked["kept"] < forward["kept"]
+    assert minimal["kept"] < ranked["kept"] and 3 * ranked["kept"] < 322
 
 
 @pytest.mark.slow
