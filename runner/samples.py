@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+import onnx
 
 from runner.errors import ArtifactError, ConfigError, MissingExtraError
-from runner.graph.feeds import load_npz
+from runner.graph.feeds import graph_inputs, load_npz
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,43 @@ def check_sources(inputs: Optional[str], data_loader: Optional[str], val_range: 
         raise ConfigError("inputs= and data_loader= both give the inputs; keep one")
     if val_range is not None and (inputs or data_loader):
         raise ConfigError("val_range= shapes generated inputs only; drop it, or drop inputs=/data_loader=")
+
+
+def check_golden(
+    model: onnx.ModelProto, golden: List[Sample], samples: List[Sample], path: Optional[str], given: bool
+) -> None:
+    """Loaded golden values fit the run: one per input sample, made from those inputs, holding
+    every output of the model.
+
+    Args:
+        model: the model.
+        golden: the golden values per sample (``golden=``).
+        samples: the input samples of the run.
+        path: the ``golden=`` file, for messages.
+        given: whether the inputs came from ``inputs=`` or ``data_loader=`` (else from the golden
+            file itself, which must then hold them).
+
+    Raises:
+        ConfigError: naming the mismatch and the fix.
+    """
+    names = [i.name for i in graph_inputs(model)]
+    if not given and not all(n in g for g in golden for n in names):
+        raise ConfigError(
+            f"golden={path} holds no values for the model inputs {names}; give the inputs it was made "
+            "from: inputs=FILE (polygraphy run --save-inputs, or an .npz)"
+        )
+    if len(golden) != len(samples):
+        raise ConfigError(
+            f"golden={path} holds {len(golden)} samples but the inputs {len(samples)}; give the inputs "
+            "the golden values were made from"
+        )
+    for i, values in enumerate(golden):
+        missing = [o.name for o in model.graph.output if o.name not in values]
+        if missing:
+            raise ConfigError(
+                f"golden={path} sample {i} lacks outputs {missing}; write it with save_golden=PATH from the "
+                "original model"
+            )
 
 
 def save_golden_samples(path: str | Path, samples: List[Sample]) -> None:

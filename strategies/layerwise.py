@@ -28,8 +28,9 @@ from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
-from runner.layerwise.compute import LayerwiseComparison, NodeRow, weight_peaks
+from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.report import describe, first_divergence, plot, ranked, table, write_csv
+from runner.layerwise.tensors import weight_peaks
 from strategies.base import Candidate, Strategy, Verdict
 
 log = logging.getLogger(__name__)

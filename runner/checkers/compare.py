@@ -24,7 +24,7 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
-from runner.samples import save_golden_samples
+from runner.samples import check_golden, save_golden_samples
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
@@ -57,36 +57,6 @@ def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dic
             elif src not in values and dst in values:
                 values[src], changed = values[dst], True
     return values
-
-
-def _check_golden(
-    model: onnx.ModelProto, golden: List[Dict[str, np.ndarray]], samples: List[Dict[str, np.ndarray]], ctx: RunContext
-) -> None:
-    """Loaded golden values fit the run: one per input sample, made from those inputs, holding
-    every output of the model.
-
-    Raises:
-        ConfigError: naming the mismatch and the fix.
-    """
-    given = ctx.inputs or ctx.data_loader
-    names = [i.name for i in graph_inputs(model)]
-    if not given and not all(n in g for g in golden for n in names):
-        raise ConfigError(
-            f"golden={ctx.golden} holds no values for the model inputs {names}; give the inputs it was made "
-            "from: inputs=FILE (polygraphy run --save-inputs, or an .npz)"
-        )
-    if len(golden) != len(samples):
-        raise ConfigError(
-            f"golden={ctx.golden} holds {len(golden)} samples but the inputs {len(samples)}; give the inputs "
-            "the golden values were made from"
-        )
-    for i, values in enumerate(golden):
-        missing = [o.name for o in model.graph.output if o.name not in values]
-        if missing:
-            raise ConfigError(
-                f"golden={ctx.golden} sample {i} lacks outputs {missing}; write it with save_golden=PATH from the "
-                "original model"
-            )
 
 
 def _describe(name: str, st: Dict[str, Any]) -> str:
@@ -182,7 +152,7 @@ class CompareChecker(Checker):
         if golden is None:
             golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
         else:
-            _check_golden(model, golden, samples, ctx)
+            check_golden(model, golden, samples, ctx.golden, bool(ctx.inputs or ctx.data_loader))
         self.samples = [_through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
         if len(self.samples) > 1:
             log.info("Each candidate is checked on %d input samples; it passes only if every one does", len(samples))

@@ -21,7 +21,8 @@ from runner.backends.base import make_backend
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.graph.convert import to_low_precision
-from runner.layerwise.compute import LayerwiseComparison, NodeRow, weight_peaks
+from runner.layerwise.compute import LayerwiseComparison, NodeRow
+from runner.layerwise.tensors import weight_peaks
 
 log = logging.getLogger(__name__)
 

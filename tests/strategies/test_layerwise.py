@@ -14,7 +14,8 @@ from runner.backends.base import make_backend
 from runner.checkers.tolerance import Tolerances
 from runner.graph.convert import name_nodes, to_low_precision
 from runner.graph.isolate import REF_SUFFIX, isolated_model
-from runner.layerwise.compute import LayerwiseComparison, tensor_types, weight_peaks
+from runner.layerwise.compute import LayerwiseComparison
+from runner.layerwise.tensors import tensor_types, weight_peaks
 from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, chain_model, f32, make_model, need
 
 
