@@ -8,7 +8,7 @@ Subclasses choose the order of the tests (``next``) and estimate what remains.
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence, Tuple
 
 
 class BoundaryMarker(abc.ABC):
@@ -48,6 +48,24 @@ class BoundaryMarker(abc.ABC):
             self.hi = min(self.hi, index)
         else:
             self.lo = max(self.lo, index)
+
+    def propose(self, k: int) -> List[int]:
+        """Up to ``k`` indices to test at once (one speculative round for ``k`` workers), in the
+        order a serial run would test them; empty when the boundary is known. The default is the
+        serial marker's one next index.
+
+        Raises:
+            ValueError: when ``k`` < 1.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        index = self.next()
+        return [] if index is None else [index]
+
+    def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:
+        """Record a round's verdicts, ``(index, hit)`` in the order ``propose`` gave them."""
+        for index, hit in verdicts:
+            self.step(index, hit)
 
     @property
     def boundary(self) -> int:

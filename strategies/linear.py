@@ -7,7 +7,7 @@ step (Polygraphy's LinearMarker walks one layer at a time the same way).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Sequence, Tuple
 
 from strategies.boundary import BoundaryMarker
 
@@ -20,6 +20,25 @@ class LinearMarker(BoundaryMarker):
         if self.hi - 1 <= self.lo:
             return None
         return self.hi - 1
+
+    def propose(self, k: int) -> List[int]:
+        """``hi - 1``, ``hi - 2``, ... ``k`` at once (stopping above ``lo``).
+
+        Raises:
+            ValueError: when ``k`` < 1.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return list(range(self.hi - 1, max(self.lo, self.hi - 1 - k), -1))
+
+    def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:
+        """Take the verdicts top down as a serial walk would, up to the first miss; the verdicts
+        below it were speculative and are ignored, so the answer is the serial one even when the
+        predicate is not monotone."""
+        for index, hit in verdicts:
+            self.step(index, hit)
+            if not hit:
+                break
 
     def remaining(self) -> int:
         """Worst-case tests left."""

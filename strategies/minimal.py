@@ -10,7 +10,7 @@ to find a 1-minimal set.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import List, Optional
 
 from strategies.boundary import BoundaryMarker
 
@@ -40,6 +40,29 @@ class MinimalMarker(BoundaryMarker):
         super().step(index, hit)
         if hit:
             self._galloping = False
+
+    def propose(self, k: int) -> List[int]:
+        """While galloping, the next ``k`` doublings below ``hi``; then ``k`` indices splitting the
+        gap, as bisect's ``propose``.
+
+        Raises:
+            ValueError: when ``k`` < 1.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if self.hi - self.lo <= 1:
+            return []
+        if self._galloping:
+            probes: List[int] = []
+            probe = max(1, 2 * self.lo)
+            while probe < self.hi and len(probes) < k:
+                probes.append(probe)
+                probe *= 2
+            if probes:
+                return probes
+            self._galloping = False
+        gap = self.hi - self.lo
+        return sorted({self.lo + (gap * j) // (k + 1) for j in range(1, k + 1)} - {self.lo, self.hi})
 
     def remaining(self) -> int:
         """Tests left, assuming the gallop ends at once."""
