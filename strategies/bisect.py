@@ -21,21 +21,10 @@ class BisectMarker(BoundaryMarker):
             return None
         return (self.lo + self.hi) // 2
 
-    def propose(self, k: int) -> List[int]:
+    def _propose(self, k: int) -> List[int]:
         """``k`` indices splitting the open gap into ``k + 1`` near-equal parts (a (k+1)-ary search:
-        ceil(log_{k+1}(count)) rounds); every index of the gap when it holds ``k`` or fewer.
-
-        Raises:
-            ValueError: when ``k`` < 1.
-        """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        gap = self.hi - self.lo
-        if gap <= 1:
-            return []
-        if k == 1:
-            return [(self.lo + self.hi) // 2]
-        return sorted({self.lo + (gap * j) // (k + 1) for j in range(1, k + 1)} - {self.lo, self.hi})
+        ceil(log_{k+1}(count)) rounds); every index of the gap when it holds ``k`` or fewer."""
+        return self._split(k)
 
     def remaining(self) -> int:
         """Tests left: ceil(log2(hi - lo))."""

@@ -51,16 +51,28 @@ class BoundaryMarker(abc.ABC):
 
     def propose(self, k: int) -> List[int]:
         """Up to ``k`` indices to test at once (one speculative round for ``k`` workers), in the
-        order a serial run would test them; empty when the boundary is known. The default is the
-        serial marker's one next index.
+        order a serial run would test them; empty when the boundary is known. Subclasses choose
+        the round in ``_propose``; the default is the serial marker's one next index.
 
         Raises:
             ValueError: when ``k`` < 1.
         """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        return self._propose(k)
+
+    def _propose(self, k: int) -> List[int]:
         index = self.next()
         return [] if index is None else [index]
+
+    def _split(self, k: int) -> List[int]:
+        """``k`` indices splitting the open gap (lo, hi) into ``k + 1`` near-equal parts, ascending:
+        a (k+1)-ary search step (for k = 1, bisect's midpoint); every index of the gap when it holds
+        ``k`` or fewer; empty when the boundary is known."""
+        gap = self.hi - self.lo
+        if gap <= 1:
+            return []
+        return sorted({self.lo + (gap * j) // (k + 1) for j in range(1, k + 1)} - {self.lo, self.hi})
 
     def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:
         """Record a round's verdicts, ``(index, hit)`` in the order ``propose`` gave them."""

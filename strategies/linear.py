@@ -21,14 +21,8 @@ class LinearMarker(BoundaryMarker):
             return None
         return self.hi - 1
 
-    def propose(self, k: int) -> List[int]:
-        """``hi - 1``, ``hi - 2``, ... ``k`` at once (stopping above ``lo``).
-
-        Raises:
-            ValueError: when ``k`` < 1.
-        """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+    def _propose(self, k: int) -> List[int]:
+        """``hi - 1``, ``hi - 2``, ... ``k`` at once (stopping above ``lo``)."""
         return list(range(self.hi - 1, max(self.lo, self.hi - 1 - k), -1))
 
     def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:

@@ -41,15 +41,9 @@ class MinimalMarker(BoundaryMarker):
         if hit:
             self._galloping = False
 
-    def propose(self, k: int) -> List[int]:
+    def _propose(self, k: int) -> List[int]:
         """While galloping, the next ``k`` doublings below ``hi``; then ``k`` indices splitting the
-        gap, as bisect's ``propose``.
-
-        Raises:
-            ValueError: when ``k`` < 1.
-        """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        gap (``_split``)."""
         if self.hi - self.lo <= 1:
             return []
         if self._galloping:
@@ -61,8 +55,7 @@ class MinimalMarker(BoundaryMarker):
             if probes:
                 return probes
             self._galloping = False
-        gap = self.hi - self.lo
-        return sorted({self.lo + (gap * j) // (k + 1) for j in range(1, k + 1)} - {self.lo, self.hi})
+        return self._split(k)
 
     def remaining(self) -> int:
         """Tests left, assuming the gallop ends at once."""
