@@ -145,7 +145,7 @@ class LayerwiseStrategy(Strategy):
                 target,
                 rows_of,
                 weight_peaks(given),
-                lambda m, feeds: ref_backend.run(m, feeds),
+                ref_backend.run,
                 self.checker.backend,
                 self.checker.rule,
                 self.checker.low,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, Iterable, List, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -46,6 +46,15 @@ def top_level_outputs(model: onnx.ModelProto) -> List[str]:
     return names
 
 
+def marked(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph outputs are ``names`` (top-level tensors), in order."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
+    return out
+
+
 def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> Dict[str, np.ndarray]:
     """The values of the tensors ``names`` (top-level node outputs) from one CPU run with those, and
     only those, marked as the graph's outputs (ONNX Runtime computes what they need).
@@ -53,11 +62,7 @@ def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: 
     Raises:
         ModelError: when ONNX Runtime cannot load or run the model.
     """
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    del marked.graph.output[:]
-    marked.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
-    sess = session_for(marked, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    sess = session_for(marked(model, names), level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     try:
         values = sess.run(list(names), dict(feeds))
     except Exception as e:

@@ -27,9 +27,10 @@ import onnx
 from runner.backends.base import Backend
 from runner.checkers.tolerance import Tolerances, compare_tensor
 from runner.errors import ModelError
+from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
-from runner.layerwise.tensors import LOW_MAX, cast_aliases, fed_value, marked, peak, tensor_types
+from runner.layerwise.tensors import LOW_MAX, cast_aliases, fed_value, nan_as_inf, peak, tensor_types
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +71,11 @@ class NodeRow:
 
 def _worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
     """Whether statistics ``a`` are worse than ``b`` (a failure, new NaN/Inf, then rel_l2)."""
-    return (not a["passed"], a["new_nonfinite"] > 0, _finite_or_inf(a["rel_l2"])) > (
+    return (not a["passed"], a["new_nonfinite"] > 0, nan_as_inf(a["rel_l2"])) > (
         not b["passed"],
         b["new_nonfinite"] > 0,
-        _finite_or_inf(b["rel_l2"]),
+        nan_as_inf(b["rel_l2"]),
     )
-
-
-def _finite_or_inf(x: float) -> float:
-    return float("inf") if x != x else x  # NaN ranks as the worst
 
 
 class LayerwiseComparison:
@@ -170,7 +167,7 @@ class LayerwiseComparison:
         }
         for chunk in self.chunks:
             for feeds in samples:
-                self._compare_chunk([n for n in chunk], feeds, rows, reported)
+                self._compare_chunk(chunk, feeds, rows, reported)
         for row in rows.values():
             row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_MAX[self.low]
         return [rows[n.name] for n in self.nodes]

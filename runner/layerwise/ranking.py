@@ -22,7 +22,7 @@ from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.graph.convert import to_low_precision
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
-from runner.layerwise.tensors import weight_peaks
+from runner.layerwise.tensors import nan_as_inf, weight_peaks
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,7 @@ def precision_key(row: NodeRow) -> Tuple[bool, float, float]:
     intro = row.introduced
     if intro is None:
         return (False, -1.0, size)
-    rel = intro["rel_l2"] if intro["rel_l2"] == intro["rel_l2"] else float("inf")
-    return (intro["new_nonfinite"] > 0 or bool(row.saturated), rel, size)
+    return (intro["new_nonfinite"] > 0 or bool(row.saturated), nan_as_inf(intro["rel_l2"]), size)
 
 
 def introduced_ranking(
@@ -64,7 +63,7 @@ def introduced_ranking(
             target,
             set(names),
             weight_peaks(model),
-            lambda m, feeds: reference.run(m, feeds),
+            reference.run,
             make_backend("fp16_emulation"),  # rounds fp16 and bf16 tensors alike
             Tolerances(),
             low,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from runner.layerwise.compute import NodeRow
+from runner.layerwise.tensors import nan_as_inf
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,7 @@ def introduced_key(row: NodeRow) -> Tuple[bool, bool, float, float]:
     size = max(row.magnitude, row.weights)
     if intro is None:
         return (False, False, -1.0, size)
-    rel = intro["rel_l2"]
-    return (not row.saturated, intro["new_nonfinite"] > 0, math.inf if rel != rel else rel, size)
+    return (not row.saturated, intro["new_nonfinite"] > 0, nan_as_inf(intro["rel_l2"]), size)
 
 
 def ranked(rows: Sequence[NodeRow]) -> List[NodeRow]:

@@ -4,7 +4,7 @@ target's tensors to the reference's through a conversion's Casts."""
 from __future__ import annotations
 
 import logging
-from typing import Dict, Iterable, Set, Tuple
+from typing import Dict, Set, Tuple
 
 import numpy as np
 import onnx
@@ -93,15 +93,6 @@ def tensor_types(model: onnx.ModelProto) -> Dict[str, int]:
     return {k: v for k, v in types.items() if v}
 
 
-def marked(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose graph outputs are ``names`` (top-level tensors), in order."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.output[:]
-    out.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
-    return out
-
-
 def fed_value(value: np.ndarray, elem_type: int) -> Tuple[np.ndarray, bool]:
     """A reference value as a node's input of type ``elem_type``: cast (``as_declared``), with finite
     values past fp16's range saturated to +-65504 rather than turned into Inf. Returns the value and
@@ -112,6 +103,11 @@ def fed_value(value: np.ndarray, elem_type: int) -> Tuple[np.ndarray, bool]:
         if big.any():
             return np.clip(a, -LOW_MAX["float16"], LOW_MAX["float16"]).astype(np.float16), True
     return as_declared(value, elem_type), False
+
+
+def nan_as_inf(x: float) -> float:
+    """``x`` for ranking errors, a NaN error counting as the worst (inf)."""
+    return float("inf") if x != x else x
 
 
 def peak(value: np.ndarray) -> float:
