@@ -48,6 +48,20 @@ def _run(args: List[str], work: Path, run_dir: Path) -> Dict:
     }
 
 
+def _row(case: str, run: Dict, target_s: int) -> Dict:
+    """One table row from a run of ``_run``."""
+    s = run["summary"]
+    return {
+        "case": case,
+        "nodes": s["nodes"],
+        "wall_s": run["wall_s"],
+        "target_s": target_s,
+        "peak_rss_mb": run["peak_rss_mb"],
+        "first_divergence": s["first_divergence"]["node"] if s["first_divergence"] else None,
+        "top_introduced": s["top_introduced"][0]["node"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chain", type=int, default=5000, help="nodes of the chain")
@@ -69,18 +83,7 @@ def main() -> None:
             work,
             work / "detector",
         )
-        s = r["summary"]
-        rows.append(
-            {
-                "case": f"detector 0-255 {args.size}x{args.size}",
-                "nodes": s["nodes"],
-                "wall_s": r["wall_s"],
-                "target_s": 10,
-                "peak_rss_mb": r["peak_rss_mb"],
-                "first_divergence": s["first_divergence"]["node"] if s["first_divergence"] else None,
-                "top_introduced": s["top_introduced"][0]["node"],
-            }
-        )
+        rows.append(_row(f"detector 0-255 {args.size}x{args.size}", r, 10))
         path = work / "chain.onnx"
         onnx.save(chain(args.chain, args.chain // 2), path)
         wide = work / "wide.onnx"
@@ -92,18 +95,7 @@ def main() -> None:
         ]
         for number, (label, model, budget) in enumerate(cases):
             r = _run(["mode=layerwise", f"model={model}", *fp16, *budget], work, work / f"chain_{number}")
-            s = r["summary"]
-            rows.append(
-                {
-                    "case": label,
-                    "nodes": s["nodes"],
-                    "wall_s": r["wall_s"],
-                    "target_s": 60,
-                    "peak_rss_mb": r["peak_rss_mb"],
-                    "first_divergence": s["first_divergence"]["node"] if s["first_divergence"] else None,
-                    "top_introduced": s["top_introduced"][0]["node"],
-                }
-            )
+            rows.append(_row(label, r, 60))
     print_rows("mode=layerwise: wall time (whole process) and peak memory", rows)
 
 

@@ -56,6 +56,18 @@ def _polygraphy_error(option: str, path: Path, e: Exception) -> ConfigError:
     return ConfigError(f"{option}={path}: Polygraphy cannot read it ({first}); give the file polygraphy wrote")
 
 
+def _polygraphy_file(option: str, path: Path, writer: str) -> Any:
+    """Polygraphy's JSON module for an existing JSON file named by ``option``.
+
+    Raises:
+        ConfigError: no such file (``writer`` names the polygraphy option that writes one).
+        MissingExtraError: polygraphy is not installed.
+    """
+    if not path.exists():
+        raise ConfigError(f"{option}={path}: no such file; give polygraphy run {writer} output or an .npz file")
+    return _polygraphy(option, path)
+
+
 def load_input_samples(path: str | Path) -> List[Sample]:
     """The samples in an ``inputs=`` file: an ``.npz`` (one sample) or Polygraphy JSON (a list).
 
@@ -66,9 +78,7 @@ def load_input_samples(path: str | Path) -> List[Sample]:
     path = Path(path)
     if path.suffix.lower() != ".json":
         return [load_npz(path, "inputs")]
-    if not path.exists():
-        raise ConfigError(f"inputs={path}: no such file; give polygraphy run --save-inputs output or an .npz file")
-    pjson = _polygraphy("inputs", path)
+    pjson = _polygraphy_file("inputs", path, "--save-inputs")
     try:
         obj = pjson.load_json(str(path), description="input data")
     except Exception as e:  # Polygraphy raises PolygraphyException, JSONDecodeError, OSError, ...
@@ -91,9 +101,7 @@ def load_golden_samples(path: str | Path) -> List[Sample]:
     path = Path(path)
     if path.suffix.lower() != ".json":
         return [load_npz(path, "golden")]
-    if not path.exists():
-        raise ConfigError(f"golden={path}: no such file; give polygraphy run --save-outputs output or an .npz file")
-    _polygraphy("golden", path)
+    _polygraphy_file("golden", path, "--save-outputs")
     from polygraphy.comparator import RunResults
 
     try:
