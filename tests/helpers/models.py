@@ -98,3 +98,19 @@ def branchy_model() -> onnx.ModelProto:
         helper.make_node("Identity", ["b2o"], ["side"], name="side_out"),
     ]
     return make_model(nodes, [f32("x", [1, 4])], [f32("sum", [1, 4]), f32("side", [1, 4])], [w])
+
+
+def overflow_model() -> onnx.ModelProto:
+    """x [1, 4] -> Relu "pre" -> Mul(300) "scale" -> Mul(0.001) "shrink" -> Relu "act" -> y, in fp32. In fp16,
+    "scale" overflows (past 65504) once x exceeds 218, and only then."""
+    consts = [
+        helper.make_tensor("k300", TensorProto.FLOAT, [], [300.0]),
+        helper.make_tensor("k001", TensorProto.FLOAT, [], [0.001]),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["pos"], name="pre"),
+        helper.make_node("Mul", ["pos", "k300"], ["big"], name="scale"),
+        helper.make_node("Mul", ["big", "k001"], ["small"], name="shrink"),
+        helper.make_node("Relu", ["small"], ["y"], name="act"),
+    ]
+    return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], consts)

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
@@ -20,7 +19,7 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import generate_feeds
 from runner.samples import load_golden_samples, load_input_samples, parse_val_range, save_golden_samples
 from strategies.base import Candidate
-from tests.helpers.models import CLASSIFIER, DETECTOR, f32, make_model, need
+from tests.helpers.models import CLASSIFIER, DETECTOR, need, overflow_model
 
 pytest.importorskip("polygraphy")
 
@@ -30,21 +29,6 @@ def _polygraphy(*args: str) -> None:
     cmd = [sys.executable, "-c", "import sys; from polygraphy.tools import main; sys.exit(main())", *args]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-
-
-def _overflow_model() -> onnx.ModelProto:
-    """x -> Mul(300) "scale" -> Mul(0.001) "shrink" -> Relu "act" -> y, in fp32. In fp16, "scale"
-    overflows (past 65504) once x exceeds 218, and only then."""
-    consts = [
-        helper.make_tensor("k300", TensorProto.FLOAT, [], [300.0]),
-        helper.make_tensor("k001", TensorProto.FLOAT, [], [0.001]),
-    ]
-    nodes = [
-        helper.make_node("Mul", ["x", "k300"], ["big"], name="scale"),
-        helper.make_node("Mul", ["big", "k001"], ["small"], name="shrink"),
-        helper.make_node("Relu", ["small"], ["y"], name="act"),
-    ]
-    return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], consts)
 
 
 def _model_ctx(tmp_path: Path, model: onnx.ModelProto, **kw) -> RunContext:
@@ -129,12 +113,12 @@ def test_polygraphy_json_written_by_polygraphy_is_read_as_samples(tmp_path):
 def test_a_candidate_passes_only_if_every_sample_passes(tmp_path, loader):
     """Under fp16 emulation the model overflows on the second sample only: one sample passes, two fail,
     and the failing sample is named."""
-    ctx = _model_ctx(tmp_path, _overflow_model(), data_loader=f"{loader}.first_only")
+    ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.first_only")
     checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(ctx)
     assert checker.check(None, 1, _whole(ctx)).passed
 
-    ctx = _model_ctx(tmp_path, _overflow_model(), data_loader=f"{loader}.two")
+    ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.two")
     checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(ctx)
     verdict = checker.check(None, 1, _whole(ctx))
@@ -143,7 +127,7 @@ def test_a_candidate_passes_only_if_every_sample_passes(tmp_path, loader):
 
 def test_reduce_over_two_samples_finds_the_node_only_one_of_them_breaks(run, tmp_path, loader):
     model = tmp_path / "overflow.onnx"
-    onnx.save(_overflow_model(), model)
+    onnx.save(overflow_model(), model)
     args = [
         "mode=reduce",
         f"model={model}",
@@ -171,7 +155,7 @@ def test_val_range_shapes_generated_inputs(tmp_path):
     plain = generate_feeds(specs, 0)
     assert plain["x"].min() >= 0 and plain["x"].max() < 1 and set(np.unique(plain["i"])) <= {0, 1}
 
-    ctx = _model_ctx(tmp_path, _overflow_model(), val_range={"x": [250, 255]})
+    ctx = _model_ctx(tmp_path, overflow_model(), val_range={"x": [250, 255]})
     assert len(ctx.samples) == 1 and ctx.feeds["x"].min() >= 250
 
 
@@ -201,17 +185,17 @@ def test_val_range_errors(value, words):
     ],
 )
 def test_data_loader_errors(tmp_path, loader, target, words):
-    ctx = _model_ctx(tmp_path, _overflow_model(), data_loader=target.format(mod=loader))
+    ctx = _model_ctx(tmp_path, overflow_model(), data_loader=target.format(mod=loader))
     with pytest.raises(ConfigError, match=words):
         _ = ctx.samples
 
 
 def test_one_source_of_inputs(tmp_path, loader):
     np.savez(tmp_path / "x.npz", x=np.ones((1, 4), np.float32))
-    both = _model_ctx(tmp_path, _overflow_model(), inputs=str(tmp_path / "x.npz"), data_loader=f"{loader}.two")
+    both = _model_ctx(tmp_path, overflow_model(), inputs=str(tmp_path / "x.npz"), data_loader=f"{loader}.two")
     with pytest.raises(ConfigError, match="keep one"):
         _ = both.samples
-    ranged = _model_ctx(tmp_path, _overflow_model(), inputs=str(tmp_path / "x.npz"), val_range=[0, 1])
+    ranged = _model_ctx(tmp_path, overflow_model(), inputs=str(tmp_path / "x.npz"), val_range=[0, 1])
     with pytest.raises(ConfigError, match="generated inputs only"):
         _ = ranged.samples
 
@@ -223,18 +207,18 @@ def test_samples_must_fit_the_model(tmp_path):
     bad = tmp_path / "bad.json"
     save_json([{"x": np.ones((1, 4), np.float32)}, {"x": np.ones((1, 5), np.float32)}], str(bad))
     with pytest.raises(ConfigError, match=r"sample 1: x has shape \[1, 5\]"):
-        _ = _model_ctx(tmp_path, _overflow_model(), inputs=str(bad)).samples
+        _ = _model_ctx(tmp_path, overflow_model(), inputs=str(bad)).samples
 
     good = tmp_path / "in.json"
     save_json([{"x": np.ones((1, 4), np.float32)}] * 2, str(good))
-    ctx = _model_ctx(tmp_path, _overflow_model(), inputs=str(good))
+    ctx = _model_ctx(tmp_path, overflow_model(), inputs=str(good))
     golden = tmp_path / "golden.json"
     save_golden_samples(golden, [{"y": np.ones((1, 4), np.float32)}] * 3)
     checker = CompareChecker()
     with pytest.raises(ConfigError, match="holds 3 samples but the inputs 2"):
         checker.bind(dataclasses.replace(ctx, golden=str(golden)))
     with pytest.raises(ConfigError, match="holds no values for the model inputs"):
-        checker.bind(_model_ctx(tmp_path, _overflow_model(), golden=str(golden)))
+        checker.bind(_model_ctx(tmp_path, overflow_model(), golden=str(golden)))
     with pytest.raises(ConfigError, match=r"an \.npz holds one sample"):
         checker.bind(dataclasses.replace(ctx, save_golden=str(tmp_path / "g.npz")))
 
@@ -243,13 +227,13 @@ def test_save_golden_json_round_trips_through_polygraphy(tmp_path, loader):
     """save_golden=.json writes Polygraphy's RunResults with every sample; golden= reads it back as the
     inputs and golden values of each sample."""
     saved = tmp_path / "golden.json"
-    ctx = _model_ctx(tmp_path, _overflow_model(), data_loader=f"{loader}.two", save_golden=str(saved))
+    ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.two", save_golden=str(saved))
     CompareChecker().bind(ctx)
     from polygraphy.comparator import RunResults
 
     (runner, iterations), *_ = RunResults.load(str(saved)).items()
     assert runner == "golden" and len(iterations) == 2 and {"x", "big", "small", "y"} <= set(iterations[1].keys())
-    again = _model_ctx(tmp_path, _overflow_model(), golden=str(saved))
+    again = _model_ctx(tmp_path, overflow_model(), golden=str(saved))
     assert [s["x"][0, 0] for s in again.samples] == [0.5, 250.0]
     checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(again)

@@ -16,22 +16,7 @@ from runner.graph.convert import name_nodes, to_low_precision
 from runner.graph.isolate import REF_SUFFIX, isolated_model
 from runner.layerwise.compute import LayerwiseComparison
 from runner.layerwise.tensors import tensor_types, weight_peaks
-from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, chain_model, f32, make_model, need
-
-
-def _overflow_model() -> onnx.ModelProto:
-    """x -> Mul(300) "scale" -> Mul(0.001) "shrink" -> Relu "act" -> y; "scale" passes 65504 for x > 218."""
-    consts = [
-        helper.make_tensor("k300", TensorProto.FLOAT, [], [300.0]),
-        helper.make_tensor("k001", TensorProto.FLOAT, [], [0.001]),
-    ]
-    nodes = [
-        helper.make_node("Relu", ["x"], ["pos"], name="pre"),
-        helper.make_node("Mul", ["pos", "k300"], ["big"], name="scale"),
-        helper.make_node("Mul", ["big", "k001"], ["small"], name="shrink"),
-        helper.make_node("Relu", ["small"], ["y"], name="act"),
-    ]
-    return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], consts)
+from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, chain_model, f32, make_model, need, overflow_model
 
 
 def _mix_model() -> onnx.ModelProto:
@@ -55,7 +40,7 @@ def _layerwise(run, model_path, *extra, plot=False):
 
 def test_overflow_is_introduced_by_the_node_that_overflows(run, tmp_path):
     path = tmp_path / "overflow.onnx"
-    onnx.save(_overflow_model(), path)
+    onnx.save(overflow_model(), path)
     r = _layerwise(
         run,
         path,
@@ -220,7 +205,7 @@ def test_values_in_chunks_give_the_same_rows():
 
 
 def test_isolated_model_feeds_each_node_its_own_inputs():
-    model = _overflow_model()
+    model = overflow_model()
     iso = isolated_model(model, list(model.graph.node), tensor_types(model))
     assert sorted(i.name for i in iso.graph.input) == sorted(f"{t}{REF_SUFFIX}" for t in ["x", "pos", "big", "small"])
     assert [o.name for o in iso.graph.output] == ["pos", "big", "small", "y"]
@@ -244,7 +229,7 @@ def test_several_samples_keep_each_nodes_worst(run, tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "overflow.onnx"
-    onnx.save(_overflow_model(), path)
+    onnx.save(overflow_model(), path)
     s = _layerwise(run, path, "checker.backend=fp16_emulation", "data_loader=two_feeds.load").summary
     assert s["samples"] == 2 and s["top_introduced"][0]["node"] == "scale"
     assert s["first_divergence"]["node"] == "scale"
@@ -252,7 +237,7 @@ def test_several_samples_keep_each_nodes_worst(run, tmp_path, monkeypatch):
 
 def test_a_reference_with_other_inputs_is_refused(run, tmp_path):
     path, other = tmp_path / "overflow.onnx", tmp_path / "chain.onnx"
-    onnx.save(_overflow_model(), path)
+    onnx.save(overflow_model(), path)
     renamed = chain_model(3)
     renamed.graph.input[0].name = "z"
     for n in renamed.graph.node:
@@ -273,7 +258,7 @@ def test_a_reference_with_other_inputs_is_refused(run, tmp_path):
 )
 def test_bad_options(run, tmp_path, args, words):
     path = tmp_path / "overflow.onnx"
-    onnx.save(_overflow_model(), path)
+    onnx.save(overflow_model(), path)
     np.savez(tmp_path / "g.npz", y=np.zeros((1, 4), np.float32))
     r = run("mode=layerwise", f"model={path}", *[a.replace("g.npz", str(tmp_path / "g.npz")) for a in args])
     assert r.returncode == 2 and words in r.stderr
