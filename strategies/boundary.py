@@ -74,10 +74,30 @@ class BoundaryMarker(abc.ABC):
             return []
         return sorted({self.lo + (gap * j) // (k + 1) for j in range(1, k + 1)} - {self.lo, self.hi})
 
-    def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:
-        """Record a round's verdicts, ``(index, hit)`` in the order ``propose`` gave them."""
-        for index, hit in verdicts:
+    def step_round(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> None:
+        """Record a round's verdicts, ``(index, hit)`` (``hit`` None: not checked, e.g. cancelled).
+
+        Taken in ascending index up to the first hit, as a serial search would meet them: misses
+        raise ``lo``, the first hit is ``hi``. A miss above a hit (a check that is not monotone)
+        is ignored, so ``lo < hi`` always holds. A missing verdict ends what can be taken.
+        """
+        for index, hit in sorted(verdicts, key=lambda v: v[0]):
+            if hit is None:
+                return
             self.step(index, hit)
+            if hit:
+                return
+
+    def settled(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> bool:
+        """True when the verdicts known so far (None: still running) already decide what
+        ``step_round`` does, so the checks still running can be cancelled: a hit below which
+        every verdict is known (the indices above it are ignored)."""
+        for _, hit in sorted(verdicts, key=lambda v: v[0]):
+            if hit is None:
+                return False
+            if hit:
+                return True
+        return False
 
     @property
     def boundary(self) -> int:

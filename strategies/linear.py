@@ -25,14 +25,25 @@ class LinearMarker(BoundaryMarker):
         """``hi - 1``, ``hi - 2``, ... ``k`` at once (stopping above ``lo``)."""
         return list(range(self.hi - 1, max(self.lo, self.hi - 1 - k), -1))
 
-    def step_round(self, verdicts: Sequence[Tuple[int, bool]]) -> None:
+    def step_round(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> None:
         """Take the verdicts top down as a serial walk would, up to the first miss; the verdicts
         below it were speculative and are ignored, so the answer is the serial one even when the
-        predicate is not monotone."""
+        predicate is not monotone. A missing verdict (None) ends what can be taken."""
         for index, hit in verdicts:
+            if hit is None:
+                return
             self.step(index, hit)
             if not hit:
-                break
+                return
+
+    def settled(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> bool:
+        """True once a miss is known with every verdict above it: the checks below it are moot."""
+        for _, hit in verdicts:
+            if hit is None:
+                return False
+            if not hit:
+                return True
+        return False
 
     def remaining(self) -> int:
         """Worst-case tests left."""

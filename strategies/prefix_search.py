@@ -3,8 +3,8 @@
 Pure: no I/O, no ONNX, no logging. Polygraphy's precision algorithm (``debug precision``):
 the marker searches 1..n for the shortest prefix ``order[:i]`` that gives the target, knowing
 the whole order does and assuming the empty prefix does not. Same interface as
-``strategies.set_search.SetSearch`` (``next``, ``step``, ``result``, ``remaining``, ``rounds``,
-``label``), so a mode holds either one without branching on which.
+``strategies.set_search.SetSearch`` (``propose``, ``step_round``, ``settled``, ``next``, ``step``,
+``result``, ``remaining``, ``rounds``, ``label``), so a mode holds either one without branching on which.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ class PrefixSearch(Generic[T]):
     Raises:
         ValueError: when ``order`` is empty.
 
-    Usage: ``while (s := search.next()) is not None: search.step(target(s))``; then ``result``.
+    Usage, serial: ``while (s := search.next()) is not None: search.step(target(s))``; with k
+    workers: ``while sets := search.propose(k): search.step_round([target(s) for s in sets])``;
+    then ``result``. A round's sets may be tested at once (``strategies.boundary``'s ``propose``).
     """
 
     def __init__(self, order: Sequence[T], marker_factory: Callable[[int], BoundaryMarker]):
@@ -35,22 +37,34 @@ class PrefixSearch(Generic[T]):
         self.rounds = 0
         self.done = False
         self.required: List[T] = []  # a prefix search names no single needed element
-        self._pending: Optional[int] = None
+        self._round: List[int] = []
 
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next prefix to test, or None when the search is over."""
-        index = None if self.done else self.marker.next()
-        if index is None:
+    def propose(self, k: int) -> List[FrozenSet[T]]:
+        """Up to ``k`` prefixes to test at once (the marker's ``propose(k)``); empty when the search is over."""
+        indices = [] if self.done else self.marker.propose(k)
+        if not indices:
             self.done = True
             self.rounds = 1
-            return None
-        self._pending = index
-        return frozenset(self.order[:index])
+            return []
+        self._round = indices
+        return [frozenset(self.order[:i]) for i in indices]
+
+    def step_round(self, hits: Sequence[Optional[bool]]) -> None:
+        """Feed the verdicts of the last round, in order (None: not checked): True when a prefix gave the target."""
+        self.marker.step_round(list(zip(self._round, hits)))
+
+    def settled(self, hits: Sequence[Optional[bool]]) -> bool:
+        """True when the verdicts known so far (None: running) decide the round (the marker's ``settled``)."""
+        return self.marker.settled(list(zip(self._round, hits)))
+
+    def next(self) -> Optional[FrozenSet[T]]:
+        """The next prefix to test (a round of one), or None when the search is over."""
+        sets = self.propose(1)
+        return sets[0] if sets else None
 
     def step(self, hit: bool) -> None:
         """Feed the verdict for the prefix last returned by ``next()``: True when it gave the target."""
-        assert self._pending is not None
-        self.marker.step(self._pending, hit)
+        self.step_round([hit])
 
     @property
     def result(self) -> FrozenSet[T]:
@@ -61,6 +75,7 @@ class PrefixSearch(Generic[T]):
         """Tests left, as the marker estimates."""
         return 0 if self.done else self.marker.remaining()
 
-    def label(self, noun: str = "element") -> str:
-        """What the next candidate is, for the log."""
-        return f"prefix of {self._pending} of {len(self.order)} {noun}s"
+    def label(self, noun: str = "element", position: int = 0) -> str:
+        """What the ``position``-th set of the last round is, for the log."""
+        index = self._round[position] if position < len(self._round) else 0
+        return f"prefix of {index} of {len(self.order)} {noun}s"

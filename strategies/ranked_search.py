@@ -56,8 +56,8 @@ class RankedSearch(Generic[T]):
         self.done = False
         self.dense = False
         self._marker: Optional[BoundaryMarker] = None
-        self._pending: Optional[int] = None
-        self._kind = ""  # "probe", "dense" or "marker": what the pending test is
+        self._round: List[int] = []  # the last round: prefix lengths, or dense positions
+        self._kind = ""  # "probe", "dense" or "marker": what the last round tests
         self._missed = False  # a marker test of this round missed: R alone misses too
 
     @property
@@ -66,46 +66,93 @@ class RankedSearch(Generic[T]):
         target); once ``done``, the 1-minimal answer."""
         return frozenset(self.required) | frozenset(self.rest)
 
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next set to test, or None when the search is over."""
+    def _set(self, kind: str, index: int) -> FrozenSet[T]:
+        required = frozenset(self.required)
+        if kind == "probe":
+            return required
+        if kind == "dense":  # all but the (index+1)-th from the end: the dense tests before it all missed
+            return required | frozenset(self.rest[: -1 - index]) | frozenset(self.rest[len(self.rest) - index :])
+        return required | frozenset(self.rest[:index])
+
+    def propose(self, k: int) -> List[FrozenSet[T]]:
+        """Up to ``k`` sets to test at once; empty when the search is over.
+
+        A sparse round's sets are the marker's ``propose(k)``; a dense round proposes the next
+        ``k`` dense tests, each assuming the ones before it miss (the ``j``-th leaves out the
+        ``j``-th last element of the rest), taken in order up to the first that gives the target.
+
+        Raises:
+            ValueError: when ``k`` < 1.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self._round = []
         while not self.done:
             if not self.rest:  # R + U = R gave the target (the invariant)
                 self.done = True
                 break
             if self._marker is not None:
-                index = self._marker.next()
-                if index is not None:
-                    self._kind, self._pending = "marker", index
-                    return frozenset(self.required) | frozenset(self.rest[:index])
+                indices = self._marker.propose(k)
+                if indices:
+                    self._kind, self._round = "marker", indices
+                    break
                 if self._marker.boundary == 1 and not self._missed and self.required and self._kind != "probe":
-                    self._kind = "probe"
-                    return frozenset(self.required)
+                    self._kind, self._round = "probe", [0]
+                    break
                 self._finish_marker()
                 continue
             if self.dense:
-                self._kind = "dense"
-                return frozenset(self.required) | frozenset(self.rest[:-1])
+                self._kind, self._round = "dense", list(range(min(k, len(self.rest))))
+                break
             self._kind, self._missed = "", False
             self._marker = self.marker_factory(len(self.rest))
-        return None
+        return [self._set(self._kind, index) for index in self._round]
 
-    def step(self, hit: bool) -> None:
-        """Feed the verdict for the set last returned by ``next()``: True when it gave the target."""
+    def step_round(self, hits: Sequence[Optional[bool]]) -> None:
+        """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""
+        verdicts = list(zip(self._round, hits))
         if self._kind == "marker":
-            assert self._marker is not None and self._pending is not None
-            self._marker.step(self._pending, hit)
-            self._missed = self._missed or not hit
+            assert self._marker is not None
+            self._marker.step_round(verdicts)
+            self._missed = self._missed or any(hit is False for _, hit in verdicts)
         elif self._kind == "dense":
-            last = self.rest.pop()
-            if not hit:
+            for _, hit in verdicts:
+                if hit is None:
+                    return
+                last = self.rest.pop()
+                if hit:
+                    self.dense = False
+                    return
                 self.required.append(last)
                 self.rounds += 1
-            else:
-                self.dense = False
-        elif self._kind == "probe" and hit:
+        elif self._kind == "probe" and verdicts and verdicts[0][1]:
             self.rest = []
             self._marker = None
             self.done = True
+
+    def settled(self, hits: Sequence[Optional[bool]]) -> bool:
+        """True when the verdicts known so far (None: running) decide the round: the marker's
+        ``settled``, or in a dense round a test that gave the target with every one before it known."""
+        verdicts = list(zip(self._round, hits))
+        if self._kind == "marker":
+            assert self._marker is not None
+            return self._marker.settled(verdicts)
+        if self._kind == "dense":
+            for _, hit in verdicts:
+                if hit is None:
+                    return False
+                if hit:
+                    return True
+        return False
+
+    def next(self) -> Optional[FrozenSet[T]]:
+        """The next set to test (a round of one), or None when the search is over."""
+        sets = self.propose(1)
+        return sets[0] if sets else None
+
+    def step(self, hit: bool) -> None:
+        """Feed the verdict for the set last returned by ``next()``: True when it gave the target."""
+        self.step_round([hit])
 
     def _finish_marker(self) -> None:
         assert self._marker is not None
@@ -125,12 +172,13 @@ class RankedSearch(Generic[T]):
             return self._marker.remaining() + 1
         return 1
 
-    def label(self, noun: str = "element") -> str:
-        """What the set last returned by ``next()`` is, for the log."""
+    def label(self, noun: str = "element", position: int = 0) -> str:
+        """What the ``position``-th set of the last round is, for the log."""
         if self._kind == "probe":
             return f"the {len(self.required)} needed {noun}(s) alone"
         if self._kind == "dense":
-            return f"without the last-ranked of {len(self.rest)} {noun}s left ({len(self.required)} needed so far)"
+            which = "last-ranked" if position == 0 else f"{position + 1}th from last"
+            return f"without the {which} of {len(self.rest)} {noun}s left ({len(self.required)} needed so far)"
         return (
-            f"round {self.rounds + 1}, ranked prefix {self._pending} of {len(self.rest)} + {len(self.required)} needed"
+            f"round {self.rounds + 1}, ranked prefix {self._round[position] if position < len(self._round) else 0} of {len(self.rest)} + {len(self.required)} needed"
         )

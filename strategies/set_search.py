@@ -22,7 +22,7 @@ set that was tested and gave the target.
 
 from __future__ import annotations
 
-from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar
+from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 from strategies.boundary import BoundaryMarker
 
@@ -53,8 +53,7 @@ class SetSearch(Generic[T]):
         self.done = False
         self._marker: Optional[BoundaryMarker] = None
         self._probing = bool(self.required)
-        self._pending: Optional[int] = None
-        self._last: Optional[FrozenSet[T]] = None
+        self._round: List[Tuple[str, int]] = []  # the last round: ("probe" or "marker", prefix length)
         self._confirmed = False
         self.best: Optional[FrozenSet[T]] = None
 
@@ -75,36 +74,86 @@ class SetSearch(Generic[T]):
             return
         self._marker = self.marker_factory(len(self.rest))
 
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next set to test, or None when the search is over."""
+    def _set(self, kind: str, index: int) -> FrozenSet[T]:
+        required = frozenset(self.required)
+        return required if kind == "probe" else required | frozenset(self.rest[:index])
+
+    def propose(self, k: int) -> List[FrozenSet[T]]:
+        """Up to ``k`` sets to test at once; empty when the search is over.
+
+        A round's sets are the marker's ``propose`` over the prefixes of the rest; the test of
+        the required set alone leads the round and shares it with the marker's first ``k - 1``
+        (whose verdicts are dropped when it ends the search).
+
+        Raises:
+            ValueError: when ``k`` < 1.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self._round = []
         while not self.done:
             if self._probing:
-                self._pending = None
-                self._last = frozenset(self.required)
-                return self._last
+                self._round.append(("probe", 0))
+                if k > 1 and self.rest:
+                    if self._marker is None:
+                        self._marker = self.marker_factory(len(self.rest))
+                    self._round += [("marker", i) for i in self._marker.propose(k - 1)]
+                break
             if self._marker is None:
                 self._start_round()
                 continue
-            index = self._marker.next()
-            if index is None:
+            indices = self._marker.propose(k)
+            if not indices:
                 self._finish_round()
                 continue
-            self._pending = index
-            self._last = frozenset(self.required) | frozenset(self.rest[:index])
-            return self._last
-        return None
+            self._round = [("marker", i) for i in indices]
+            break
+        return [self._set(kind, index) for kind, index in self._round]
+
+    def step_round(self, hits: Sequence[Optional[bool]]) -> None:
+        """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""
+        tested = [(kind, index, hit) for (kind, index), hit in zip(self._round, hits)]
+        for kind, index, hit in tested:
+            found = self._set(kind, index)
+            if hit and (self.best is None or len(found) < len(self.best)):
+                self.best = found
+        verdicts: List[Tuple[int, Optional[bool]]] = []
+        for kind, index, hit in tested:
+            if kind != "probe":
+                verdicts.append((index, hit))
+            elif hit is None:
+                return
+            else:
+                self._probing = False
+                if hit:
+                    self.done = self._confirmed = True
+                    return
+        if verdicts:
+            assert self._marker is not None
+            self._marker.step_round(verdicts)
+
+    def settled(self, hits: Sequence[Optional[bool]]) -> bool:
+        """True when the verdicts known so far (None: running) decide the round: the required set
+        alone gave the target, or the marker's ``settled``."""
+        pairs = list(zip(self._round, hits))
+        if pairs and pairs[0][0][0] == "probe":
+            if pairs[0][1] is not None:
+                return bool(pairs[0][1]) or (self._marker is not None and self._settled(pairs[1:]))
+            return False
+        return self._settled(pairs)
+
+    def _settled(self, pairs: Sequence[Tuple[Tuple[str, int], Optional[bool]]]) -> bool:
+        assert self._marker is not None
+        return bool(pairs) and self._marker.settled([(index, hit) for (_, index), hit in pairs])
+
+    def next(self) -> Optional[FrozenSet[T]]:
+        """The next set to test (a round of one), or None when the search is over."""
+        sets = self.propose(1)
+        return sets[0] if sets else None
 
     def step(self, hit: bool) -> None:
         """Feed the verdict for the set last returned by ``next()``: True when it gave the target."""
-        if hit and self._last is not None and (self.best is None or len(self._last) < len(self.best)):
-            self.best = self._last
-        if self._probing:
-            self._probing = False
-            if hit:
-                self.done = self._confirmed = True
-            return
-        assert self._marker is not None and self._pending is not None
-        self._marker.step(self._pending, hit)
+        self.step_round([hit])
 
     def _finish_round(self) -> None:
         assert self._marker is not None
@@ -115,9 +164,10 @@ class SetSearch(Generic[T]):
         self.rounds += 1
         self._probing = True
 
-    def label(self, noun: str = "element") -> str:
-        """What the set last returned by ``next()`` is, for the log."""
-        if self._probing or self.done:
+    def label(self, noun: str = "element", position: int = 0) -> str:
+        """What the ``position``-th set of the last round is, for the log."""
+        kind = self._round[position][0] if position < len(self._round) else "probe"
+        if kind == "probe" or self.done:
             return f"the {len(self.required)} needed {noun}(s) alone"
         return f"round {self.rounds + 1}, searching for needed {noun} {len(self.required) + 1}"
 
