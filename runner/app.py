@@ -22,6 +22,7 @@ from runner.checkers.base import Checker
 from runner.config import check_mode_keys, mode_options, mode_uses, plain, set_keys
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
+from runner.executors.base import Executor
 from runner.identity import run_identity
 from runner.jsonio import write_json_atomic
 from runner.outputs import OutputPlan, model_files, plan_outputs
@@ -95,6 +96,39 @@ def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
     )
 
 
+def _build_executor(cfg: DictConfig) -> Executor:
+    """The executor of the run's checks (``executor=``).
+
+    Raises:
+        ConfigError: bad executor options (workers, GPUs, an unreachable Dask scheduler).
+        MissingExtraError: ``executor=dask`` without the ``dask`` extra.
+    """
+    try:
+        executor: Executor = instantiate(cfg.executor)
+    except Exception as e:
+        _raise_cause(e)
+    return executor
+
+
+def _check_parallel(executor: Executor, checker: Checker, artifact_paths: List[str]) -> None:
+    """Refuse what several checks at once cannot do.
+
+    Raises:
+        ConfigError: a checker that asks a person, or ``artifacts.paths`` that every check would
+            write at the same path (no ``{worker}`` in it).
+    """
+    if executor.workers <= 1:
+        return
+    if not checker.concurrent:
+        raise ConfigError(f"checker=interactive asks one question at a time; use executor=serial, not {executor.name}")
+    shared = [p for p in artifact_paths if "{worker}" not in p]
+    if shared:
+        raise ConfigError(
+            f"artifacts.paths={shared} would be written by {executor.workers} checks at once: put {{worker}} in each "
+            "path (and in checker.cmd, or read RUNNER_WORKER in the check), or use executor=serial"
+        )
+
+
 def _build_strategy(
     cfg: DictConfig, ctx: RunContext, options: Dict[str, Any], checker: Optional[Checker] = None
 ) -> Strategy:
@@ -156,6 +190,7 @@ def run(cfg: DictConfig) -> int:
     summary: Dict[str, Any] = {"mode": cfg.mode.name, "status": "ok", "iterations": 0, "checks": 0, "reused": 0}
     lifecycle: Optional[Lifecycle] = None
     checker: Optional[Checker] = None
+    executor: Optional[Executor] = None
     directory: Optional[Path] = None
     summary_path: Optional[Path] = None  # only a path the output plan accepted, or the run's own directory
     plan: Optional[OutputPlan] = None
@@ -178,6 +213,9 @@ def run(cfg: DictConfig) -> int:
                 cfg.replay.force,
             )
             ctx = _context(cfg, directory, files)
+            if mode_uses(cfg.mode.name, "executor"):
+                executor = _build_executor(cfg)
+                ctx.workers = executor.workers
             if cfg.mode.get("takes_checker"):
                 checker = _build_checker(cfg)
             strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg), checker)
@@ -187,9 +225,13 @@ def run(cfg: DictConfig) -> int:
                 checker.bind(ctx)
             iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
             paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
+            if checker is not None and executor is not None and strategy.needs_checker:
+                _check_parallel(executor, checker, paths)
             sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
             progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
-            lifecycle = Lifecycle(strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress)
+            lifecycle = Lifecycle(
+                strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress, executor
+            )
             try:
                 lifecycle.run()
             finally:
@@ -197,7 +239,7 @@ def run(cfg: DictConfig) -> int:
             if strategy.needs_pass and lifecycle.passes == 0:
                 last = lifecycle.verdict
                 raise CheckNeverPassedError(
-                    f"no check passed in {lifecycle.iteration} iterations"
+                    f"no check passed in {lifecycle.taken} iterations"
                     f"{f' (every one {last.reason})' if last is not None and lifecycle.same_failure else ''}, so the "
                     "answer would rest on the check, not the model; run the check by hand on the iteration artifact "
                     "and fix it (see the check's output below and in the run directory's checks/)",
@@ -226,15 +268,22 @@ def run(cfg: DictConfig) -> int:
             summary["status"] = f"internal error: {type(e).__name__}: {e}"
             raise
         finally:
+            if executor is not None:
+                executor.close()
             if checker is not None:
                 checker.close()
             if lifecycle is not None:
                 summary.update(
-                    iterations=lifecycle.iteration,
+                    iterations=lifecycle.taken,
                     checks=lifecycle.checks,
                     reused=lifecycle.reused_count,
                     errors=lifecycle.errors,
+                    rounds=lifecycle.rounds,
+                    workers=lifecycle.executor.workers,
+                    executor=lifecycle.executor.name,
                 )
+                if lifecycle.cancelled:
+                    summary["cancelled"] = lifecycle.cancelled
             summary["wall_s"] = round(time.monotonic() - started, 3)
             if summary_path is not None:  # never a rejected path, never another run's directory
                 try:

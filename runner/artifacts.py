@@ -91,12 +91,13 @@ class ArtifactSorter:
         rc = "na" if verdict.returncode is None else str(verdict.returncode)
         return f"{stem}_iter{iteration}_{stamp}_rc{rc}{suffix}"
 
-    def sort(self, iteration: int, verdict: Verdict) -> List[Path]:
+    def sort(self, iteration: int, verdict: Verdict, worker: int = 0) -> List[Path]:
         """Move every artifact path into good/ or bad/ by ``verdict.passed``.
 
         Args:
             iteration: the 1-based iteration number.
             verdict: the check's verdict for this iteration.
+            worker: the worker slot that ran the check: ``{worker}`` in a path becomes it.
 
         Returns:
             The new paths of the artifacts that existed (a missing one is a warning).
@@ -106,7 +107,7 @@ class ArtifactSorter:
         """
         side = "good" if verdict.passed else "bad"
         moved = []
-        for src in self.paths:
+        for src in (Path(str(p).replace("{worker}", str(worker))) for p in self.paths):
             if not src.exists():
                 log.warning("Artifact %s was not produced in iteration %d; nothing to sort", src, iteration)
                 continue

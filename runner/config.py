@@ -105,6 +105,19 @@ class CompareCheckerConf:
 
 
 @dataclass
+class ExecutorConf:
+    """Where checks run (``runner/executors/``): ``serial`` (one at a time), ``local`` (``workers``
+    at once on this machine, one GPU each from ``gpus``) or ``dask`` (tasks on the cluster at ``address``)."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    workers: Optional[int] = None  # checks at once; local: len(gpus) or 2; dask: the cluster's worker threads
+    gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
+    address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
+    timeout_s: float = 30.0  # dask: seconds to wait for the scheduler
+
+
+@dataclass
 class ArtifactsConf:
     """Artifact policy: what the check produces, and where things are written and sorted."""
 
@@ -143,9 +156,10 @@ class CommonKeys:
 
 @dataclass
 class CheckedKeys:
-    """The checker, for modes that check candidates."""
+    """The checker, and where its checks run, for modes that check candidates."""
 
     checker: Any = MISSING
+    executor: ExecutorConf = field(default_factory=ExecutorConf)
 
 
 @dataclass
@@ -312,7 +326,9 @@ def mode_options(mode: str, cfg: Any) -> Dict[str, Any]:
         ``{key: value}`` for each key of the mode's schema except ``checker`` and ``marker``
         (built separately), values as plain Python (enums by value).
     """
-    return {name: plain(cfg.get(name)) for name in _names(MODE_KEYS[mode]) if name not in ("checker", "marker")}
+    return {
+        name: plain(cfg.get(name)) for name in _names(MODE_KEYS[mode]) if name not in ("checker", "marker", "executor")
+    }
 
 
 def register_configs() -> None:
@@ -333,3 +349,4 @@ def register_configs() -> None:
     cs.store(name="python_schema", node=PythonCheckerConf)
     cs.store(name="compare_schema", node=CompareCheckerConf)
     cs.store(name="artifacts_schema", node=ArtifactsConf)
+    cs.store(name="executor_schema", node=ExecutorConf)

@@ -56,6 +56,7 @@ class RunContext:
         save_golden: where ``checker=compare`` saves the golden values it computed, or None.
         seed: the seed for generated inputs.
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
+        workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
     """
 
     mode: str
@@ -70,6 +71,7 @@ class RunContext:
     data_loader: Optional[str] = None
     val_range: Any = None
     value_budget: int = 2**30
+    workers: int = 1
 
     @functools.cached_property
     def model(self) -> onnx.ModelProto:

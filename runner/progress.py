@@ -1,4 +1,5 @@
-"""Progress on the terminal: iteration, last verdict, estimated iterations remaining (tqdm)."""
+"""Progress on the terminal: iteration, last verdict, estimated iterations remaining, rounds and checks
+running (tqdm)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,23 @@ class Progress:
     def __init__(self, mode: str, enabled: bool = True):
         self.bar = tqdm(desc=mode, unit="iter", file=sys.stderr, disable=not enabled, dynamic_ncols=True, leave=True)
 
-    def update(self, iteration: int, verdict: str, remaining: Optional[int], checks: int) -> None:
-        """Advance to ``iteration``; show the verdict and the remaining estimate."""
+    def update(
+        self,
+        iteration: int,
+        verdict: str,
+        remaining: Optional[int],
+        checks: int,
+        rounds: Optional[int] = None,
+        in_flight: Optional[int] = None,
+    ) -> None:
+        """Advance to ``iteration`` (verdicts taken); show the last verdict, the checks, the remaining
+        estimate and, in a parallel run, the rounds and the checks running now."""
         if remaining is not None:
             self.bar.total = iteration + max(remaining, 0)
+        parallel = "" if rounds is None else f" rounds={rounds} running={in_flight or 0}"
         self.bar.set_postfix_str(
-            f"last={verdict} checks={checks} left~{remaining if remaining is not None else '?'}", refresh=False
+            f"last={verdict} checks={checks}{parallel} left~{remaining if remaining is not None else '?'}",
+            refresh=True,
         )
         self.bar.update(iteration - self.bar.n)
 

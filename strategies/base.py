@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 if TYPE_CHECKING:
     import onnx
@@ -56,6 +56,7 @@ class Candidate:
     info: Dict[str, Any] = field(default_factory=dict)
     payload: Optional[Callable[[], onnx.ModelProto]] = None
     as_typed: bool = False
+    write_in_check: bool = False
 
 
 class Strategy(abc.ABC):
@@ -78,6 +79,27 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Record ``verdict`` for ``candidate`` (the one ``next_candidate`` returned last)."""
+
+    def next_round(self, k: int) -> List[Candidate]:
+        """Up to ``k`` candidates that may be checked at once (one round for ``k`` workers), in the
+        order a serial run would take their verdicts; empty when the run is over. Default: the one
+        ``next_candidate``."""
+        candidate = self.next_candidate()
+        return [] if candidate is None else [candidate]
+
+    def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
+        """Record the verdicts of the round ``next_round`` returned last, in its order; None for a
+        check cancelled once the round was ``settled``. Default: ``take_verdict`` for each, up to the
+        first None."""
+        for candidate, verdict in zip(candidates, verdicts):
+            if verdict is None:
+                return
+            self.take_verdict(candidate, verdict)
+
+    def settled(self, verdicts: Sequence[Optional[Verdict]]) -> bool:
+        """True when the round's verdicts known so far (None: still running) decide what
+        ``take_round`` does, so the checks still running may be cancelled. Default False."""
+        return False
 
     def artifacts(self) -> List[Path]:
         """Files the strategy writes each iteration that are sorted like ``artifacts.paths`` (default none)."""

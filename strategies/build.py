@@ -3,7 +3,8 @@
 The ONNX model is parsed once; every iteration builds a strongly typed engine from the same
 network, writes it to the iteration artifact, writes the build's tactic record to
 ``tactics.json`` in the run directory, and the lifecycle sorts that record (with
-``artifacts.paths``) into good/ or bad/ by the check's verdict. ``mode=diff_tactics dir=...``
+``artifacts.paths``) into good/ or bad/ by the check's verdict. With ``executor=local`` each worker
+slot builds with its own builder and writes ``tactics_w<slot>.json``. ``mode=diff_tactics dir=...``
 then names the tactics seen only in bad builds. TensorRT is the optional ``trt`` extra.
 """
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from runner.context import RunContext
+from runner.executors import slot
 from runner.trt import load_tensorrt
 from strategies.base import Candidate
 from strategies.until import Until, UntilStrategy
@@ -33,10 +35,12 @@ class BuildStrategy(UntilStrategy):
 
     artifact_suffix = ".engine"
 
-    def __init__(self, builder: Any, until: Until, tactics_path: Path):
+    def __init__(self, make_builder: Callable[[], Any], until: Until, tactics_path: Path, workers: int = 1):
         super().__init__(until)
-        self.builder = builder
+        self.make_builder = make_builder
+        self.builders: Dict[int, Any] = {0: make_builder()}  # one per worker slot: a builder is not shared
         self.tactics_path = Path(tactics_path)
+        self.workers = workers
 
     @classmethod
     def create(
@@ -58,25 +62,29 @@ class BuildStrategy(UntilStrategy):
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
 
         cache = Path(timing_cache).read_bytes() if timing_cache and Path(timing_cache).is_file() else None
-        builder = EngineBuilder(ctx.model.SerializeToString(), workspace, profiles_from_shapes(ctx.shapes), cache)
-        return cls(builder, parsed, ctx.run_dir / "tactics.json")
+        serialized, profiles = ctx.model.SerializeToString(), profiles_from_shapes(ctx.shapes)
+        tactics = ctx.run_dir / ("tactics.json" if ctx.workers <= 1 else "tactics_w{worker}.json")
+        return cls(lambda: EngineBuilder(serialized, workspace, profiles, cache), parsed, tactics, ctx.workers)
 
     def artifacts(self) -> List[Path]:
-        """The tactic record, sorted with the check's artifacts."""
+        """The tactic record, sorted with the check's artifacts (one per worker slot: ``{worker}``)."""
         return [self.tactics_path]
 
-    def next_candidate(self) -> Optional[Candidate]:
-        """The next build, unless ``until`` was met."""
-        if self.counter.done:
-            return None
-        n = self.counter.runs + 1
+    def make(self, n: int) -> Candidate:
+        """Build number ``n``: built in its check's worker slot (``write_in_check``), with that slot's builder."""
 
         def write(path: Path) -> None:
-            result = self.builder.build()
+            worker = slot.current().worker
+            builder = self.builders.get(worker)
+            if builder is None:
+                builder = self.builders[worker] = self.make_builder()
+            result = builder.build()
             path.write_bytes(result.engine)
-            self.tactics_path.write_text(json.dumps(result.tactics, indent=2))
+            Path(str(self.tactics_path).replace("{worker}", str(worker))).write_text(
+                json.dumps(result.tactics, indent=2)
+            )
 
-        return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n})
+        return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n}, write_in_check=True)
 
     def result(self) -> Dict[str, Any]:
         """Counts of good and bad builds (``builds`` is ``runs``)."""

@@ -18,7 +18,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Union
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Union
 
 import onnx
 
@@ -86,7 +86,9 @@ class OnnxSearchStrategy(Strategy):
         self.gates: Deque[Gate] = deque()
         self.final: Optional[Units] = None
         self._gate: Optional[Gate] = None
-        self._pending: Optional[Units] = None
+        self._round: List[Units] = []  # the unit sets of the last round (a gate's alone)
+        self._made: Optional[Units] = None  # the unit set of the candidate made last
+        self._gate_units: Optional[Units] = None
         #: per-output statistics of each in-process check (checker=compare), by unit set
         self._outputs: Dict[Units, Any] = {}
 
@@ -128,7 +130,7 @@ class OnnxSearchStrategy(Strategy):
 
     def candidate(self, units: Units, label: str) -> Candidate:
         """The candidate of a unit set: its model is built on first use and kept for the iteration."""
-        self._pending = units
+        self._made = units
         model = functools.cache(lambda: self.model_for(units))
         return Candidate(
             self.key(units),
@@ -148,36 +150,66 @@ class OnnxSearchStrategy(Strategy):
         return model
 
     def next_candidate(self) -> Optional[Candidate]:
-        """The next gate's candidate, else the search's, else the gates after the search."""
+        """The next candidate (a round of one)."""
+        round_ = self.next_round(1)
+        return round_[0] if round_ else None
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """The verdict of the candidate ``next_candidate`` returned last."""
+        self.take_round([candidate], [verdict])
+
+    def next_round(self, k: int) -> List[Candidate]:
+        """The next gate's candidate alone, else up to ``k`` of the search's (``propose(k)``), else the
+        gates after the search."""
+        self._round = []
         while True:
             if self.gates:
                 self._gate = self.gates[0]
-                return self._gate.make()
+                self._made = None
+                made = self._gate.make()
+                self._gate_units = self._made  # None: a gate whose candidate is no unit set (reduce's original)
+                return [made]
             self._gate = None
             if self.final is not None:
-                return None
-            units = self.search.next()
-            if units is not None:
-                return self.candidate(units, self.search.label(self.noun))
+                return []
+            sets = self.search.propose(k)
+            if sets:
+                self._round = sets
+                return [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
             result = self.search.result
             self.final = result if result is not None else self.universe
             gate = self.after_search()
             if gate is None:
-                return None
+                return []
             self.gates.append(gate)
 
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """A gate's verdict goes to its handler when unexpected; a search candidate's to the search."""
-        if self._pending is not None and "outputs" in verdict.details:
-            self._outputs[self._pending] = verdict.details["outputs"]
+    def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
+        """A gate's verdict goes to its handler when unexpected; a search round's to the search."""
         if self._gate is not None:
             gate = self.gates.popleft()
+            verdict = verdicts[0]
+            assert verdict is not None
+            if self._gate_units is not None:
+                self._keep_outputs(self._gate_units, verdict)
             if verdict.passed != gate.expect_pass:
                 gate.otherwise(verdict)
             return
-        assert self._pending is not None
-        self.on_search_verdict(self._pending, verdict)
-        self.search.step(verdict.passed == self.hit_on_pass)
+        for units, verdict in zip(self._round, verdicts):
+            if verdict is not None:
+                self._keep_outputs(units, verdict)
+                self.on_search_verdict(units, verdict)
+        self.search.step_round([None if v is None else v.passed == self.hit_on_pass for v in verdicts])
+
+    def settled(self, verdicts: Sequence[Optional[Verdict]]) -> bool:
+        """The search's ``settled`` (a gate is a round of one)."""
+        if self._gate is not None:
+            return False
+        return self.search.settled([None if v is None else v.passed == self.hit_on_pass for v in verdicts])
+
+    def _keep_outputs(self, units: Units, verdict: Verdict) -> None:
+        """Keep a compare check's per-output statistics by unit set (for ``answer_outputs``)."""
+        if "outputs" in verdict.details:
+            self._outputs[units] = verdict.details["outputs"]
 
     def remaining(self) -> Optional[int]:
         """Gates left plus the search's estimate for its current round."""

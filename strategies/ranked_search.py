@@ -179,6 +179,5 @@ class RankedSearch(Generic[T]):
         if self._kind == "dense":
             which = "last-ranked" if position == 0 else f"{position + 1}th from last"
             return f"without the {which} of {len(self.rest)} {noun}s left ({len(self.required)} needed so far)"
-        return (
-            f"round {self.rounds + 1}, ranked prefix {self._round[position] if position < len(self._round) else 0} of {len(self.rest)} + {len(self.required)} needed"
-        )
+        prefix = self._round[position] if position < len(self._round) else 0
+        return f"round {self.rounds + 1}, ranked prefix {prefix} of {len(self.rest)} + {len(self.required)} needed"

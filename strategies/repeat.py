@@ -45,11 +45,8 @@ class RepeatStrategy(UntilStrategy):
             )
         return cls(parsed, ctx)
 
-    def next_candidate(self) -> Optional[Candidate]:
-        """Return run number ``runs + 1`` unless ``until`` was met."""
-        if self.counter.done:
-            return None
-        n = self.counter.runs + 1
+    def make(self, n: int) -> Candidate:
+        """Run number ``n``: the same check again (the model, loaded once, for in-process checkers)."""
         ctx = self.ctx
         return Candidate(
             key=f"run:{n}", label=f"run {n}", info={"run": n}, payload=(lambda: ctx.model) if ctx is not None else None

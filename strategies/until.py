@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from runner.errors import ConfigError
 from strategies.base import Candidate, Strategy, Verdict
@@ -96,7 +97,8 @@ class RunCounter:
 
 class UntilStrategy(Strategy):
     """Base of the repeat-style modes (repeat, build): one candidate per run, counted by a
-    ``RunCounter`` until ``until`` is met; a subclass makes the candidates.
+    ``RunCounter`` until ``until`` is met; a subclass makes the candidates (``make``). With k workers
+    a round holds k runs.
 
     Args:
         until: the stop condition.
@@ -105,9 +107,46 @@ class UntilStrategy(Strategy):
     def __init__(self, until: Until):
         self.counter = RunCounter(until)
 
+    @abc.abstractmethod
+    def make(self, n: int) -> Candidate:
+        """The candidate of run number ``n`` (1-based)."""
+
+    def next_candidate(self) -> Optional[Candidate]:
+        """Run number ``runs + 1``, unless ``until`` was met."""
+        round_ = self.next_round(1)
+        return round_[0] if round_ else None
+
+    def next_round(self, k: int) -> List[Candidate]:
+        """The next ``k`` runs at once (no more than ``until=N`` leaves), unless ``until`` was met."""
+        if self.counter.done:
+            return []
+        left = self.counter.remaining()
+        count = k if left is None else min(k, left)
+        return [self.make(self.counter.runs + i) for i in range(1, count + 1)]
+
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """Count the verdict and decide whether ``until`` is met."""
         self.counter.count(verdict.passed)
+
+    def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
+        """Count the round's verdicts in run order until ``until`` is met (a serial run stops there:
+        the runs after it, checked or cancelled, are not counted)."""
+        for verdict in verdicts:
+            if verdict is None or self.counter.done:
+                return
+            self.counter.count(verdict.passed)
+
+    def settled(self, verdicts: Sequence[Optional[Verdict]]) -> bool:
+        """With ``until=good|bad``: the first such verdict, with every run before it known, ends the run."""
+        wanted = self.counter.until.verdict
+        if wanted is None:
+            return False
+        for verdict in verdicts:
+            if verdict is None:
+                return False
+            if verdict.passed == (wanted == "good"):
+                return True
+        return False
 
     def remaining(self) -> Optional[int]:
         """Runs left for ``until=N``; unknown for good/bad."""

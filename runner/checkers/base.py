@@ -6,6 +6,7 @@ import abc
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from runner.executors.slot import Slot
 from strategies.base import Candidate, Verdict
 
 if TYPE_CHECKING:
@@ -22,11 +23,20 @@ class Checker(abc.ABC):
 
     output_dir: Optional[Path] = None
 
+    #: the checker runs the candidate's in-memory model (``Candidate.payload``): a parallel run builds
+    #: it before the check, in the runner's thread
+    uses_payload = False
+
+    #: several checks may run at once (``executor.workers`` > 1); False for a checker that asks a person
+    concurrent = True
+
     def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 
     @abc.abstractmethod
-    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
         """Check one candidate.
 
         Args:
@@ -34,6 +44,9 @@ class Checker(abc.ABC):
                 write one itself); None only when a caller has no path at all.
             iteration: the 1-based iteration number.
             candidate: the candidate (its ``payload`` may hold an in-memory model).
+            slot: where the check runs (worker, GPU, cancel flag), or None in a serial run's own
+                thread. A checker that runs a program gives it ``slot.env()`` and stops it, raising
+                ``runner.executors.slot.CheckCancelled``, once ``slot.cancelled()``.
 
         Returns:
             The verdict; ``passed`` is False when the candidate shows the failure.

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
@@ -18,6 +19,7 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 from runner.artifacts import unique_path
 from runner.checkers.base import Checker
 from runner.errors import CheckError, CheckStartError, ConfigError
+from runner.executors.slot import CheckCancelled, Slot
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,9 @@ class CommandChecker(Checker):
 
     ``{artifact}`` in any argument is replaced by the iteration artifact's path, which is also in
     the environment as ``RUNNER_ARTIFACT`` (and the iteration number as ``RUNNER_ITERATION``).
+    ``{worker}`` is replaced by the check's worker slot (``RUNNER_WORKER``; 0 in a serial run), so
+    checks that run at once can write files of their own; ``executor.gpus`` sets
+    ``CUDA_VISIBLE_DEVICES``.
 
     Verdict rules (Polygraphy's): an exit code in ``ignore_fail_codes`` passes. With
     ``fail_codes``, only those codes fail (and, with ``fail_regex`` too, only when the output
@@ -107,7 +112,9 @@ class CommandChecker(Checker):
             return failed and matched if matched is not None else failed
         return returncode != 0 if matched is None else matched
 
-    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
         """Run the command once; see the class docstring for how the verdict is decided.
 
         The verdict is taken when the command's main process exits: its output goes to a file
@@ -120,8 +127,11 @@ class CommandChecker(Checker):
             KeyboardInterrupt: re-raised after killing the command's process group.
         """
         path = str(artifact) if artifact is not None else ""
-        argv = [a.replace("{artifact}", path) for a in self.argv]
-        env = dict(os.environ, RUNNER_ARTIFACT=path, RUNNER_ITERATION=str(iteration))
+        worker = str(slot.worker) if slot is not None else "0"
+        argv = [a.replace("{artifact}", path).replace("{worker}", worker) for a in self.argv]
+        env = dict(os.environ, RUNNER_ARTIFACT=path, RUNNER_ITERATION=str(iteration), RUNNER_WORKER=worker)
+        if slot is not None:
+            env.update(slot.env())
         log.debug("Running check: %s", shlex.join(argv))
         with _output_file(self.output_dir, iteration) as (out, out_path):
             try:
@@ -134,11 +144,10 @@ class CommandChecker(Checker):
                 ) from None
             timed_out = False
             try:
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                proc.wait()
+                timed_out = not _wait(proc, self.timeout_s, slot)
+                if timed_out:
+                    _kill_group(proc)
+                    proc.wait()
             except BaseException:
                 _kill_group(proc)
                 proc.wait()
@@ -245,6 +254,32 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _wait(proc: subprocess.Popen, timeout_s: Optional[float], slot: Optional[Slot]) -> bool:
+    """Wait for the check's process: True when it exited, False after ``timeout_s`` seconds.
+
+    Raises:
+        CheckCancelled: the slot was cancelled while it ran (the caller kills the process group).
+    """
+    if slot is None or slot.cancel is None:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        step = slot.poll_s if deadline is None else max(min(slot.poll_s, deadline - time.monotonic()), 0.0)
+        try:
+            proc.wait(timeout=step)
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        if slot.cancelled():
+            raise CheckCancelled(f"check process {proc.pid} cancelled")
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -20,6 +20,7 @@ from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
+from runner.executors.slot import Slot
 from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
@@ -135,6 +136,8 @@ class CompareChecker(Checker):
         self.samples: List[Dict[str, np.ndarray]] = []
         self._warned = False
 
+    uses_payload = True
+
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the
         reference run of each sample.
@@ -184,7 +187,9 @@ class CompareChecker(Checker):
         finally:
             reference.close()
 
-    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
         """Run the candidate (its in-memory model, else the artifact file) on every sample and
         compare; it passes only if every sample passes (checking stops at the first that fails).
 

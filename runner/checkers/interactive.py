@@ -8,6 +8,7 @@ from typing import Optional, TextIO
 
 from runner.checkers.base import Checker
 from runner.errors import CheckStartError
+from runner.executors.slot import Slot
 from strategies.base import Candidate, Verdict
 
 
@@ -31,7 +32,11 @@ class InteractiveChecker(Checker):
                 "run in a terminal or use checker=command 'checker.cmd=\"...\"'"
             )
 
-    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    concurrent = False  # one question at a time
+
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
         """Ask until the answer is y/yes or n/no; end of input raises CheckStartError."""
         where = f" ({artifact})" if artifact is not None else ""
         while True:

@@ -10,6 +10,7 @@ from hydra.utils import get_method
 
 from runner.checkers.base import Checker
 from runner.errors import CheckStartError
+from runner.executors.slot import Slot
 from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ class PythonChecker(Checker):
         self.target = target
         self.args = [str(a) for a in args]
 
-    def check(self, artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
         """Call the function once with the artifact's path as a string."""
         try:
             ok = self.fn(str(artifact) if artifact is not None else None, *self.args)

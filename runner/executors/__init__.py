@@ -1,0 +1,3 @@
+"""Where checks run: one after another in the runner (``serial``), several at once on this machine
+(``local``), or as tasks on a Dask distributed cluster (``dask``). One module per executor; the
+shared interface and the check task are in ``base``, a running check's slot in ``slot``."""

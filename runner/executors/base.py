@@ -1,0 +1,115 @@
+"""The executor interface and the check task every executor runs.
+
+An executor runs ``run_check`` for each candidate of a round and reports the checks as they end;
+the lifecycle (``statemachine/lifecycle.py``) owns rounds, sorting and the replay. Executors hand
+out futures: ``concurrent.futures.Future`` on this machine, ``distributed.Future`` on a cluster.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+from pathlib import Path
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+
+from runner.errors import ConfigError
+from runner.executors.slot import CheckCancelled, Slot, set_current
+from strategies.base import Candidate, Verdict
+
+
+def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:
+    """The task of one check: write the artifact when the candidate writes it in its check (a
+    TensorRT build), then ``checker.check`` it, with ``slot`` as this thread's current slot.
+
+    Args:
+        checker: a ``runner.checkers.base.Checker``.
+        artifact: the slot's iteration artifact path.
+        iteration: the 1-based iteration number.
+        candidate: the candidate (``payload`` already built when the check runs elsewhere).
+        slot: the check's slot (worker, GPU, cancel flag).
+
+    Returns:
+        The verdict.
+
+    Raises:
+        CheckCancelled: the slot was cancelled before or during the check.
+        Whatever the checker raises (a RunnerError stops the run).
+    """
+    set_current(slot)
+    try:
+        if slot.cancelled():
+            raise CheckCancelled(f"iteration {iteration}")
+        if candidate.write_in_check and candidate.write is not None:
+            Path(artifact).parent.mkdir(parents=True, exist_ok=True)
+            candidate.write(Path(artifact))
+        return checker.check(artifact, iteration, candidate, slot=slot)
+    finally:
+        set_current(None)
+
+
+class Executor(abc.ABC):
+    """Runs checks: ``workers`` at once.
+
+    Args:
+        workers: checks at once (>= 1).
+        gpus: GPU ids; each running check gets one (``CUDA_VISIBLE_DEVICES``), so ``workers``
+            may not exceed their number. Empty: checks see every GPU.
+
+    Attributes:
+        name: the executor's name for the summary ("serial", "local", "dask").
+
+    Raises:
+        ConfigError: ``workers`` < 1, or more workers than GPUs.
+    """
+
+    name = ""
+    #: seconds between looks at a cancel flag while a command check runs
+    poll_s = 0.1
+
+    def __init__(self, workers: int = 1, gpus: Optional[Sequence[Any]] = None):
+        self.gpus: List[str] = [str(g) for g in (gpus or [])]
+        if workers is None:
+            workers = len(self.gpus) or 1
+        if int(workers) < 1:
+            raise ConfigError(f"executor.workers={workers} must be 1 or more checks at once")
+        if self.gpus and int(workers) > len(self.gpus):
+            raise ConfigError(
+                f"executor.workers={workers} with {len(self.gpus)} GPUs (executor.gpus): each running check gets "
+                f"one GPU; set executor.workers={len(self.gpus)} or fewer, or list more GPUs"
+            )
+        self.workers = int(workers)
+
+    def slot(self, worker: int, iteration: int) -> Slot:
+        """The slot of the check of ``iteration`` on worker ``worker`` (0-based)."""
+        gpu = self.gpus[worker] if self.gpus else None
+        return Slot(worker, gpu, self.cancel_flag(iteration), self.poll_s)
+
+    def cancel_flag(self, iteration: int) -> Any:
+        """A fresh flag that cancels one check (None: checks are not cancelled this way)."""
+        return None
+
+    def share(self, obj: Any) -> Any:
+        """What to pass to ``submit`` for an object every check uses (the checker); itself here."""
+        return obj
+
+    def ship(self, candidate: Candidate) -> Candidate:
+        """The candidate as a check task receives it (here: itself)."""
+        return candidate
+
+    @abc.abstractmethod
+    def submit(self, fn: Callable[..., Verdict], *args: Any) -> Any:
+        """Start ``fn(*args)``; return its future."""
+
+    def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
+        """Wait up to ``timeout_s`` seconds for the first of ``futures`` to end: ``(done, not_done)``."""
+        done, not_done = concurrent.futures.wait(
+            list(futures), timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        return set(done), set(not_done)
+
+    def cancel(self, future: Any) -> None:
+        """Drop a future that has not started (a started check stops by its cancel flag)."""
+        future.cancel()
+
+    def close(self) -> None:
+        """Release threads or the cluster connection."""

@@ -1,0 +1,119 @@
+"""``executor=dask``: checks as tasks on an existing Dask distributed cluster (optional ``dask`` extra).
+
+``executor.address=tcp://HOST:8786`` names the scheduler (``dask scheduler``, or dask-jobqueue's
+SLURM/PBS clusters). The checker is scattered to every worker once; each check is one task
+(``runner.executors.base.run_check``) and its future. In-process checks (``checker=compare``)
+receive the candidate's model with the task. Command checks run on the worker, so the run
+directory (the iteration artifacts, ``checks/``, ``artifacts.paths``) must be on a file system the
+workers share. A cancelled check stops by a cluster-wide ``distributed.Event``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
+
+import onnx
+
+from runner.errors import ConfigError, MissingExtraError
+from runner.executors.base import Executor
+from strategies.base import Candidate, Verdict
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shipped:
+    """A candidate's model, built before the task is sent: the payload a check task calls."""
+
+    model: onnx.ModelProto
+
+    def __call__(self) -> onnx.ModelProto:
+        return self.model
+
+
+class DaskExecutor(Executor):
+    """Connects to the scheduler at ``address``; ``workers`` checks at once (default: every worker
+    thread of the cluster).
+
+    Args:
+        address: the scheduler's address, e.g. ``tcp://10.0.0.5:8786``.
+        workers: checks at once; None: the cluster's worker threads when connecting.
+        gpus: as ``Executor``'s (the workers' own GPU ids).
+        timeout_s: seconds to wait for the scheduler.
+
+    Raises:
+        MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
+        ConfigError: no address, the scheduler cannot be reached, or the cluster has no workers.
+    """
+
+    name = "dask"
+    poll_s = 1.0  # each look asks the scheduler
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        workers: Optional[int] = None,
+        gpus: Optional[Sequence[Any]] = None,
+        timeout_s: float = 30.0,
+        **unused: Any,
+    ):
+        try:
+            import distributed
+        except ImportError:
+            raise MissingExtraError("distributed", "dask", "executor=dask") from None
+        if not address:
+            raise ConfigError("executor=dask needs executor.address=tcp://HOST:8786 (the Dask scheduler's address)")
+        self.distributed = distributed
+        try:
+            self.client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise ConfigError(
+                f"executor.address={address}: cannot reach a Dask scheduler ({str(e).splitlines()[0][:200]}); "
+                "start one (dask scheduler; dask worker ADDRESS) or fix the address"
+            ) from None
+        threads = sum(self.client.nthreads().values())
+        if threads == 0:
+            self.client.close()
+            raise ConfigError(
+                f"executor.address={address}: the Dask cluster has no workers; start some with dask worker"
+            )
+        super().__init__(workers if workers is not None else threads, gpus)
+        self.run_id = uuid.uuid4().hex[:12]
+        log.info("Dask cluster at %s: %d worker threads, %d checks at once", address, threads, self.workers)
+
+    def cancel_flag(self, iteration: int) -> Any:
+        """A ``distributed.Event`` named after this run and the iteration."""
+        return self.distributed.Event(f"runner-{self.run_id}-cancel-{iteration}", client=self.client)
+
+    def share(self, obj: Any) -> Any:
+        """Scatter ``obj`` to every worker once; tasks receive it by reference."""
+        return self.client.scatter(obj, broadcast=True, hash=False)
+
+    def ship(self, candidate: Candidate) -> Candidate:
+        """The candidate with its model built here (a task cannot call back into the strategy) and no writer."""
+        if candidate.write_in_check:
+            raise ConfigError(
+                "this mode's candidates are built in the check (TensorRT engines) on this machine; "
+                "use executor=local executor.gpus=[...] instead of executor=dask"
+            )
+        payload = Shipped(candidate.payload()) if candidate.payload is not None else None
+        return dataclasses.replace(candidate, write=None, payload=payload)
+
+    def submit(self, fn: Callable[..., Verdict], *args: Any) -> Any:
+        """Submit ``fn(*args)`` as a task (never cached: ``pure=False``)."""
+        return self.client.submit(fn, *args, pure=False)
+
+    def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
+        """``distributed.wait`` for the first to end."""
+        try:
+            done, not_done = self.distributed.wait(list(futures), timeout=timeout_s, return_when="FIRST_COMPLETED")
+        except (TimeoutError, self.distributed.TimeoutError):
+            return set(), set(futures)
+        return set(done), set(not_done)
+
+    def close(self) -> None:
+        """Close the connection (the cluster keeps running)."""
+        self.client.close()

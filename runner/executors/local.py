@@ -1,0 +1,38 @@
+"""``executor=local``: ``executor.workers`` checks at once on this machine, one thread each.
+
+Threads suffice: a command check waits on its process, and ONNX Runtime releases the GIL while
+it runs. Each running check may get its own GPU (``executor.gpus``) through ``CUDA_VISIBLE_DEVICES``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from typing import Any, Callable, Optional, Sequence
+
+from runner.executors.base import Executor
+from strategies.base import Verdict
+
+
+class LocalExecutor(Executor):
+    """A thread pool of ``workers`` threads (see ``Executor`` for the arguments and errors);
+    ``workers`` defaults to the number of GPUs given, else this machine's cores."""
+
+    name = "local"
+
+    def __init__(self, workers: Optional[int] = None, gpus: Optional[Sequence[Any]] = None, **unused: Any):
+        super().__init__(workers if workers is not None else (len(gpus or []) or os.cpu_count() or 1), gpus)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="check")
+
+    def cancel_flag(self, iteration: int) -> threading.Event:
+        """A ``threading.Event``."""
+        return threading.Event()
+
+    def submit(self, fn: Callable[..., Verdict], *args: Any) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` on a pool thread."""
+        return self.pool.submit(fn, *args)
+
+    def close(self) -> None:
+        """Wait for the pool's threads (their checks were cancelled or have ended)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,25 @@
+"""``executor=serial``: one check at a time in the runner's own thread (the default)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any, Callable
+
+from runner.executors.base import Executor
+from strategies.base import Verdict
+
+
+class SerialExecutor(Executor):
+    """Runs each check when it is submitted, in the calling thread: Ctrl-C interrupts the check
+    itself, and whatever the check raises propagates from ``submit``."""
+
+    name = "serial"
+
+    def __init__(self, **unused: Any):
+        super().__init__(1)
+
+    def submit(self, fn: Callable[..., Verdict], *args: Any) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` now; return a finished future holding its verdict."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(fn(*args))
+        return future

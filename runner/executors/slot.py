@@ -1,0 +1,81 @@
+"""A running check's slot: which worker runs it, its GPU, and the flag that cancels it.
+
+A command check learns its slot from ``RUNNER_WORKER`` (and ``CUDA_VISIBLE_DEVICES`` for its GPU);
+in-process code (a TensorRT build, a checker) asks ``current()``, set for the thread running the check.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Protocol
+
+
+class CancelFlag(Protocol):
+    """What cancels a running check: ``threading.Event``, or ``distributed.Event`` on a cluster."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> Any: ...
+
+
+class CheckCancelled(Exception):
+    """Raised by a check whose slot was cancelled (Ctrl-C, or its round no longer needs it)."""
+
+
+@dataclass
+class Slot:
+    """Where one check runs.
+
+    Attributes:
+        worker: the worker's index, 0-based (``RUNNER_WORKER``, ``{worker}`` in paths and commands).
+        gpu: the GPU the check may use (``CUDA_VISIBLE_DEVICES``), or None to leave it as it is.
+        cancel: set to cancel the check; None when it cannot be cancelled (a serial check, which
+            Ctrl-C interrupts directly).
+        poll_s: seconds between looks at ``cancel`` while a command runs.
+    """
+
+    worker: int = 0
+    gpu: Optional[str] = None
+    cancel: Optional[CancelFlag] = field(default=None, compare=False)
+    poll_s: float = 0.1
+
+    def env(self) -> Dict[str, str]:
+        """The environment a check's command gets: ``RUNNER_WORKER`` and, with a GPU, ``CUDA_VISIBLE_DEVICES``."""
+        env = {"RUNNER_WORKER": str(self.worker)}
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        return env
+
+    def cancelled(self) -> bool:
+        """True once the check should stop."""
+        return self.cancel is not None and self.cancel.is_set()
+
+
+def worker_path(path: Path, worker: int, workers: int) -> Path:
+    """The path a check in slot ``worker`` uses for ``path``: ``{worker}`` in it becomes the index;
+    without one, a run of several workers puts ``_w<index>`` before the suffix (``a.onnx`` ->
+    ``a_w2.onnx``), and a serial run keeps ``path``."""
+    text = str(path)
+    if "{worker}" in text:
+        return Path(text.replace("{worker}", str(worker)))
+    if workers <= 1:
+        return Path(path)
+    name = Path(path).name
+    stem, dot, suffix = name.partition(".") if not name.startswith(".") else (name, "", "")
+    return Path(path).with_name(f"{stem}_w{worker}{dot}{suffix}")
+
+
+_current = threading.local()
+
+
+def current() -> Slot:
+    """The slot of the check running in this thread (worker 0 outside any check)."""
+    slot = getattr(_current, "slot", None)
+    return slot if slot is not None else Slot()
+
+
+def set_current(slot: Optional[Slot]) -> None:
+    """Make ``slot`` the current slot of this thread (None: none)."""
+    _current.slot = slot
