@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
@@ -120,7 +120,7 @@ def _check_parallel(executor: Executor, checker: Checker, artifact_paths: List[s
     if executor.workers <= 1:
         return
     if not checker.concurrent:
-        raise ConfigError(f"checker=interactive asks one question at a time; use executor=serial, not {executor.name}")
+        raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
     shared = [p for p in artifact_paths if "{worker}" not in p]
     if shared:
         raise ConfigError(
@@ -216,6 +216,8 @@ def run(cfg: DictConfig) -> int:
             if mode_uses(cfg.mode.name, "executor"):
                 executor = _build_executor(cfg)
                 ctx.workers = executor.workers
+                if executor.workers > 1 and not getattr(get_class(cfg.checker._target_), "concurrent", True):
+                    raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
             if cfg.mode.get("takes_checker"):
                 checker = _build_checker(cfg)
             strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg), checker)

@@ -234,7 +234,8 @@ class Lifecycle:
                 args = (self._checker_handle, pending.artifact, pending.iteration, shipped, pending.slot)
                 future = self.executor.submit(run_check, *args)
                 futures[future] = pending
-                self._progress(len(futures))
+                if parallel:
+                    self._progress(len(futures))
             running = set(futures)
             while running:
                 done, running = self.executor.wait(running, self.WAIT_S)
@@ -242,7 +243,9 @@ class Lifecycle:
                     self._finished(futures[future], future)
                 if running and self.strategy.settled([p.verdict for p in self.round]):
                     self._cancel(running, futures, "its round no longer needs it")
-                self._progress(len(running))
+                    running = set()
+                if parallel and done:
+                    self._progress(len(running))
         except BaseException:
             self._cancel({f for f in futures if not f.done()}, futures, "the run stops")
             self._salvage(futures)

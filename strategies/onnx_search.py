@@ -85,10 +85,10 @@ class OnnxSearchStrategy(Strategy):
         self.fingerprint = model_fingerprint
         self.gates: Deque[Gate] = deque()
         self.final: Optional[Units] = None
-        self._gate: Optional[Gate] = None
+        self._round_gates: List[Gate] = []  # the gates of the last round (first in it)
+        self._gate_units: List[Optional[Units]] = []
         self._round: List[Units] = []  # the unit sets of the last round (a gate's alone)
         self._made: Optional[Units] = None  # the unit set of the candidate made last
-        self._gate_units: Optional[Units] = None
         #: per-output statistics of each in-process check (checker=compare), by unit set
         self._outputs: Dict[Units, Any] = {}
 
@@ -159,50 +159,54 @@ class OnnxSearchStrategy(Strategy):
         self.take_round([candidate], [verdict])
 
     def next_round(self, k: int) -> List[Candidate]:
-        """The next gate's candidate alone, else up to ``k`` of the search's (``propose(k)``), else the
-        gates after the search."""
-        self._round = []
+        """The queued gates (up to ``k``), with the search's next sets in the slots left while the
+        search is on (``propose``: they assume every gate gives its expected verdict); else up to
+        ``k`` of the search's sets; else the gates after the search."""
+        self._round, self._round_gates, self._gate_units = [], [], []
         while True:
-            if self.gates:
-                self._gate = self.gates[0]
+            made: List[Candidate] = []
+            for gate in list(self.gates)[:k]:
                 self._made = None
-                made = self._gate.make()
-                self._gate_units = self._made  # None: a gate whose candidate is no unit set (reduce's original)
-                return [made]
-            self._gate = None
+                made.append(gate.make())
+                self._round_gates.append(gate)
+                self._gate_units.append(self._made)  # None: a gate whose candidate is no unit set (reduce's original)
             if self.final is not None:
-                return []
-            sets = self.search.propose(k)
-            if sets:
+                return made
+            sets = self.search.propose(k - len(made)) if len(made) < k else []
+            if sets or made:
                 self._round = sets
-                return [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
+                return made + [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
             result = self.search.result
             self.final = result if result is not None else self.universe
-            gate = self.after_search()
-            if gate is None:
+            after = self.after_search()
+            if after is None:
                 return []
-            self.gates.append(gate)
+            self.gates.append(after)
 
     def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
-        """A gate's verdict goes to its handler when unexpected; a search round's to the search."""
-        if self._gate is not None:
-            gate = self.gates.popleft()
-            verdict = verdicts[0]
-            assert verdict is not None
-            if self._gate_units is not None:
-                self._keep_outputs(self._gate_units, verdict)
+        """Gates' verdicts first, in order: an unexpected one goes to its handler, and the rest of
+        the round (which assumed it) is dropped, to be proposed again; then the search's verdicts."""
+        gates = len(self._round_gates)
+        for gate, units, verdict in zip(self._round_gates, self._gate_units, verdicts):
+            assert verdict is not None, "a round with gates is never settled early"
+            self.gates.popleft()
+            if units is not None:
+                self._keep_outputs(units, verdict)
             if verdict.passed != gate.expect_pass:
                 gate.otherwise(verdict)
+                return
+        searched = verdicts[gates:]
+        if not self._round:
             return
-        for units, verdict in zip(self._round, verdicts):
+        for units, verdict in zip(self._round, searched):
             if verdict is not None:
                 self._keep_outputs(units, verdict)
                 self.on_search_verdict(units, verdict)
-        self.search.step_round([None if v is None else v.passed == self.hit_on_pass for v in verdicts])
+        self.search.step_round([None if v is None else v.passed == self.hit_on_pass for v in searched])
 
     def settled(self, verdicts: Sequence[Optional[Verdict]]) -> bool:
-        """The search's ``settled`` (a gate is a round of one)."""
-        if self._gate is not None:
+        """The search's ``settled``; never while a gate is in the round."""
+        if self._round_gates:
             return False
         return self.search.settled([None if v is None else v.passed == self.hit_on_pass for v in verdicts])
 

@@ -35,8 +35,9 @@ class EmulationBackend(Backend):
 
     def prepare(self, model: onnx.ModelProto, key: Optional[str]) -> Tuple[onnx.ModelProto, List[str], List[str]]:
         """The rewritten model and its low-precision inputs and outputs (cached by key)."""
-        if key is not None and key in self._rewritten:
-            return self._rewritten[key]
+        cached = self._rewritten.get(key) if key is not None else None  # one read: another thread may replace it
+        if cached is not None:
+            return cached
         rewritten, low_in, low_out, _ = emulate_low_precision(model)
         entry = (rewritten, low_in, low_out)
         if key is not None:

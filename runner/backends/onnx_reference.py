@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -42,8 +42,7 @@ class OnnxReferenceBackend(Backend):
     name = "onnx_reference"
 
     def __init__(self) -> None:
-        self._key: Optional[str] = None
-        self._evaluator: Optional[ReferenceEvaluator] = None
+        self._cached: Tuple[Optional[str], Optional[ReferenceEvaluator]] = (None, None)
 
     def run(
         self,
@@ -54,14 +53,15 @@ class OnnxReferenceBackend(Backend):
     ) -> Dict[str, np.ndarray]:
         """Run once; ``outputs`` may name intermediate tensors."""
         try:
-            if key is None or key != self._key or self._evaluator is None:
+            cached_key, evaluator = self._cached  # one read: checks of a parallel run share it
+            if key is None or key != cached_key or evaluator is None:
                 single_output_bn = all(
                     len(n.output) == 1 for n in model.graph.node if n.op_type == "BatchNormalization"
                 )
-                self._evaluator = ReferenceEvaluator(model, new_ops=[BatchNormalization] if single_output_bn else None)
-                self._key = key
-            names = list(outputs) if outputs is not None else list(self._evaluator.output_names)
-            got = self._evaluator.run(names, dict(feeds))
+                evaluator = ReferenceEvaluator(model, new_ops=[BatchNormalization] if single_output_bn else None)
+                self._cached = (key, evaluator)
+            names = list(outputs) if outputs is not None else list(evaluator.output_names)
+            got = evaluator.run(names, dict(feeds))
         except Exception as e:  # the evaluator raises many types
             raise ModelError(
                 "the ONNX reference evaluator cannot run the model: "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -55,17 +56,30 @@ class OnnxRuntimeBackend(Backend):
         self.level = LEVELS[graph_optimization_level]
         self.cache_size = cache_size
         self._sessions: OrderedDict[str, ort.InferenceSession] = OrderedDict()
+        self._lock = threading.Lock()  # checks of a parallel run share the cache
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickled without its sessions (a Dask worker makes its own)."""
+        state = dict(self.__dict__)
+        state["_sessions"], state["_lock"] = OrderedDict(), None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def session(self, model: onnx.ModelProto, key: Optional[str]) -> ort.InferenceSession:
-        """A (cached) session for ``model``."""
-        if key is not None and key in self._sessions:
-            self._sessions.move_to_end(key)
-            return self._sessions[key]
+        """A (cached) session for ``model``; safe to call from several threads."""
+        with self._lock:
+            if key is not None and key in self._sessions:
+                self._sessions.move_to_end(key)
+                return self._sessions[key]
         sess = session_for(model, self.providers, self.level)
         if key is not None:
-            self._sessions[key] = sess
-            while len(self._sessions) > self.cache_size:
-                self._sessions.popitem(last=False)
+            with self._lock:
+                self._sessions[key] = sess
+                while len(self._sessions) > self.cache_size:
+                    self._sessions.popitem(last=False)
         return sess
 
     def run(
@@ -90,4 +104,5 @@ class OnnxRuntimeBackend(Backend):
 
     def close(self) -> None:
         """Drop cached sessions."""
-        self._sessions.clear()
+        with self._lock:
+            self._sessions.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
@@ -107,12 +108,15 @@ class DaskExecutor(Executor):
         return self.client.submit(fn, *args, pure=False)
 
     def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
-        """``distributed.wait`` for the first to end."""
-        try:
-            done, not_done = self.distributed.wait(list(futures), timeout=timeout_s, return_when="FIRST_COMPLETED")
-        except (TimeoutError, self.distributed.TimeoutError):
-            return set(), set(futures)
-        return set(done), set(not_done)
+        """Look at the futures every 50 ms until one has ended or ``timeout_s`` seconds passed
+        (``distributed.wait`` would need this client as the process's default client)."""
+        pending = set(futures)
+        end = time.monotonic() + timeout_s
+        while True:
+            done = {f for f in pending if f.done()}
+            if done or time.monotonic() >= end:
+                return done, pending - done
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Close the connection (the cluster keeps running)."""

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+from runner.errors import ConfigError
 from runner.executors.base import Executor
 from strategies.base import Verdict
 
 
 class SerialExecutor(Executor):
     """Runs each check when it is submitted, in the calling thread: Ctrl-C interrupts the check
-    itself, and whatever the check raises propagates from ``submit``."""
+    itself, and whatever the check raises propagates from ``submit``.
+
+    Raises:
+        ConfigError: ``workers`` other than 1 (several checks at once need ``executor=local``).
+    """
 
     name = "serial"
 
-    def __init__(self, **unused: Any):
+    def __init__(self, workers: Optional[int] = None, **unused: Any):
+        if workers not in (None, 1):
+            raise ConfigError(f"executor.workers={workers} runs checks at once: add executor=local (or executor=dask)")
         super().__init__(1)
 
     def submit(self, fn: Callable[..., Verdict], *args: Any) -> concurrent.futures.Future:

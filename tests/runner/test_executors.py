@@ -1,0 +1,220 @@
+"""Parallel checks (issue 13): ``executor=local`` and ``executor=dask`` give the serial answer in fewer
+rounds, record every check, cancel what a round no longer needs and everything on Ctrl-C, and resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+
+from tests.helpers.checks import python_check
+from tests.helpers.cli import alive, check_cmd, one_line_error, write_script
+from tests.helpers.models import overflow_model
+
+LOCAL4 = ["executor=local", "executor.workers=4"]
+
+
+def _reduced(r) -> list:
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.summary["reduced_nodes"]
+
+
+@pytest.mark.parametrize("marker", ["bisect", "linear", "minimal"])
+def test_local_reduce_gives_the_serial_answer_in_fewer_rounds(run, chain, marker):
+    args = ["mode=reduce", f"model={chain}", f"marker={marker}", *python_check("n2", "n5")]
+    serial = run(*args)
+    parallel = run(*args, *LOCAL4)
+    assert _reduced(parallel) == _reduced(serial)
+    s = parallel.summary
+    assert s["executor"] == "local" and s["workers"] == 4
+    assert s["rounds"] < serial.summary["rounds"] == serial.summary["checks"]
+    # every check that ended is in the replay; the cancelled ones are counted apart
+    assert len(parallel.replay["iterations"]) == s["checks"] - s.get("cancelled", 0)
+
+
+@pytest.mark.parametrize("marker", ["bisect", "minimal"])
+def test_local_precision_with_the_compare_checker_gives_the_serial_answer(run, tmp_path, marker):
+    """In-process compare checks on threads (shared ONNX Runtime session cache) keep the same nodes."""
+    path = tmp_path / "overflow.onnx"
+    onnx.save(overflow_model(), path)
+    args = ["mode=precision", f"model={path}", f"marker={marker}", "checker=compare", "checker.backend=fp16_emulation"]
+    serial = run(*args)
+    parallel = run(*args, *LOCAL4)
+    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr[-3000:]
+    assert parallel.summary["kept_nodes"] == serial.summary["kept_nodes"]
+    assert parallel.summary["rounds"] <= serial.summary["rounds"]
+
+
+def test_repeat_until_bad_cancels_the_rest_of_its_round(run, tmp_path):
+    """Runs 4-6 share a round; run 5 fails, so run 6 (which would sleep a minute) is cancelled and killed."""
+    script = write_script(
+        tmp_path / "flaky.py",
+        "import os, sys, time\n"
+        "n = os.environ['RUNNER_ITERATION']\n"
+        "open(os.path.join(sys.argv[1], 'pid' + n), 'w').write(str(os.getpid()))\n"
+        "if n == '6': time.sleep(60)\n"
+        "sys.exit(1 if n == '5' else 0)\n",
+    )
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    started = time.monotonic()
+    r = run("mode=repeat", "until=bad", check_cmd(script, str(pids)), "executor=local", "executor.workers=3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.monotonic() - started < 30
+    s = r.summary
+    assert (s["runs"], s["good"], s["bad"]) == (5, 4, 1)
+    assert s["checks"] == 6 and s["cancelled"] == 1 and s["rounds"] == 2
+    assert [e["iteration"] for e in r.replay["iterations"]] == [1, 2, 3, 4, 5]
+    assert not alive(int((pids / "pid6").read_text()))
+
+
+def test_each_worker_writes_its_own_artifacts(run, tmp_path):
+    """``{worker}`` in artifacts.paths and checker.cmd: every check's file is sorted, none overwritten."""
+    script = write_script(
+        tmp_path / "writes.py",
+        "import os, sys\n"
+        "open(sys.argv[1], 'w').write(os.environ['RUNNER_ITERATION'] + ' ' + os.environ['RUNNER_WORKER'])\n",
+    )
+    art = tmp_path / "art"
+    r = run(
+        "mode=repeat",
+        "until=6",
+        check_cmd(script, str(tmp_path / "out_{worker}.txt")),
+        f"artifacts.paths=['{tmp_path / 'out_{worker}.txt'}']",
+        f"artifacts.dir={art}",
+        *LOCAL4,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    kept = sorted(p.read_text() for p in (art / "good").iterdir())
+    assert sorted(int(k.split()[0]) for k in kept) == [1, 2, 3, 4, 5, 6]
+    assert {k.split()[1] for k in kept} <= {"0", "1", "2", "3"}
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["executor.workers=3"], ["executor.workers=3", "executor=local"]),
+        (["checker=interactive", *LOCAL4], ["interactive", "executor=serial"]),
+        ([*LOCAL4, "artifacts.paths=[trt.log]"], ["artifacts.paths", "{worker}"]),
+        (["executor=local", "executor.workers=0"], ["executor.workers=0"]),
+        (["executor=local", "executor.workers=3", "executor.gpus=[0,1]"], ["2 GPUs", "executor.workers=2"]),
+        (["executor=dask"], ["executor.address"]),
+        (["executor=dask", "executor.address=tcp://127.0.0.1:9", "executor.timeout_s=1"], ["cannot reach", "Dask"]),
+    ],
+)
+def test_bad_executor_options_are_one_line_errors(run, chain, args, words):
+    check = [] if "checker=interactive" in args else python_check("n2")
+    r = run("mode=reduce", f"model={chain}", *check, *args)
+    one_line_error(r, *words, code=2)
+    assert onnx.load(str(chain)).graph.node  # the model is untouched
+
+
+def test_a_check_gets_its_gpu(run, tmp_path):
+    script = write_script(
+        tmp_path / "gpu.py",
+        "import os, sys\n"
+        "sys.exit(0 if os.environ['CUDA_VISIBLE_DEVICES'] == 'gpu' + os.environ['RUNNER_WORKER'] else 1)\n",
+    )
+    r = run("mode=repeat", "until=4", check_cmd(script), "executor=local", "executor.gpus=[gpu0,gpu1]")
+    assert r.returncode == 0 and r.summary["good"] == 4 and r.summary["workers"] == 2, r.stderr[-2000:]
+
+
+SLOW_CHECK = """
+import os, sys, time
+n = os.environ["RUNNER_ITERATION"]
+open(os.path.join(sys.argv[2], "pid" + n), "w").write(str(os.getpid()))
+time.sleep(float(open(sys.argv[3]).read()))  # a file: the command (the replay identity) stays the same
+names = {x.name for x in __import__("onnx").load(sys.argv[1], load_external_data=False).graph.node}
+sys.exit(1 if {"n2", "n5"} <= names else 0)
+"""
+
+
+def _start(tmp_path: Path, run_dir: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"]
+    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _wait_for(predicate, proc: subprocess.Popen, limit: float = 60) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if predicate():
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the run did not get there")
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run, tmp_path, chain):
+    script = write_script(tmp_path / "slow.py", SLOW_CHECK)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    delay = tmp_path / "delay"
+    reduce = ["mode=reduce", f"model={chain}", "executor=local", "executor.workers=3"]
+    check = check_cmd(script, "{artifact}", str(pids), str(delay))
+    delay.write_text("0")
+    full = run(*reduce, check)
+    for p in pids.glob("pid*"):
+        p.unlink()
+
+    # a slow run: the gates round ends, then Ctrl-C while the next round's three checks run
+    first = tmp_path / "interrupted"
+    delay.write_text("30")
+    proc = _start(tmp_path, first, *reduce, check)
+    _wait_for(lambda: len(list(pids.glob("pid*"))) >= 1, proc)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert json.loads((first / "summary.json").read_text())["status"] == "interrupted"
+    started = [int(p.read_text()) for p in pids.glob("pid*")]
+    assert started and not any(alive(pid) for pid in started)
+
+    # finished checks are kept: stop a quick run mid-way, then resume it
+    second = tmp_path / "stopped"
+    for p in pids.glob("pid*"):
+        p.unlink()
+    delay.write_text("0.4")
+    proc = _start(tmp_path, second, *reduce, check)
+    replay = second / "replay.json"
+    _wait_for(lambda: replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 4, proc)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    done = len(json.loads(replay.read_text())["iterations"])
+    delay.write_text("0")
+    resumed = run(*reduce, check, f"replay.load={replay}")
+    assert _reduced(resumed) == _reduced(full)
+    assert resumed.summary["reused"] >= min(done, 1)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    yield cluster.scheduler_address
+    cluster.close()
+
+
+@pytest.mark.slow
+def test_dask_cluster_gives_the_serial_answer(run, tmp_path, chain, has_nodes_script, dask_cluster):
+    """A LocalCluster of two worker processes: in-process checks (the python checker, the compare
+    checker with its golden values) ship the checker and the candidate; command checks share the disk."""
+    dask = ["executor=dask", f"executor.address={dask_cluster}"]
+    base = ["mode=reduce", f"model={chain}"]
+    for check in (python_check("n2", "n5"), [check_cmd(has_nodes_script, "{artifact}", "n2", "n5")]):
+        serial = run(*base, *check)
+        parallel = run(*base, *check, *dask)
+        assert _reduced(parallel) == _reduced(serial)
+        assert parallel.summary["executor"] == "dask" and parallel.summary["workers"] == 2
+        assert parallel.summary["rounds"] < serial.summary["rounds"]
+
+    path = tmp_path / "overflow.onnx"
+    onnx.save(overflow_model(), path)
+    compare = ["mode=precision", f"model={path}", "checker=compare", "checker.backend=fp16_emulation"]
+    assert run(*compare, *dask).summary["kept_nodes"] == run(*compare).summary["kept_nodes"]
