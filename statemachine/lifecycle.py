@@ -271,7 +271,9 @@ class Lifecycle:
             pending.cancelled = True
             return
         except BaseException as e:
-            if type(e).__name__ == "CancelledError":  # a future dropped before it started
+            # a future dropped before it started: concurrent.futures' or asyncio's CancelledError,
+            # distributed's FutureCancelledError
+            if type(e).__name__.endswith("CancelledError"):
                 pending.cancelled = True
                 return
             raise

@@ -318,7 +318,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             "keep_constant_nodes": self.index.keep_constant_nodes,
             "output": str(self.output),
             "min_good": self.min_good_written,
-            "rounds": self.search.rounds,
+            "search_rounds": self.search.rounds,
             "marker": self.marker_name,
             "reduced_nodes": self.index.describe(sorted(self.final)),
             "reduced_inputs": inputs,
