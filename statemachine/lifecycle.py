@@ -306,7 +306,12 @@ class Lifecycle:
 
     def _salvage(self, futures: Dict[Any, Pending]) -> None:
         """When the run stops mid-round: sort and record the checks that finished (a resumed run reuses them)."""
-        for pending in futures.values():
+        for future, pending in futures.items():
+            if pending.verdict is None and not pending.cancelled and future.done():
+                try:  # a check that ended beside the one that stopped the run, not yet taken
+                    pending.verdict = future.result()
+                except BaseException:
+                    continue
             if pending.verdict is not None and not pending.reused:
                 try:
                     self._sort(pending)
