@@ -3,20 +3,21 @@
 Pure: no I/O, no ONNX, no logging. Polygraphy's precision algorithm (``debug precision``):
 the marker searches 1..n for the shortest prefix ``order[:i]`` that gives the target, knowing
 the whole order does and assuming the empty prefix does not. Same interface as
-``strategies.set_search.SetSearch`` (``propose``, ``step_round``, ``settled``, ``next``, ``step``,
+``strategies.set_search.SetSearch`` (the rounds of ``strategies.search_rounds.RoundSearch``, and
 ``result``, ``remaining``, ``rounds``, ``label``), so a mode holds either one without branching on which.
 """
 
 from __future__ import annotations
 
-from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar
+from typing import Callable, FrozenSet, Hashable, List, Optional, Sequence, TypeVar
 
 from strategies.boundary import BoundaryMarker
+from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
 
 
-class PrefixSearch(Generic[T]):
+class PrefixSearch(RoundSearch[T]):
     """Drives one boundary marker over the prefixes of ``order``.
 
     Args:
@@ -39,7 +40,7 @@ class PrefixSearch(Generic[T]):
         self.required: List[T] = []  # a prefix search names no single needed element
         self._round: List[int] = []
 
-    def propose(self, k: int) -> List[FrozenSet[T]]:
+    def _propose(self, k: int) -> List[FrozenSet[T]]:
         """Up to ``k`` prefixes to test at once (the marker's ``propose(k)``); empty when the search is over."""
         indices = [] if self.done else self.marker.propose(k)
         if not indices:
@@ -56,15 +57,6 @@ class PrefixSearch(Generic[T]):
     def settled(self, hits: Sequence[Optional[bool]]) -> bool:
         """True when the verdicts known so far (None: running) decide the round (the marker's ``settled``)."""
         return self.marker.settled(list(zip(self._round, hits)))
-
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next prefix to test (a round of one), or None when the search is over."""
-        sets = self.propose(1)
-        return sets[0] if sets else None
-
-    def step(self, hit: bool) -> None:
-        """Feed the verdict for the prefix last returned by ``next()``: True when it gave the target."""
-        self.step_round([hit])
 
     @property
     def result(self) -> FrozenSet[T]:

@@ -26,14 +26,15 @@ the final set, so with a monotone target the answer is 1-minimal.
 
 from __future__ import annotations
 
-from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, TypeVar
+from typing import Callable, FrozenSet, Hashable, List, Optional, Sequence, TypeVar
 
 from strategies.boundary import BoundaryMarker
+from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
 
 
-class RankedSearch(Generic[T]):
+class RankedSearch(RoundSearch[T]):
     """Set search over a ranking, with dense rounds where the needed elements sit together.
 
     Args:
@@ -74,18 +75,13 @@ class RankedSearch(Generic[T]):
             return required | frozenset(self.rest[: -1 - index]) | frozenset(self.rest[len(self.rest) - index :])
         return required | frozenset(self.rest[:index])
 
-    def propose(self, k: int) -> List[FrozenSet[T]]:
+    def _propose(self, k: int) -> List[FrozenSet[T]]:
         """Up to ``k`` sets to test at once; empty when the search is over.
 
         A sparse round's sets are the marker's ``propose(k)``; a dense round proposes the next
         ``k`` dense tests, each assuming the ones before it miss (the ``j``-th leaves out the
         ``j``-th last element of the rest), taken in order up to the first that gives the target.
-
-        Raises:
-            ValueError: when ``k`` < 1.
         """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
         self._round = []
         while not self.done:
             if not self.rest:  # R + U = R gave the target (the invariant)
@@ -144,15 +140,6 @@ class RankedSearch(Generic[T]):
                 if hit:
                     return True
         return False
-
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next set to test (a round of one), or None when the search is over."""
-        sets = self.propose(1)
-        return sets[0] if sets else None
-
-    def step(self, hit: bool) -> None:
-        """Feed the verdict for the set last returned by ``next()``: True when it gave the target."""
-        self.step_round([hit])
 
     def _finish_marker(self) -> None:
         assert self._marker is not None

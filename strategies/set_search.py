@@ -22,14 +22,15 @@ set that was tested and gave the target.
 
 from __future__ import annotations
 
-from typing import Callable, FrozenSet, Generic, Hashable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 from strategies.boundary import BoundaryMarker
+from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
 
 
-class SetSearch(Generic[T]):
+class SetSearch(RoundSearch[T]):
     """Drives a marker round by round over a universe of elements.
 
     Args:
@@ -78,18 +79,13 @@ class SetSearch(Generic[T]):
         required = frozenset(self.required)
         return required if kind == "probe" else required | frozenset(self.rest[:index])
 
-    def propose(self, k: int) -> List[FrozenSet[T]]:
+    def _propose(self, k: int) -> List[FrozenSet[T]]:
         """Up to ``k`` sets to test at once; empty when the search is over.
 
         A round's sets are the marker's ``propose`` over the prefixes of the rest; the test of
         the required set alone leads the round and shares it with the marker's first ``k - 1``
         (whose verdicts are dropped when it ends the search).
-
-        Raises:
-            ValueError: when ``k`` < 1.
         """
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
         self._round = []
         while not self.done:
             if self._probing:
@@ -145,15 +141,6 @@ class SetSearch(Generic[T]):
     def _settled(self, pairs: Sequence[Tuple[Tuple[str, int], Optional[bool]]]) -> bool:
         assert self._marker is not None
         return bool(pairs) and self._marker.settled([(index, hit) for (_, index), hit in pairs])
-
-    def next(self) -> Optional[FrozenSet[T]]:
-        """The next set to test (a round of one), or None when the search is over."""
-        sets = self.propose(1)
-        return sets[0] if sets else None
-
-    def step(self, hit: bool) -> None:
-        """Feed the verdict for the set last returned by ``next()``: True when it gave the target."""
-        self.step_round([hit])
 
     def _finish_round(self) -> None:
         assert self._marker is not None
