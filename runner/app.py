@@ -110,17 +110,14 @@ def _build_executor(cfg: DictConfig) -> Executor:
     return executor
 
 
-def _check_parallel(executor: Executor, checker: Checker, artifact_paths: List[str]) -> None:
-    """Refuse what several checks at once cannot do.
+def _check_worker_paths(executor: Executor, artifact_paths: List[str]) -> None:
+    """Refuse ``artifacts.paths`` that several checks at once would write at the same path.
 
     Raises:
-        ConfigError: a checker that asks a person, or ``artifacts.paths`` that every check would
-            write at the same path (no ``{worker}`` in it).
+        ConfigError: with more than one worker, a path without ``{worker}`` in it.
     """
     if executor.workers <= 1:
         return
-    if not checker.concurrent:
-        raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
     shared = [p for p in artifact_paths if "{worker}" not in p]
     if shared:
         raise ConfigError(
@@ -217,6 +214,7 @@ def run(cfg: DictConfig) -> int:
                 executor = _build_executor(cfg)
                 ctx.workers = executor.workers
                 if executor.workers > 1 and not getattr(get_class(cfg.checker._target_), "concurrent", True):
+                    # by its class: the interactive checker asks for a terminal when it is built
                     raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
             if cfg.mode.get("takes_checker"):
                 checker = _build_checker(cfg)
@@ -227,8 +225,8 @@ def run(cfg: DictConfig) -> int:
                 checker.bind(ctx)
             iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
             paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
-            if checker is not None and executor is not None and strategy.needs_checker:
-                _check_parallel(executor, checker, paths)
+            if executor is not None and strategy.needs_checker:
+                _check_worker_paths(executor, paths)
             sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
             progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
             lifecycle = Lifecycle(

@@ -62,6 +62,19 @@ def split_name(name: str) -> tuple[str, str]:
     return name, ""
 
 
+def worker_path(path: Path, worker: int, workers: int = 1) -> Path:
+    """The path a check in slot ``worker`` uses for ``path``: ``{worker}`` in it becomes the index;
+    without one, a run of several workers puts ``_w<index>`` before the suffix (``a.onnx`` ->
+    ``a_w2.onnx``), and a serial run keeps ``path``."""
+    text = str(path)
+    if "{worker}" in text:
+        return Path(text.replace("{worker}", str(worker)))
+    if workers <= 1:
+        return Path(path)
+    stem, suffix = split_name(Path(path).name)
+    return Path(path).with_name(f"{stem}_w{worker}{suffix}")
+
+
 class ArtifactSorter:
     """Moves each check's artifacts into ``dir/good`` or ``dir/bad`` after each iteration.
 
@@ -107,7 +120,7 @@ class ArtifactSorter:
         """
         side = "good" if verdict.passed else "bad"
         moved = []
-        for src in (Path(str(p).replace("{worker}", str(worker))) for p in self.paths):
+        for src in (worker_path(p, worker) for p in self.paths):
             if not src.exists():
                 log.warning("Artifact %s was not produced in iteration %d; nothing to sort", src, iteration)
                 continue

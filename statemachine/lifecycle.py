@@ -27,11 +27,11 @@ from transitions.experimental.utils import event, with_model_definitions
 if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
-from runner.artifacts import ArtifactSorter
+from runner.artifacts import ArtifactSorter, worker_path
 from runner.checkers.base import Checker
 from runner.executors.base import Executor, run_check
 from runner.executors.serial import SerialExecutor
-from runner.executors.slot import CheckCancelled, Slot, worker_path
+from runner.executors.slot import CheckCancelled, Slot
 from runner.jsonio import write_json_atomic
 from runner.progress import Progress
 from runner.replay import Replay
@@ -97,7 +97,7 @@ class Lifecycle:
         sorter: sorts the check's artifacts into good/ and bad/.
         replay: records verdicts and supplies known ones.
         iter_artifact: where each candidate is written before its check (with several workers, one
-            path per worker: ``runner.executors.slot.worker_path``).
+            path per worker: ``runner.artifacts.worker_path``).
         iter_info: path of the JSON file rewritten before each round and after each verdict, or None.
         progress: the terminal progress bar, or None.
         executor: runs the checks (default: serial, in this thread).

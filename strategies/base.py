@@ -119,3 +119,20 @@ class Strategy(abc.ABC):
 
     def finish(self) -> None:
         """Write the mode's outputs (e.g. the reduced model); called after the loop ends normally."""
+
+
+class RoundStrategy(Strategy):
+    """A strategy written in rounds (``next_round``, ``take_round``); a single candidate is a round of one."""
+
+    @abc.abstractmethod
+    def next_round(self, k: int) -> List[Candidate]:
+        """Up to ``k`` candidates that may be checked at once; see ``Strategy.next_round``."""
+
+    def next_candidate(self) -> Optional[Candidate]:
+        """The next candidate: a round of one."""
+        round_ = self.next_round(1)
+        return round_[0] if round_ else None
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        """The verdict of the candidate ``next_candidate`` returned last: a round of one."""
+        self.take_round([candidate], [verdict])

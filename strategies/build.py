@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from runner.artifacts import worker_path
 from runner.context import RunContext
 from runner.executors import slot
 from runner.trt import load_tensorrt
@@ -80,9 +81,7 @@ class BuildStrategy(UntilStrategy):
                 builder = self.builders[worker] = self.make_builder()
             result = builder.build()
             path.write_bytes(result.engine)
-            Path(str(self.tactics_path).replace("{worker}", str(worker))).write_text(
-                json.dumps(result.tactics, indent=2)
-            )
+            worker_path(self.tactics_path, worker).write_text(json.dumps(result.tactics, indent=2))
 
         return Candidate(key=f"build:{n}", label=f"build {n}", write=write, info={"build": n}, write_in_check=True)
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 import onnx
 
 from runner.graph.load import check_saved, save_model
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate, RoundStrategy, Verdict
 from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
 from strategies.set_search import SetSearch
@@ -50,7 +50,7 @@ class Gate:
     otherwise: Callable[[Verdict], None]
 
 
-class OnnxSearchStrategy(Strategy):
+class OnnxSearchStrategy(RoundStrategy):
     """Base of reduce and precision: gates, then ``search``, then ``finish`` writes the result.
 
     Args:
@@ -148,15 +148,6 @@ class OnnxSearchStrategy(Strategy):
     def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
         """What in-process checkers run (default: the candidate's model)."""
         return model
-
-    def next_candidate(self) -> Optional[Candidate]:
-        """The next candidate (a round of one)."""
-        round_ = self.next_round(1)
-        return round_[0] if round_ else None
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """The verdict of the candidate ``next_candidate`` returned last."""
-        self.take_round([candidate], [verdict])
 
     def next_round(self, k: int) -> List[Candidate]:
         """The queued gates (up to ``k``), with the search's next sets in the slots left while the

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from runner.errors import ConfigError
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Candidate, RoundStrategy, Verdict
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class RunCounter:
         return {"runs": self.runs, "good": self.good, "bad": self.bad}
 
 
-class UntilStrategy(Strategy):
+class UntilStrategy(RoundStrategy):
     """Base of the repeat-style modes (repeat, build): one candidate per run, counted by a
     ``RunCounter`` until ``until`` is met; a subclass makes the candidates (``make``). With k workers
     a round holds k runs.
@@ -111,11 +111,6 @@ class UntilStrategy(Strategy):
     def make(self, n: int) -> Candidate:
         """The candidate of run number ``n`` (1-based)."""
 
-    def next_candidate(self) -> Optional[Candidate]:
-        """Run number ``runs + 1``, unless ``until`` was met."""
-        round_ = self.next_round(1)
-        return round_[0] if round_ else None
-
     def next_round(self, k: int) -> List[Candidate]:
         """The next ``k`` runs at once (no more than ``until=N`` leaves), unless ``until`` was met."""
         if self.counter.done:
@@ -123,10 +118,6 @@ class UntilStrategy(Strategy):
         left = self.counter.remaining()
         count = k if left is None else min(k, left)
         return [self.make(self.counter.runs + i) for i in range(1, count + 1)]
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Count the verdict and decide whether ``until`` is met."""
-        self.counter.count(verdict.passed)
 
     def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
         """Count the round's verdicts in run order until ``until`` is met (a serial run stops there:

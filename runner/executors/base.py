@@ -68,8 +68,6 @@ class Executor(abc.ABC):
 
     def __init__(self, workers: int = 1, gpus: Optional[Sequence[Any]] = None):
         self.gpus: List[str] = [str(g) for g in (gpus or [])]
-        if workers is None:
-            workers = len(self.gpus) or 1
         if int(workers) < 1:
             raise ConfigError(f"executor.workers={workers} must be 1 or more checks at once")
         if self.gpus and int(workers) > len(self.gpus):

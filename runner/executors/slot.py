@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, Optional, Protocol
 
 
@@ -51,20 +50,6 @@ class Slot:
     def cancelled(self) -> bool:
         """True once the check should stop."""
         return self.cancel is not None and self.cancel.is_set()
-
-
-def worker_path(path: Path, worker: int, workers: int) -> Path:
-    """The path a check in slot ``worker`` uses for ``path``: ``{worker}`` in it becomes the index;
-    without one, a run of several workers puts ``_w<index>`` before the suffix (``a.onnx`` ->
-    ``a_w2.onnx``), and a serial run keeps ``path``."""
-    text = str(path)
-    if "{worker}" in text:
-        return Path(text.replace("{worker}", str(worker)))
-    if workers <= 1:
-        return Path(path)
-    name = Path(path).name
-    stem, dot, suffix = name.partition(".") if not name.startswith(".") else (name, "", "")
-    return Path(path).with_name(f"{stem}_w{worker}{dot}{suffix}")
 
 
 _current = threading.local()
