@@ -17,7 +17,6 @@ mypy sees them.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -29,13 +28,13 @@ if TYPE_CHECKING:
 
 from runner.artifacts import ArtifactSorter, worker_path
 from runner.checkers.base import Checker
-from runner.executors.base import Executor, run_check
+from runner.executors.base import Executor
 from runner.executors.serial import SerialExecutor
-from runner.executors.slot import CheckCancelled, Slot
 from runner.jsonio import write_json_atomic
 from runner.progress import Progress
 from runner.replay import Replay
-from strategies.base import Candidate, Strategy, Verdict
+from statemachine.rounds import Pending, RoundChecks, word
+from strategies.base import Strategy, Verdict
 
 log = logging.getLogger(__name__)
 logging.getLogger("transitions").setLevel(logging.ERROR)  # it warns of every helper model_override skips
@@ -63,31 +62,6 @@ class LifecycleMachine(Machine):
     """A ``transitions`` machine that adds the transitions a model class declares with ``event``."""
 
 
-@dataclass
-class Pending:
-    """One candidate of a round.
-
-    Attributes:
-        iteration: its 1-based iteration number.
-        candidate: the candidate.
-        verdict: its verdict once known (checked or reused); None while running, or when cancelled.
-        reused: the verdict came from the replay.
-        slot: where its check runs (None until submitted).
-        artifact: its iteration artifact path (per worker slot).
-        cancelled: its check was cancelled (no verdict).
-        sorted: its artifacts were sorted.
-    """
-
-    iteration: int
-    candidate: Candidate
-    verdict: Optional[Verdict] = None
-    reused: bool = False
-    slot: Optional[Slot] = None
-    artifact: Optional[Path] = None
-    cancelled: bool = False
-    sorted: bool = False
-
-
 class Lifecycle:
     """Drives one strategy to its end, a round of candidates at a time.
 
@@ -107,7 +81,6 @@ class Lifecycle:
         iteration: the last iteration number given out (a cancelled check's number is not reused).
         taken: iterations whose verdict was taken (checked or reused).
         checks: checks started (a cancelled one included).
-        cancelled: checks cancelled because their round no longer needed them.
         rounds: rounds that ran at least one check (with one worker, the checks).
         passes: iterations whose verdict (checked or reused) was a pass.
         errors: iterations whose check could not judge the candidate (``Verdict.error``).
@@ -151,7 +124,6 @@ class Lifecycle:
         self.iteration = 0
         self.taken = 0
         self.checks = 0
-        self.cancelled = 0
         self.rounds = 0
         self.reused_count = 0
         self.passes = 0
@@ -159,7 +131,7 @@ class Lifecycle:
         self.failure_codes: set = set()
         self.round: List[Pending] = []
         self.verdict: Optional[Verdict] = None
-        self._checker_handle: Any = None
+        self._checks: Optional[RoundChecks] = None
         self.machine = LifecycleMachine(
             model=self,
             states=STATES,
@@ -168,6 +140,11 @@ class Lifecycle:
             auto_transitions=False,
             after_state_change="_record_state",
         )
+
+    @property
+    def cancelled(self) -> int:
+        """Checks cancelled because their round no longer needed them or the run stopped."""
+        return self._checks.cancelled if self._checks is not None else 0
 
     def _record_state(self) -> None:
         self.history.append(self.state)
@@ -206,21 +183,20 @@ class Lifecycle:
             pending = Pending(self.iteration, candidate)
             known = self.replay.lookup(candidate.key)
             if known is not None:
-                log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, _word(known))
+                log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
                 pending.verdict, pending.reused = known, True
                 self.reused_count += 1
             self.round.append(pending)
         self.generated()
 
     def on_enter_check(self) -> None:
-        """Write the round's artifacts and check the candidates whose verdict is unknown, at once;
-        cancel the checks still running once the strategy says the round is settled."""
+        """Write the round's artifacts and check the candidates whose verdict is unknown, at once
+        (``statemachine.rounds.RoundChecks``); on an error or Ctrl-C, keep the checks that ended."""
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
         todo = [p for p in self.round if p.verdict is None]
         parallel = self.executor.workers > 1
-        if self._checker_handle is None:
-            self._checker_handle = self.executor.share(self.checker)
-        futures: Dict[Any, Pending] = {}
+        if self._checks is None:
+            self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S)
         try:
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
@@ -228,27 +204,14 @@ class Lifecycle:
                 self._prepare(pending, parallel)
             self._write_info(self.round[-1] if not parallel else None, None)
             self.rounds += 1
-            for pending in todo:
-                self.checks += 1  # counted when started: a check that stops the run has run too
-                shipped = self.executor.ship(pending.candidate)
-                args = (self._checker_handle, pending.artifact, pending.iteration, shipped, pending.slot)
-                future = self.executor.submit(run_check, *args)
-                futures[future] = pending
-                if parallel:
-                    self._progress(len(futures))
-            running = set(futures)
-            while running:
-                done, running = self.executor.wait(running, self.WAIT_S)
-                for future in done:
-                    self._finished(futures[future], future)
-                if running and self.strategy.settled([p.verdict for p in self.round]):
-                    self._cancel(running, futures, "its round no longer needs it")
-                    running = set()
-                if parallel and done:
-                    self._progress(len(running))
+            self.checks += len(todo)  # counted when started: a check that stops the run has run too
+            self._checks.run(
+                todo,
+                lambda: self.strategy.settled([p.verdict for p in self.round]),
+                self._progress if parallel else None,
+            )
         except BaseException:
-            self._cancel({f for f in futures if not f.done()}, futures, "the run stops")
-            self._salvage(futures)
+            self._salvage(todo)
             raise
         self.checked()
 
@@ -263,56 +226,10 @@ class Lifecycle:
         if parallel and candidate.payload is not None and self.checker is not None and self.checker.uses_payload:
             candidate.payload()
 
-    def _finished(self, pending: Pending, future: Any) -> None:
-        """Take a finished check's verdict (or note it was cancelled); raise what the check raised."""
-        try:
-            pending.verdict = future.result()
-        except CheckCancelled:
-            pending.cancelled = True
-            return
-        except BaseException as e:
-            # a future dropped before it started: concurrent.futures' or asyncio's CancelledError,
-            # distributed's FutureCancelledError
-            if type(e).__name__.endswith("CancelledError"):
-                pending.cancelled = True
-                return
-            raise
-        verdict = pending.verdict
-        log.info(
-            "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, _word(verdict), verdict.reason
-        )
-
-    def _cancel(self, running: set, futures: Dict[Any, Pending], why: str) -> None:
-        """Cancel the running checks and wait until each has ended (its verdict, if it came first, is kept)."""
-        if not running:
-            return
-        log.info("Cancelling %d running check(s): %s", len(running), why)
-        for future in running:
-            slot = futures[future].slot
-            if slot is not None and slot.cancel is not None:
-                slot.cancel.set()
-            self.executor.cancel(future)
-        while running:
-            done, running = self.executor.wait(running, self.WAIT_S)
-            for future in done:
-                pending = futures[future]
-                try:
-                    self._finished(pending, future)
-                except Exception as e:  # the run already stops or moves on; the check's error is only logged
-                    log.warning("Iteration %d: its check ended with %s: %s", pending.iteration, type(e).__name__, e)
-                    pending.cancelled = True
-                if pending.verdict is None or pending.cancelled:
-                    self.cancelled += 1
-
-    def _salvage(self, futures: Dict[Any, Pending]) -> None:
-        """When the run stops mid-round: sort and record the checks that finished (a resumed run reuses them)."""
-        for future, pending in futures.items():
-            if pending.verdict is None and not pending.cancelled and future.done():
-                try:  # a check that ended beside the one that stopped the run, not yet taken
-                    pending.verdict = future.result()
-                except BaseException:
-                    continue
-            if pending.verdict is not None and not pending.reused:
+    def _salvage(self, todo: List[Pending]) -> None:
+        """When the run stops mid-round: sort and record the checks that ended (a resumed run reuses them)."""
+        for pending in todo:
+            if pending.verdict is not None:
                 try:
                     self._sort(pending)
                     self.replay.record(pending.iteration, pending.candidate, pending.verdict, False)
@@ -356,7 +273,7 @@ class Lifecycle:
         last = self.verdict
         self.progress.update(
             self.taken,
-            _word(last) if last is not None else "-",
+            word(last) if last is not None else "-",
             self.strategy.remaining(),
             self.checks,
             rounds=self.rounds if self.executor.workers > 1 else None,
@@ -403,7 +320,3 @@ class Lifecycle:
                 "details": verdict.details,
             }
         write_json_atomic(self.iter_info, info)
-
-
-def _word(verdict: Verdict) -> str:
-    return "pass" if verdict.passed else "FAIL"

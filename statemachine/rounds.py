@@ -1,0 +1,156 @@
+"""The checks of one round on an executor: submit them, take each verdict as it ends, cancel the
+ones a settled round no longer needs, and cancel every one when the run stops.
+
+``statemachine.lifecycle`` owns the round (what to check, sorting, the replay); this module owns
+the futures.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from runner.executors.base import Executor, run_check
+from runner.executors.slot import CheckCancelled, Slot
+from strategies.base import Candidate, Verdict
+
+log = logging.getLogger("statemachine.lifecycle")  # the iteration lines stay in the lifecycle's log
+
+
+@dataclass
+class Pending:
+    """One candidate of a round.
+
+    Attributes:
+        iteration: its 1-based iteration number.
+        candidate: the candidate.
+        verdict: its verdict once known (checked or reused); None while running, or when cancelled.
+        reused: the verdict came from the replay.
+        slot: where its check runs (None until submitted).
+        artifact: its iteration artifact path (per worker slot).
+        cancelled: its check was cancelled (no verdict).
+        sorted: its artifacts were sorted.
+    """
+
+    iteration: int
+    candidate: Candidate
+    verdict: Optional[Verdict] = None
+    reused: bool = False
+    slot: Optional[Slot] = None
+    artifact: Optional[Path] = None
+    cancelled: bool = False
+    sorted: bool = False
+
+
+def word(verdict: Verdict) -> str:
+    """ "pass" or "FAIL", for the log and the progress bar."""
+    return "pass" if verdict.passed else "FAIL"
+
+
+class RoundChecks:
+    """Runs a round's checks on ``executor``.
+
+    Args:
+        executor: where the checks run.
+        checker: what ``run_check`` receives as the checker (``executor.share`` of it).
+        wait_s: seconds between looks at the running checks (also how soon Ctrl-C is seen).
+
+    Attributes:
+        cancelled: checks cancelled so far, over every round (settled rounds and a stopped run).
+    """
+
+    def __init__(self, executor: Executor, checker: Any, wait_s: float):
+        self.executor = executor
+        self.checker = checker
+        self.wait_s = wait_s
+        self.cancelled = 0
+
+    def run(
+        self,
+        todo: List[Pending],
+        settled: Callable[[], bool],
+        progress: Optional[Callable[[int], None]] = None,
+    ) -> None:
+        """Check every pending candidate (its slot and artifact set) and fill in its verdict; once
+        ``settled()`` holds, cancel the checks still running.
+
+        Args:
+            todo: the candidates to check.
+            settled: True when the verdicts so far decide the round.
+            progress: called with the number of checks running whenever it changes.
+
+        Raises:
+            Whatever a check raised, or KeyboardInterrupt, after cancelling every running check and
+            waiting for it to end; the verdicts that came in are in ``todo``.
+        """
+        futures: Dict[Any, Pending] = {}
+        try:
+            for pending in todo:
+                shipped = self.executor.ship(pending.candidate)
+                args = (self.checker, pending.artifact, pending.iteration, shipped, pending.slot)
+                futures[self.executor.submit(run_check, *args)] = pending
+                if progress is not None:
+                    progress(len(futures))
+            running = set(futures)
+            while running:
+                done, running = self.executor.wait(running, self.wait_s)
+                for future in done:
+                    self._finished(futures[future], future)
+                if running and settled():
+                    self._cancel(running, futures, "its round no longer needs it")
+                    return
+                if progress is not None and done:
+                    progress(len(running))
+        except BaseException:
+            for future, pending in futures.items():  # the ones that ended beside the one that stopped the run
+                if future.done() and pending.verdict is None and not pending.cancelled:
+                    try:
+                        pending.verdict = future.result()
+                    except BaseException:
+                        pending.cancelled = True
+            self._cancel({f for f in futures if not f.done()}, futures, "the run stops")
+            raise
+
+    def _finished(self, pending: Pending, future: Any) -> None:
+        """Take a finished check's verdict (or note it was cancelled); raise what the check raised."""
+        try:
+            pending.verdict = future.result()
+        except CheckCancelled:
+            pending.cancelled = True
+            return
+        except BaseException as e:
+            # a future dropped before it started: concurrent.futures' or asyncio's CancelledError,
+            # distributed's FutureCancelledError
+            if type(e).__name__.endswith("CancelledError"):
+                pending.cancelled = True
+                return
+            raise
+        verdict = pending.verdict
+        log.info(
+            "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(verdict), verdict.reason
+        )
+
+    def _cancel(self, running: Set[Any], futures: Dict[Any, Pending], why: str) -> None:
+        """Cancel the running checks and wait until each has ended (a verdict that came first is
+        kept), counting the ones cancelled."""
+        if not running:
+            return
+        log.info("Cancelling %d running check(s): %s", len(running), why)
+        for future in running:
+            slot = futures[future].slot
+            if slot is not None and slot.cancel is not None:
+                slot.cancel.set()
+            self.executor.cancel(future)
+        while running:
+            done, running = self.executor.wait(running, self.wait_s)
+            for future in done:
+                pending = futures[future]
+                try:
+                    self._finished(pending, future)
+                except Exception as e:  # the run already stops or moves on; the check's error is only logged
+                    log.warning("Iteration %d: its check ended with %s: %s", pending.iteration, type(e).__name__, e)
+                    pending.cancelled = True
+                if pending.verdict is None or pending.cancelled:
+                    self.cancelled += 1
