@@ -185,6 +185,18 @@ def test_python_checker_cli(run_cli, tmp_path):
     assert bad.returncode == 2 and "cannot be imported" in bad.stderr
 
 
+def _fp16_reduce(fp16_path, golden) -> list:
+    """A reduce of an fp16 model under fp16 emulation against fp32 golden values (rtol 1e-2)."""
+    return [
+        "mode=reduce",
+        f"model={fp16_path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.rtol=1e-2",
+        f"golden={golden}",
+    ]
+
+
 def _fp16_model_and_fp32_golden(run, tmp_path, fp32, x):
     """The fp16 workflow's first half: save ``fp32`` converted to fp16, and record the fp32 model's values
     on input ``x`` with save_golden. Returns (the fp16 model's path, the golden file)."""
@@ -224,15 +236,7 @@ def test_reduce_an_fp16_model_against_fp32_golden_values(run, tmp_path):
     )
     fp16_path, golden = _fp16_model_and_fp32_golden(run, tmp_path, fp32, np.full(4, 3000, np.float32))
     out = tmp_path / "reduced.onnx"
-    r = run(
-        "mode=reduce",
-        f"model={fp16_path}",
-        "checker=compare",
-        "checker.backend=fp16_emulation",
-        "checker.rtol=1e-2",
-        f"golden={golden}",
-        f"output={out}",
-    )
+    r = run(*_fp16_reduce(fp16_path, golden), f"output={out}")
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]
     reduced = onnx.load(str(out))
@@ -304,14 +308,7 @@ def test_input_shapes_come_from_the_golden_values(run, tmp_path):
     fp16_path, golden = _fp16_model_and_fp32_golden(
         run, tmp_path, _dynamic_overflow_model(), np.full(6, 3000, np.float32)
     )
-    r = run(
-        "mode=reduce",
-        f"model={fp16_path}",
-        "checker=compare",
-        "checker.backend=fp16_emulation",
-        "checker.rtol=1e-2",
-        f"golden={golden}",
-    )
+    r = run(*_fp16_reduce(fp16_path, golden))
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     assert r.summary["errors"] == 0, "no candidate at the wrong shape"
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["square"]
