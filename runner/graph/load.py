@@ -103,7 +103,9 @@ def save_model(
     """Save a model; with external data when asked or when it would pass protobuf's 2 GB limit.
 
     Args:
-        model: the model to save (not modified when saved inline).
+        model: the model to save (never modified: with external data a copy is written, since
+            onnx's external-data writer clears the tensors it moves, and a candidate's model is
+            also what an in-process checker runs).
         path: destination file; the external data goes beside it as ``<name>.data``.
         external_data: always write initializers of ``threshold`` bytes or more to the data file.
         threshold: size in bytes from which an initializer goes to the data file.
@@ -125,6 +127,7 @@ def save_model(
             data_file = path.parent / location
             if data_file.exists():
                 data_file.unlink()
+            model = _copy(model)
             _to_raw_data(model, threshold)
             onnx.save_model(
                 model,
@@ -139,6 +142,12 @@ def save_model(
     except OSError as e:
         raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
     return path
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copied = onnx.ModelProto()
+    copied.CopyFrom(model)
+    return copied
 
 
 def _to_raw_data(model: onnx.ModelProto, threshold: int) -> None:
