@@ -97,6 +97,7 @@ def run(name: str, workers: int, sleep_s: float, work: Path) -> Dict:
         "rounds": summary["rounds"],
         "cancelled": summary.get("cancelled", 0),
         "wall_s": round(wall, 1),
+        "run_s": round(summary["wall_s"], 1),
         "answer": json.dumps(answer, sort_keys=True)[:60],
     }
 
@@ -113,13 +114,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.runs:
             serial = run(name, 1, args.sleep, Path(tmp))
-            rows.append({**serial, "ratio": 1.0, "same_answer": True})
+            rows.append({**serial, "ratio": 1.0, "run_ratio": 1.0, "same_answer": True})
             for workers in args.workers:
                 row = run(name, workers, args.sleep, Path(tmp))
                 rows.append(
                     {
                         **row,
                         "ratio": round(row["wall_s"] / serial["wall_s"], 2),
+                        "run_ratio": round(row["run_s"] / serial["run_s"], 2),
                         "same_answer": row["answer"] == serial["answer"],
                     }
                 )

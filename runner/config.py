@@ -115,6 +115,7 @@ class ExecutorConf:
     gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
     address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
     timeout_s: float = 30.0  # dask: seconds to wait for the scheduler
+    lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from transitions import Machine
 from transitions.experimental.utils import event, with_model_definitions
@@ -132,6 +132,7 @@ class Lifecycle:
         self.round: List[Pending] = []
         self.verdict: Optional[Verdict] = None
         self._checks: Optional[RoundChecks] = None
+        self._built_ahead: Set[str] = set()  # keys the last round's look-ahead built
         self.machine = LifecycleMachine(
             model=self,
             states=STATES,
@@ -198,6 +199,9 @@ class Lifecycle:
         if self._checks is None:
             self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S)
         try:
+            ahead = sum(p.candidate.key in self._built_ahead for p in todo)
+            if ahead:
+                log.info("Round %d: %d of %d candidates were built ahead", self.rounds + 1, ahead, len(todo))
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
@@ -209,11 +213,32 @@ class Lifecycle:
                 todo,
                 lambda: self.strategy.settled([p.verdict for p in self.round]),
                 self._progress if parallel else None,
+                self._lookahead() if parallel and self.executor.lookahead else None,
             )
         except BaseException:
             self._salvage(todo)
             raise
         self.checked()
+
+    def _lookahead(self) -> Callable[[], bool]:
+        """One piece of the strategy's ``lookahead`` per call (a candidate the next round may hold,
+        built while this round's checks run; keys the replay knows are skipped); False once none is
+        left. The list is asked for on the first call, once the round's checks have started."""
+        work: Optional[Iterator[Tuple[str, Callable[[], object]]]] = None
+        self._built_ahead.clear()
+
+        def step() -> bool:
+            nonlocal work
+            if work is None:
+                work = iter(self.strategy.lookahead(self.executor.workers))
+            for key, build in work:
+                if self.replay.lookup(key) is None:
+                    build()
+                    self._built_ahead.add(key)
+                    return True
+            return False
+
+        return step
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
         """Write the candidate's artifact here (unless its check writes it); with several workers,

@@ -61,6 +61,10 @@ class RoundChecks:
         cancelled: checks cancelled so far, over every round (settled rounds and a stopped run).
     """
 
+    #: seconds the checks of a round get to start before ``idle`` work competes with their set-up
+    #: (an in-process check's Python code shares this process's GIL)
+    START_S = 0.05
+
     def __init__(self, executor: Executor, checker: Any, wait_s: float):
         self.executor = executor
         self.checker = checker
@@ -72,6 +76,7 @@ class RoundChecks:
         todo: List[Pending],
         settled: Callable[[], bool],
         progress: Optional[Callable[[int], None]] = None,
+        idle: Optional[Callable[[], bool]] = None,
     ) -> None:
         """Check every pending candidate (its slot and artifact set) and fill in its verdict; once
         ``settled()`` holds, cancel the checks still running.
@@ -80,6 +85,8 @@ class RoundChecks:
             todo: the candidates to check.
             settled: True when the verdicts so far decide the round.
             progress: called with the number of checks running whenever it changes.
+            idle: called while checks run, between looks at them: does one short piece of work
+                (build a candidate ahead) and returns True, or returns False when it has none left.
 
         Raises:
             Whatever a check raised, or KeyboardInterrupt, after cancelling every running check and
@@ -94,8 +101,9 @@ class RoundChecks:
                 if progress is not None:
                     progress(len(futures))
             running = set(futures)
+            timeout = self.START_S if idle is not None else self.wait_s  # checks set up first (GIL)
             while running:
-                done, running = self.executor.wait(running, self.wait_s)
+                done, running = self.executor.wait(running, timeout)
                 for future in done:
                     self._finished(futures[future], future)
                 if running and settled():
@@ -103,6 +111,7 @@ class RoundChecks:
                     return
                 if progress is not None and done:
                     progress(len(running))
+                timeout = 0 if idle is not None and idle() else self.wait_s
         except BaseException:
             for future, pending in futures.items():  # the ones that ended beside the one that stopped the run
                 if future.done() and pending.verdict is None and not pending.cancelled:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import onnx
@@ -100,6 +100,15 @@ class Strategy(abc.ABC):
         """True when the round's verdicts known so far (None: still running) decide what
         ``take_round`` does, so the checks still running may be cancelled. Default False."""
         return False
+
+    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], object]]]:
+        """Work that may save time in the next round, done while this round's checks run: ``(key,
+        build)`` for candidates a round of ``k`` after the round ``next_round`` returned last may
+        hold, most useful first; ``build()`` prepares that candidate (e.g. builds its model; what
+        it returns is ignored) so that making and writing it later is quick. A guess: building
+        what is never checked costs only time. The lifecycle skips keys whose verdict it knows.
+        Default: nothing."""
+        return []
 
     def artifacts(self) -> List[Path]:
         """Files the strategy writes each iteration that are sorted like ``artifacts.paths`` (default none)."""

@@ -12,15 +12,17 @@ variant (what else shapes the candidate) and the unit set.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import hashlib
 import logging
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 import onnx
+from cachetools import LRUCache
 
 from runner.graph.load import check_saved, save_model
 from strategies.base import Candidate, RoundStrategy, Verdict
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
 Search = Union[PrefixSearch[int], SetSearch[int], RankedSearch[int]]
+
+#: bytes of candidate models kept built (``ModelProto.ByteSize``): the ones built ahead while a
+#: round's checks run, and a unit set built again (a gate's, the answer's); least recently used go first
+MODEL_CACHE_BYTES = 1 << 30
 
 
 @dataclass
@@ -91,6 +97,7 @@ class OnnxSearchStrategy(RoundStrategy):
         self._made: Optional[Units] = None  # the unit set of the candidate made last
         #: per-output statistics of each in-process check (checker=compare), by unit set
         self._outputs: Dict[Units, Any] = {}
+        self._models: LRUCache[Tuple[str, Units], onnx.ModelProto] = LRUCache(MODEL_CACHE_BYTES, getsizeof=_model_bytes)
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -128,10 +135,22 @@ class OnnxSearchStrategy(RoundStrategy):
         digest = hashlib.sha1(",".join(map(str, sorted(units))).encode()).hexdigest()[:16]
         return f"{self.fingerprint}:{self.variant()}:{digest}"
 
+    def built(self, units: Units) -> onnx.ModelProto:
+        """The candidate model of ``units``: from the cache of built models, else built (``model_for``)
+        and kept there when it fits. The model is shared: whoever changes it works on a copy."""
+        key = (self.variant(), units)  # reduce's variant changes when it keeps Constant nodes
+        model = self._models.get(key)
+        if model is None:
+            model = self.model_for(units)
+            with contextlib.suppress(ValueError):  # larger than the whole cache: not kept
+                self._models[key] = model
+        return model
+
     def candidate(self, units: Units, label: str) -> Candidate:
-        """The candidate of a unit set: its model is built on first use and kept for the iteration."""
+        """The candidate of a unit set (its ``closure``): its model is built on first use, or was built ahead."""
+        units = self.closure(units)
         self._made = units
-        model = functools.cache(lambda: self.model_for(units))
+        model = functools.partial(self.built, units)
         return Candidate(
             self.key(units),
             f"{label}: {self.size(units)}",
@@ -173,6 +192,29 @@ class OnnxSearchStrategy(RoundStrategy):
             if after is None:
                 return []
             self.gates.append(after)
+
+    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], object]]]:
+        """The search's sets of the rounds that may follow this one (``RoundSearch.ahead``, the gates
+        of the round assumed to give their expected verdicts), first set of each outcome first; each
+        build puts the set's model in the cache of built models. Nothing while the search is over
+        or for a round without search sets."""
+        if self.final is not None or not self._round:
+            return []
+        rounds = self.search.ahead(self._round, k)
+        seen = {self.closure(units) for units in self._round}
+        work: List[Tuple[str, Callable[[], object]]] = []
+        for position in range(max(map(len, rounds), default=0)):
+            for sets in rounds:
+                if position < len(sets):
+                    units = self.closure(sets[position])
+                    if units not in seen:
+                        seen.add(units)
+                        work.append((self.key(units), functools.partial(self.built, units)))
+        return work
+
+    def closure(self, units: Units) -> Units:
+        """The unit set a search set is checked as (default: itself; reduce closes it as its options ask)."""
+        return units
 
     def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
         """Gates' verdicts first, in order: an unexpected one goes to its handler, and the rest of
@@ -230,3 +272,7 @@ class OnnxSearchStrategy(RoundStrategy):
         save_model(self.output_model(self.final), self.output, **self.save_opts)
         check_saved(self.output)
         log.info("Wrote %s (%s)", self.output, self.size(self.final))
+
+
+def _model_bytes(model: onnx.ModelProto) -> int:
+    return max(1, model.ByteSize())

@@ -178,10 +178,6 @@ class ReduceStrategy(OnnxSearchStrategy):
             out |= self.index.reachable(out, upward=False)
         return frozenset(out)
 
-    def candidate(self, units: Units, label: str) -> Candidate:
-        """A search candidate: the closure of ``units``."""
-        return super().candidate(self.closure(units), label)
-
     def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
         """With shared weights, the file holds only the graph and references the weights file."""
         if self.weights is None:

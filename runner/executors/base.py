@@ -54,6 +54,8 @@ class Executor(abc.ABC):
         workers: checks at once (>= 1).
         gpus: GPU ids; each running check gets one (``CUDA_VISIBLE_DEVICES``), so ``workers``
             may not exceed their number. Empty: checks see every GPU.
+        lookahead: while a round's checks run elsewhere, the runner builds the candidates the next
+            round may hold (``Strategy.lookahead``); off for checks that need this machine's CPU.
 
     Attributes:
         name: the executor's name for the summary ("serial", "local", "dask").
@@ -66,8 +68,9 @@ class Executor(abc.ABC):
     #: seconds between looks at a cancel flag while a command check runs
     poll_s = 0.1
 
-    def __init__(self, workers: int = 1, gpus: Optional[Sequence[Any]] = None):
+    def __init__(self, workers: int = 1, gpus: Optional[Sequence[Any]] = None, lookahead: bool = False):
         self.gpus: List[str] = [str(g) for g in (gpus or [])]
+        self.lookahead = bool(lookahead)
         if int(workers) < 1:
             raise ConfigError(f"executor.workers={workers} must be 1 or more checks at once")
         if self.gpus and int(workers) > len(self.gpus):

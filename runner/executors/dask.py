@@ -44,6 +44,7 @@ class DaskExecutor(Executor):
         workers: checks at once; None: the cluster's worker threads when connecting.
         gpus: as ``Executor``'s (the workers' own GPU ids).
         timeout_s: seconds to wait for the scheduler.
+        lookahead: as ``Executor``'s.
 
     Raises:
         MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
@@ -59,6 +60,7 @@ class DaskExecutor(Executor):
         workers: Optional[int] = None,
         gpus: Optional[Sequence[Any]] = None,
         timeout_s: float = 30.0,
+        lookahead: bool = True,
         **unused: Any,
     ):
         try:
@@ -81,7 +83,7 @@ class DaskExecutor(Executor):
             raise ConfigError(
                 f"executor.address={address}: the Dask cluster has no workers; start some with dask worker"
             )
-        super().__init__(workers if workers is not None else threads, gpus)
+        super().__init__(workers if workers is not None else threads, gpus, lookahead)
         self.run_id = uuid.uuid4().hex[:12]
         log.info("Dask cluster at %s: %d worker threads, %d checks at once", address, threads, self.workers)
 

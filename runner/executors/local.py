@@ -21,8 +21,14 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, workers: Optional[int] = None, gpus: Optional[Sequence[Any]] = None, **unused: Any):
-        super().__init__(workers if workers is not None else (len(gpus or []) or os.cpu_count() or 1), gpus)
+    def __init__(
+        self,
+        workers: Optional[int] = None,
+        gpus: Optional[Sequence[Any]] = None,
+        lookahead: bool = True,
+        **unused: Any,
+    ):
+        super().__init__(workers if workers is not None else (len(gpus or []) or os.cpu_count() or 1), gpus, lookahead)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="check")
 
     def cancel_flag(self, iteration: int) -> threading.Event:

@@ -3,6 +3,8 @@ per check."""
 
 from __future__ import annotations
 
+import time
+
 import onnx
 
 
@@ -10,6 +12,12 @@ def lacks_nodes(path: str, *names: str) -> bool:
     """Passes (True) unless the model holds every node named: a stand-in for a backend bug in those nodes."""
     held = {n.name for n in onnx.load(path, load_external_data=False).graph.node}
     return not all(name in held for name in names)
+
+
+def lacks_nodes_slowly(path: str, seconds: str, *names: str) -> bool:
+    """``lacks_nodes`` after sleeping ``seconds``: a check that takes a while, as real ones do."""
+    time.sleep(float(seconds))
+    return lacks_nodes(path, *names)
 
 
 def python_check(*names: str) -> list:

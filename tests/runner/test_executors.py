@@ -4,6 +4,7 @@ rounds, record every check, cancel what a round no longer needs and everything o
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,21 @@ def test_local_precision_with_the_compare_checker_gives_the_serial_answer(run, t
     assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr[-3000:]
     assert parallel.summary["kept_nodes"] == serial.summary["kept_nodes"]
     assert parallel.summary["rounds"] <= serial.summary["rounds"]
+
+
+def test_the_next_rounds_candidates_are_built_while_a_round_is_checked(run, chain):
+    """Look-ahead: the candidates of later rounds were built during the round before (the log says
+    how many per round); the answer is the serial one, and ``executor.lookahead=false`` builds none ahead."""
+    slow = ["checker=python", "checker.target=tests.helpers.checks.lacks_nodes_slowly", "checker.args=[0.2,n2,n5]"]
+    args = ["mode=reduce", f"model={chain}", "marker=bisect", *slow, "executor=local", "executor.workers=2"]
+    ahead = run(*args)
+    plain = run(*args, "executor.lookahead=false")
+    assert _reduced(ahead) == _reduced(plain)
+    log = (ahead.run_dir / "runner.log").read_text()
+    built = re.findall(r"Round (\d+): (\d+) of (\d+) candidates were built ahead", log)
+    assert len(built) >= ahead.summary["rounds"] // 2, built
+    assert all(int(r) > 1 for r, _, _ in built)  # the first round has no round before it
+    assert "built ahead" not in (plain.run_dir / "runner.log").read_text()
 
 
 def test_repeat_until_bad_cancels_the_rest_of_its_round(run, tmp_path):

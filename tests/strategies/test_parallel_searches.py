@@ -3,6 +3,7 @@ is ``settled``, give the serial answer on planted faults, in fewer rounds."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -104,3 +105,26 @@ def test_k_must_be_positive():
     for search in (SetSearch(range(4), BisectMarker), RankedSearch(list(range(4)), MinimalMarker)):
         with pytest.raises(ValueError):
             search.propose(0)
+
+
+@pytest.mark.parametrize("search", [SetSearch, PrefixSearch])
+@pytest.mark.parametrize("marker", MARKERS)
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_ahead_holds_the_round_that_follows_and_leaves_the_search_as_it_was(search, marker, k):
+    """Under a monotone target, the round after each round is one of ``ahead``'s rounds; asking does
+    not change the search (its answer and rounds are the ones it gives without asking)."""
+    for seed in range(8):
+        rng = random.Random(seed)
+        n = rng.choice([5, 40, 330])
+        _, target = _planted(rng, n, rng.randint(1, 3))
+        plain = search(list(range(n)), marker)
+        asked = search(list(range(n)), marker)
+        while sets := asked.propose(k):
+            assert plain.propose(k) == sets
+            rounds = asked.ahead(sets, k)
+            assert len(rounds) == len(sets) + 1
+            hits = [target(s) for s in sets]
+            asked.step_round(hits)
+            plain.step_round(hits)
+            assert copy.deepcopy(asked).propose(k) in rounds
+        assert asked.result == plain.result
