@@ -31,6 +31,7 @@ from onnx import TensorProto, numpy_helper
 from runner.errors import ModelError
 from runner.graph.constants import constants_to_initializers
 from runner.graph.meta import infer_shapes
+from runner.graph.toposort import linear_sort
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "floa
 
     block: List[str] = sorted(set(keep))
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), linear_sort():
             warnings.simplefilter("ignore")  # the converter warns once per clipped weight
             converted = float16.convert_float_to_float16(
                 model,
