@@ -8,6 +8,7 @@ the futures.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
@@ -64,6 +65,9 @@ class RoundChecks:
     #: seconds the checks of a round get to start before ``idle`` work competes with their set-up
     #: (an in-process check's Python code shares this process's GIL)
     START_S = 0.05
+    #: the most of a round's time ``idle`` work may take: the rest is left to in-process checks
+    #: (which need the GIL too) and to noticing checks that end (an idle step is not interrupted)
+    IDLE_SHARE = 0.8
 
     def __init__(self, executor: Executor, checker: Any, wait_s: float):
         self.executor = executor
@@ -101,7 +105,8 @@ class RoundChecks:
                 if progress is not None:
                     progress(len(futures))
             running = set(futures)
-            timeout = self.START_S if idle is not None else self.wait_s  # checks set up first (GIL)
+            work = _IdleWork(idle, self.IDLE_SHARE) if idle is not None else None
+            timeout = self.START_S if work is not None else self.wait_s  # the checks set up first (GIL)
             while running:
                 done, running = self.executor.wait(running, timeout)
                 for future in done:
@@ -111,7 +116,7 @@ class RoundChecks:
                     return
                 if progress is not None and done:
                     progress(len(running))
-                timeout = 0 if idle is not None and idle() else self.wait_s
+                timeout = work.step(self.wait_s, self.START_S) if work is not None else self.wait_s
         except BaseException:
             for future, pending in futures.items():  # the ones that ended beside the one that stopped the run
                 if future.done() and pending.verdict is None and not pending.cancelled:
@@ -163,3 +168,29 @@ class RoundChecks:
                     pending.cancelled = True
                 if pending.verdict is None or pending.cancelled:
                     self.cancelled += 1
+
+
+class _IdleWork:
+    """Runs ``step`` (one short piece of work; False when none is left) between looks at the
+    running checks, for at most ``share`` of the time since it was made."""
+
+    def __init__(self, step: Callable[[], bool], share: float):
+        self._step: Optional[Callable[[], bool]] = step
+        self.share = share
+        self.started = time.monotonic()
+        self.spent_s = 0.0
+
+    def step(self, wait_s: float, later_s: float) -> float:
+        """One piece of work if the share allows; returns the seconds to wait for the checks before
+        the next call: 0 after work, ``later_s`` while the share is used up, ``wait_s`` when done."""
+        if self._step is None:
+            return wait_s
+        now = time.monotonic()
+        if self.spent_s >= self.share * (now - self.started):
+            return later_s
+        more = self._step()
+        self.spent_s += time.monotonic() - now
+        if not more:
+            self._step = None
+            return wait_s
+        return 0.0
