@@ -75,7 +75,11 @@ class BuildStrategy(UntilStrategy):
         """Build number ``n``: built in its check's worker slot (``write_in_check``), with that slot's builder."""
 
         def write(path: Path) -> None:
-            worker = slot.current().worker
+            from runner.trt.execute import use_device
+
+            running = slot.current()
+            use_device(running.gpu)  # build on the slot's GPU, where its check runs the engine
+            worker = running.worker
             builder = self.builders.get(worker)
             if builder is None:
                 builder = self.builders[worker] = self.make_builder()

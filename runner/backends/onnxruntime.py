@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -12,7 +12,19 @@ import onnxruntime as ort
 
 from runner.backends.base import Backend
 from runner.errors import ConfigError, ModelError
+from runner.executors.slot import current
 from runner.graph.activations import run_all_tensors, session_for
+
+#: execution providers that run on one device chosen by their ``device_id`` option
+GPU_PROVIDERS = frozenset(
+    {
+        "CUDAExecutionProvider",
+        "TensorrtExecutionProvider",
+        "ROCMExecutionProvider",
+        "MIGraphXExecutionProvider",
+        "DmlExecutionProvider",
+    }
+)
 
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -68,13 +80,24 @@ class OnnxRuntimeBackend(Backend):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def providers_for(self, gpu: Optional[str]) -> List[Any]:
+        """The providers a session gets in a check on GPU ``gpu`` (the running check's slot, from
+        ``executor.gpus``; None: as configured): each GPU provider with ``device_id=gpu``, as ONNX
+        Runtime numbers this process's GPUs."""
+        if gpu is None:
+            return list(self.providers)
+        return [(p, {"device_id": str(gpu)}) if p in GPU_PROVIDERS else p for p in self.providers]
+
     def session(self, model: onnx.ModelProto, key: Optional[str]) -> ort.InferenceSession:
-        """A (cached) session for ``model``; safe to call from several threads."""
+        """A (cached) session for ``model`` on the running check's GPU; safe to call from several threads."""
+        gpu = current().gpu if any(p in GPU_PROVIDERS for p in self.providers) else None
+        if key is not None and gpu is not None:
+            key = f"{key}@gpu{gpu}"  # a session lives on one device
         with self._lock:
             if key is not None and key in self._sessions:
                 self._sessions.move_to_end(key)
                 return self._sessions[key]
-        sess = session_for(model, self.providers, self.level)
+        sess = session_for(model, self.providers_for(gpu), self.level)
         if key is not None:
             with self._lock:
                 self._sessions[key] = sess

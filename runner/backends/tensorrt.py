@@ -13,6 +13,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
+from runner.executors.slot import current
 from runner.trt import load_tensorrt
 
 
@@ -47,17 +48,22 @@ class TensorRTBackend(Backend):
             ModelError: when parsing, building or running fails, or an output names no network tensor.
         """
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
-        from runner.trt.execute import run_engine
+        from runner.trt.execute import run_engine, use_device
 
+        use_device(current().gpu)  # a parallel check builds and runs on its slot's GPU
         wanted = None if outputs is None else list(outputs)
         ident = None if key is None else f"{key}:{','.join(wanted or [])}"
-        if self._engine is None or ident is None or self._engine[0] != ident:
+        cached = self._engine  # read once: checks on other threads replace it
+        if cached is not None and ident is not None and cached[0] == ident:
+            engine = cached[1]
+        else:
             shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
             builder = EngineBuilder(model.SerializeToString(), self.workspace, profiles_from_shapes(shapes))
             if wanted is not None:
                 builder.mark_outputs(wanted)
-            self._engine = (ident, builder.build().engine)
-        got = run_engine(self._engine[1], feeds)
+            engine = builder.build().engine
+            self._engine = (ident, engine)
+        got = run_engine(engine, feeds)
         if wanted is None:
             return got
         missing = [n for n in wanted if n not in got]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -14,10 +14,12 @@ from runner.graph.load import as_file, is_large
 
 def session_for(
     model: onnx.ModelProto,
-    providers: Sequence[str] = ("CPUExecutionProvider",),
+    providers: Sequence[Any] = ("CPUExecutionProvider",),
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 ) -> ort.InferenceSession:
     """An ONNX Runtime session for an in-memory model (through a temp file past 2 GB).
+
+    ``providers``: names, or ``(name, options)`` pairs (e.g. ``("CUDAExecutionProvider", {"device_id": "1"})``).
 
     Raises:
         ModelError: when ONNX Runtime rejects the model.

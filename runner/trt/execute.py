@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 import tensorrt as trt
 
-from runner.errors import MissingExtraError, ModelError
+from runner.errors import ConfigError, MissingExtraError, ModelError
 
 
 def _cudart() -> Any:
@@ -26,6 +26,26 @@ def _ok(result: Any) -> Any:
     if int(err) != 0:
         raise ModelError(f"CUDA call failed: {err}")
     return result[1] if len(result) > 1 else None
+
+
+def use_device(gpu: Optional[str]) -> None:
+    """Make GPU ``gpu`` (a running check's slot, from ``executor.gpus``) this thread's CUDA device,
+    where TensorRT then builds and runs; None leaves the thread's device as it is.
+
+    Raises:
+        ConfigError: when ``gpu`` is not a device number (a UUID works only through
+            ``CUDA_VISIBLE_DEVICES``, i.e. for command checks).
+        ModelError: when CUDA cannot select the device. MissingExtraError: without cuda-python.
+    """
+    if gpu is None:
+        return
+    try:
+        device = int(gpu)
+    except ValueError:
+        raise ConfigError(
+            f"executor.gpus holds {gpu!r}: in-process TensorRT work needs device numbers (0, 1, ...)"
+        ) from None
+    _ok(_cudart().cudaSetDevice(device))
 
 
 def run_engine(engine_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:

@@ -1,0 +1,36 @@
+"""The ONNX Runtime backend in a parallel run: each check's GPU reaches the GPU providers as their
+``device_id``; on CPU the slot's GPU changes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runner.backends.onnxruntime import OnnxRuntimeBackend
+from runner.executors.slot import Slot, set_current
+from tests.helpers.models import chain_model
+
+
+def test_gpu_providers_get_the_slots_device_and_the_cpu_provider_is_left_alone():
+    backend = OnnxRuntimeBackend(["CPUExecutionProvider"])
+    assert backend.providers_for("1") == ["CPUExecutionProvider"]
+    backend.providers = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert backend.providers_for("1") == [
+        ("TensorrtExecutionProvider", {"device_id": "1"}),
+        ("CUDAExecutionProvider", {"device_id": "1"}),
+        "CPUExecutionProvider",
+    ]
+    assert backend.providers_for(None) == backend.providers
+
+
+def test_a_cpu_check_in_a_slot_with_a_gpu_runs_as_any_other():
+    model = chain_model(3)
+    feeds = {"x": np.ones((1, 4), np.float32)}
+    backend = OnnxRuntimeBackend(["CPUExecutionProvider"])
+    plain = backend.run(model, feeds, key="m")
+    set_current(Slot(1, "3"))
+    try:
+        in_slot = backend.run(model, feeds, key="m")
+    finally:
+        set_current(None)
+    assert list(backend._sessions) == ["m"]  # the CPU session is shared, not one per GPU
+    assert all(np.array_equal(plain[n], in_slot[n]) for n in plain)
