@@ -148,15 +148,22 @@ class RoundChecks:
 
     def _cancel(self, running: Set[Any], futures: Dict[Any, Pending], why: str) -> None:
         """Cancel the running checks and wait until each has ended (a verdict that came first is
-        kept), counting the ones cancelled."""
+        kept), counting the ones cancelled; then clear their flags (a Dask scheduler forgets a
+        cleared event)."""
         if not running:
             return
         log.info("Cancelling %d running check(s): %s", len(running), why)
+        slots = [futures[f].slot for f in running]
+        flags = [slot.cancel for slot in slots if slot is not None and slot.cancel is not None]
+        for flag in flags:
+            flag.set()
         for future in running:
-            slot = futures[future].slot
-            if slot is not None and slot.cancel is not None:
-                slot.cancel.set()
             self.executor.cancel(future)
+        self._wait_cancelled(running, futures)
+        for flag in flags:  # every check that had it has ended
+            flag.clear()
+
+    def _wait_cancelled(self, running: Set[Any], futures: Dict[Any, Pending]) -> None:
         while running:
             done, running = self.executor.wait(running, self.wait_s)
             for future in done:

@@ -18,6 +18,8 @@ class CancelFlag(Protocol):
 
     def set(self) -> Any: ...
 
+    def clear(self) -> Any: ...
+
 
 class CheckCancelled(Exception):
     """Raised by a check whose slot was cancelled (Ctrl-C, or its round no longer needs it)."""

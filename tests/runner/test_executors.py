@@ -233,3 +233,8 @@ def test_dask_cluster_gives_the_serial_answer(run, tmp_path, chain, has_nodes_sc
     onnx.save(overflow_model(), path)
     compare = ["mode=precision", f"model={path}", "checker=compare", "checker.backend=fp16_emulation"]
     assert run(*compare, *dask).summary["kept_nodes"] == run(*compare).summary["kept_nodes"]
+
+    import distributed
+
+    with distributed.Client(dask_cluster) as client:  # the cancel flags of settled rounds were cleared
+        assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["events"]._events)) == 0
