@@ -7,13 +7,17 @@ Rows:
   fails while the chosen Conv is in the subgraph). Bisect becomes a (k+1)-ary search, linear checks
   k subgraphs at once, and the probe of the needed node alone shares a round with the next splits.
 - ``precision bisect|linear``: ``mode=precision`` (Polygraphy's prefix search; the check passes when
-  the chosen Conv is kept in float32). Each of its candidates takes about 0.3 s of the runner's own
-  time to build (onnxconverter_common's float16 conversion sorts the graph in quadratic time, under
-  the GIL), which a round of k candidates pays k times.
+  the chosen Conv is kept in float32). Each of its candidates takes 0.12 to 0.25 s of the runner's
+  own time to build (the float16 conversion, under the GIL); look-ahead builds some of the next
+  round's while a round's checks run.
+
+Columns: ``wall_s`` is the whole process, ``run_s`` the run itself (``summary.json``'s ``wall_s``,
+without the interpreter and Hydra start-up that every executor pays alike); ``ratio`` and
+``run_ratio`` compare each with serial.
 
 The check is ``checker=python`` (in-process: a sleeping subprocess per check would measure process
 start-up on a 2-core machine, not the search). Targets: with 4 workers, bisect at most 0.45x serial
-wall time, linear at most 0.3x (the reduce rows).
+wall time, linear at most 0.3x (the reduce rows, run time).
 
 Usage: python benchmarks/parallel.py [--sleep 1.0] [--workers 2 4 8]
 """
