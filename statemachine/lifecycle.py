@@ -223,8 +223,9 @@ class Lifecycle:
     def _lookahead(self) -> Callable[[], bool]:
         """One piece of the strategy's ``lookahead`` per call (a candidate the next round may hold,
         built while this round's checks run; keys the replay knows are skipped); False once none is
-        left. The list is asked for on the first call, once the round's checks have started."""
-        work: Optional[Iterator[Tuple[str, Callable[[], object]]]] = None
+        left or there is no room for more. The list is asked for on the first call, once the
+        round's checks have started."""
+        work: Optional[Iterator[Tuple[str, Callable[[], bool]]]] = None
         self._built_ahead.clear()
 
         def step() -> bool:
@@ -233,7 +234,8 @@ class Lifecycle:
                 work = iter(self.strategy.lookahead(self.executor.workers))
             for key, build in work:
                 if self.replay.lookup(key) is None:
-                    build()
+                    if not build():
+                        return False  # no room for more
                     self._built_ahead.add(key)
                     return True
             return False

@@ -101,13 +101,13 @@ class Strategy(abc.ABC):
         ``take_round`` does, so the checks still running may be cancelled. Default False."""
         return False
 
-    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], object]]]:
+    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], bool]]]:
         """Work that may save time in the next round, done while this round's checks run: ``(key,
         build)`` for candidates a round of ``k`` after the round ``next_round`` returned last may
-        hold, most useful first; ``build()`` prepares that candidate (e.g. builds its model; what
-        it returns is ignored) so that making and writing it later is quick. A guess: building
-        what is never checked costs only time. The lifecycle skips keys whose verdict it knows.
-        Default: nothing."""
+        hold, most useful first; ``build()`` prepares that candidate (e.g. builds its model) so
+        that the next ``next_round`` makes and writes it quickly, and returns False when it has no
+        room for more. A guess: building what is never checked costs only time and memory. The
+        lifecycle skips keys whose verdict it knows. Default: nothing."""
         return []
 
     def artifacts(self) -> List[Path]:

@@ -12,7 +12,6 @@ variant (what else shapes the candidate) and the unit set.
 from __future__ import annotations
 
 import abc
-import contextlib
 import functools
 import hashlib
 import logging
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 import onnx
-from cachetools import LRUCache
 
 from runner.graph.load import check_saved, save_model
 from strategies.base import Candidate, RoundStrategy, Verdict
@@ -35,9 +33,9 @@ log = logging.getLogger(__name__)
 Units = FrozenSet[int]
 Search = Union[PrefixSearch[int], SetSearch[int], RankedSearch[int]]
 
-#: bytes of candidate models kept built (``ModelProto.ByteSize``): the ones built ahead while a
-#: round's checks run, and a unit set built again (a gate's, the answer's); least recently used go first
-MODEL_CACHE_BYTES = 1 << 30
+#: bytes of candidate models built ahead (``ModelProto.ByteSize``) that a run holds at once: the
+#: next round's possible candidates, built while a round's checks run; the rest wait for their round
+AHEAD_BYTES = 1 << 30
 
 
 @dataclass
@@ -97,7 +95,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self._made: Optional[Units] = None  # the unit set of the candidate made last
         #: per-output statistics of each in-process check (checker=compare), by unit set
         self._outputs: Dict[Units, Any] = {}
-        self._models: LRUCache[Tuple[str, Units], onnx.ModelProto] = LRUCache(MODEL_CACHE_BYTES, getsizeof=_model_bytes)
+        self._ahead: Dict[Tuple[str, Units], onnx.ModelProto] = {}  # built ahead, by variant and unit set
+        self._ahead_bytes = 0
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -135,22 +134,29 @@ class OnnxSearchStrategy(RoundStrategy):
         digest = hashlib.sha1(",".join(map(str, sorted(units))).encode()).hexdigest()[:16]
         return f"{self.fingerprint}:{self.variant()}:{digest}"
 
-    def built(self, units: Units) -> onnx.ModelProto:
-        """The candidate model of ``units``: from the cache of built models, else built (``model_for``)
-        and kept there when it fits. The model is shared: whoever changes it works on a copy."""
+    def build_ahead(self, units: Units) -> bool:
+        """Build the model of ``units`` for a later round (``lookahead``) and hold it until the next
+        ``next_round``; False when it does not fit in ``AHEAD_BYTES`` with the ones held."""
         key = (self.variant(), units)  # reduce's variant changes when it keeps Constant nodes
-        model = self._models.get(key)
-        if model is None:
-            model = self.model_for(units)
-            with contextlib.suppress(ValueError):  # larger than the whole cache: not kept
-                self._models[key] = model
-        return model
+        if key in self._ahead:
+            return True
+        if self._ahead_bytes >= AHEAD_BYTES:
+            return False
+        model = self.model_for(units)
+        size = model.ByteSize()
+        if self._ahead_bytes + size > AHEAD_BYTES:
+            return False
+        self._ahead[key] = model
+        self._ahead_bytes += size
+        return True
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """The candidate of a unit set (its ``closure``): its model is built on first use, or was built ahead."""
+        """The candidate of a unit set (its ``closure``): its model was built ahead, or is built on
+        first use and kept for the iteration."""
         units = self.closure(units)
         self._made = units
-        model = functools.partial(self.built, units)
+        ready = self._ahead.pop((self.variant(), units), None)
+        model = (lambda: ready) if ready is not None else functools.cache(lambda: self.model_for(units))
         return Candidate(
             self.key(units),
             f"{label}: {self.size(units)}",
@@ -171,7 +177,14 @@ class OnnxSearchStrategy(RoundStrategy):
     def next_round(self, k: int) -> List[Candidate]:
         """The queued gates (up to ``k``), with the search's next sets in the slots left while the
         search is on (``propose``: they assume every gate gives its expected verdict); else up to
-        ``k`` of the search's sets; else the gates after the search."""
+        ``k`` of the search's sets; else the gates after the search. Its candidates take the
+        models built ahead for them; the others (other outcomes') are dropped."""
+        round_ = self._next_round(k)
+        self._ahead.clear()
+        self._ahead_bytes = 0
+        return round_
+
+    def _next_round(self, k: int) -> List[Candidate]:
         self._round, self._round_gates, self._gate_units = [], [], []
         while True:
             made: List[Candidate] = []
@@ -193,23 +206,22 @@ class OnnxSearchStrategy(RoundStrategy):
                 return []
             self.gates.append(after)
 
-    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], object]]]:
+    def lookahead(self, k: int) -> List[Tuple[str, Callable[[], bool]]]:
         """The search's sets of the rounds that may follow this one (``RoundSearch.ahead``, the gates
         of the round assumed to give their expected verdicts), first set of each outcome first; each
-        build puts the set's model in the cache of built models. Nothing while the search is over
-        or for a round without search sets."""
+        build is ``build_ahead``. Nothing while the search is over or for a round without search sets."""
         if self.final is not None or not self._round:
             return []
         rounds = self.search.ahead(self._round, k)
         seen = {self.closure(units) for units in self._round}
-        work: List[Tuple[str, Callable[[], object]]] = []
+        work: List[Tuple[str, Callable[[], bool]]] = []
         for position in range(max(map(len, rounds), default=0)):
             for sets in rounds:
                 if position < len(sets):
                     units = self.closure(sets[position])
                     if units not in seen:
                         seen.add(units)
-                        work.append((self.key(units), functools.partial(self.built, units)))
+                        work.append((self.key(units), functools.partial(self.build_ahead, units)))
         return work
 
     def closure(self, units: Units) -> Units:
@@ -272,7 +284,3 @@ class OnnxSearchStrategy(RoundStrategy):
         save_model(self.output_model(self.final), self.output, **self.save_opts)
         check_saved(self.output)
         log.info("Wrote %s (%s)", self.output, self.size(self.final))
-
-
-def _model_bytes(model: onnx.ModelProto) -> int:
-    return max(1, model.ByteSize())
