@@ -234,8 +234,12 @@ class Lifecycle:
                 work = iter(self.strategy.lookahead(self.executor.workers))
             for key, build in work:
                 if self.replay.lookup(key) is None:
-                    if not build():
-                        return False  # no room for more
+                    try:
+                        if not build():
+                            return False  # no room for more
+                    except Exception as e:  # a guess must never stop the run: its round, if it comes, says so
+                        log.debug("Building a candidate ahead failed (%s: %s); no more this round", type(e).__name__, e)
+                        return False
                     self._built_ahead.add(key)
                     return True
             return False

@@ -8,7 +8,8 @@ import pytest
 
 from runner.artifacts import ArtifactSorter
 from runner.checkers.command import CommandChecker
-from runner.errors import NothingToDoError
+from runner.errors import ModelError, NothingToDoError
+from runner.executors.local import LocalExecutor
 from runner.replay import Replay
 from statemachine.lifecycle import STATES, Lifecycle
 from strategies.base import Candidate, Strategy
@@ -70,3 +71,34 @@ def test_error_in_a_callback_ends_in_failed(tmp_path):
         lc.run()
     assert lc.state == "failed"
     assert lc.history[-1] == "failed" and set(lc.history) <= set(STATES)
+
+
+class _GuessesBadly(RepeatStrategy):
+    """Repeat runs whose look-ahead fails: a guess that cannot be built."""
+
+    def lookahead(self, k):
+        def build() -> bool:
+            raise ModelError("this guess cannot be built")
+
+        return [("never", build)]
+
+
+def test_a_failing_look_ahead_does_not_change_the_run(tmp_path):
+    checker = CommandChecker(f"{sys.executable} -c 'import time; time.sleep(0.2)'")
+    replay = Replay(tmp_path / "replay.json", "repeat")
+    executor = LocalExecutor(workers=2)
+    lc = Lifecycle(
+        _GuessesBadly(Until(count=4)),
+        checker,
+        ArtifactSorter([], tmp_path / "art"),
+        replay,
+        tmp_path / "it",
+        None,
+        None,
+        executor,
+    )
+    try:
+        assert lc.run() == "stopped"
+    finally:
+        executor.close()
+    assert lc.taken == 4 and lc.passes == 4 and lc.rounds == 2
