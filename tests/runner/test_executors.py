@@ -87,7 +87,8 @@ def test_repeat_until_bad_cancels_the_rest_of_its_round(run, tmp_path):
     assert (s["runs"], s["good"], s["bad"]) == (5, 4, 1)
     assert s["checks"] == 6 and s["cancelled"] == 1 and s["rounds"] == 2
     assert [e["iteration"] for e in r.replay["iterations"]] == [1, 2, 3, 4, 5]
-    assert not alive(int((pids / "pid6").read_text()))
+    pid6 = pids / "pid6"  # absent when run 6 was cancelled before its process wrote it
+    assert not pid6.exists() or not pid6.read_text() or not alive(int(pid6.read_text()))
 
 
 def test_each_worker_writes_its_own_artifacts(run, tmp_path):
