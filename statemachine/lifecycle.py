@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
 
 from transitions import Machine
 from transitions.experimental.utils import event, with_model_definitions
@@ -225,26 +225,25 @@ class Lifecycle:
         built while this round's checks run; keys the replay knows are skipped); False once none is
         left or there is no room for more. The list is asked for on the first call, once the
         round's checks have started."""
-        work: Optional[Iterator[Tuple[str, Callable[[], bool]]]] = None
         self._built_ahead.clear()
+        steps = self._build_ahead()
+        return lambda: next(steps, False)
 
-        def step() -> bool:
-            nonlocal work
-            if work is None:
-                work = iter(self.strategy.lookahead(self.executor.workers))
-            for key, build in work:
-                if self.replay.lookup(key) is None:
-                    try:
-                        if not build():
-                            return False  # no room for more
-                    except Exception as e:  # a guess must never stop the run: its round, if it comes, says so
-                        log.debug("Building a candidate ahead failed (%s: %s); no more this round", type(e).__name__, e)
-                        return False
-                    self._built_ahead.add(key)
-                    return True
-            return False
-
-        return step
+    def _build_ahead(self) -> Iterator[bool]:
+        """Build the strategy's guesses one per ``next``, noting each key built; ends when none is
+        left, one has no room, or one fails (a guess must never stop the run: its round, if it
+        comes, says so)."""
+        for key, build in self.strategy.lookahead(self.executor.workers):
+            if self.replay.lookup(key) is not None:
+                continue
+            try:
+                if not build():
+                    return  # no room for more
+            except Exception as e:
+                log.debug("Building a candidate ahead failed (%s: %s); no more this round", type(e).__name__, e)
+                return
+            self._built_ahead.add(key)
+            yield True
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
         """Write the candidate's artifact here (unless its check writes it); with several workers,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import functools
 import hashlib
+import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -212,16 +213,16 @@ class OnnxSearchStrategy(RoundStrategy):
         build is ``build_ahead``. Nothing while the search is over or for a round without search sets."""
         if self.final is not None or not self._round:
             return []
-        rounds = self.search.ahead(self._round, k)
         seen = {self.closure(units) for units in self._round}
         work: List[Tuple[str, Callable[[], bool]]] = []
-        for position in range(max(map(len, rounds), default=0)):
-            for sets in rounds:
-                if position < len(sets):
-                    units = self.closure(sets[position])
-                    if units not in seen:
-                        seen.add(units)
-                        work.append((self.key(units), functools.partial(self.build_ahead, units)))
+        rounds = self.search.ahead(self._round, k)
+        for found in itertools.chain.from_iterable(itertools.zip_longest(*rounds)):  # each round's first set first
+            if found is None:  # past the end of a shorter round
+                continue
+            units = self.closure(found)
+            if units not in seen:
+                seen.add(units)
+                work.append((self.key(units), functools.partial(self.build_ahead, units)))
         return work
 
     def closure(self, units: Units) -> Units:
