@@ -114,3 +114,14 @@ def overflow_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["small"], ["y"], name="act"),
     ]
     return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], consts)
+
+
+def graph_index(model: onnx.ModelProto, shapes=None, keep_constant_nodes: bool = False):
+    """A ``runner.graph.subgraph.GraphIndex`` of ``model``, with tensor shapes from ``shapes`` or a run."""
+    from runner.graph.feeds import model_feeds
+    from runner.graph.meta import TensorMeta
+    from runner.graph.subgraph import GraphIndex
+    from runner.graph.summaries import tensor_summaries
+
+    meta = TensorMeta(model, shapes or {}, lambda: tensor_summaries(model, model_feeds(model, shapes, None, 0), 2**30))
+    return GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)

@@ -3,18 +3,15 @@ possible candidates are built; the next round takes the ones it holds and drops 
 
 from __future__ import annotations
 
-import onnx
-
 import strategies.onnx_search as onnx_search
 from strategies.base import Verdict
 from strategies.bisect import BisectMarker
 from strategies.reduce import ReduceStrategy
-from tests.helpers.models import chain_model
-from tests.runner.graph.test_subgraph import _index
+from tests.helpers.models import chain_model, graph_index
 
 
 def _reduce(tmp_path, n=16) -> ReduceStrategy:
-    return ReduceStrategy(_index(chain_model(n)), BisectMarker, output=tmp_path / "r.onnx")
+    return ReduceStrategy(graph_index(chain_model(n)), BisectMarker, output=tmp_path / "r.onnx")
 
 
 def _fails_with(name):
@@ -55,9 +52,8 @@ def test_the_next_round_takes_the_models_built_for_it_and_drops_the_rest(tmp_pat
 def test_build_ahead_stops_when_the_models_held_reach_the_budget(tmp_path, monkeypatch):
     strategy = _reduce(tmp_path)
     strategy.next_round(2)
-    size = onnx.ModelProto.ByteSize(strategy.model_for(frozenset(strategy.index.units)))
-    monkeypatch.setattr(onnx_search, "AHEAD_BYTES", size + 1)
     units = frozenset(strategy.index.units)
+    monkeypatch.setattr(onnx_search, "AHEAD_BYTES", strategy.model_for(units).ByteSize() + 1)
     assert strategy.build_ahead(units)  # fits
     assert not strategy.build_ahead(frozenset(list(units)[:3]))  # no room left
     assert strategy.build_ahead(units)  # held already

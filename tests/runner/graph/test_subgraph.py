@@ -9,17 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from runner.errors import ModelError, ShapeError
-from runner.graph.feeds import model_feeds
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
-from tests.helpers.models import CLASSIFIER, VAD_IF, branchy_model, chain_model, f32, make_model, need
-
-
-def _index(model, shapes=None, keep_constant_nodes=False):
-    from runner.graph.summaries import tensor_summaries
-
-    meta = TensorMeta(model, shapes or {}, lambda: tensor_summaries(model, model_feeds(model, shapes, None, 0), 2**30))
-    return GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
+from tests.helpers.models import CLASSIFIER, VAD_IF, branchy_model, chain_model, f32, graph_index, make_model, need
 
 
 def _names(index, units):
@@ -27,13 +19,13 @@ def _names(index, units):
 
 
 def test_constant_nodes_are_not_units():
-    index = _index(chain_model(4))
+    index = graph_index(chain_model(4))
     assert [index.nodes[i].name for i in index.units] == ["n0", "n1", "n2", "n3"]
     assert len(index.nodes) == 5
 
 
 def test_boundary_of_a_middle_node():
-    index = _index(chain_model(4))
+    index = graph_index(chain_model(4))
     n2 = index.find("n2")
     order, inputs, outputs = index.boundary([n2])
     assert inputs == ["t1"] and outputs == ["t2"]
@@ -46,7 +38,7 @@ def test_boundary_of_a_middle_node():
 
 def test_extracted_subgraph_runs_and_matches_the_original():
     model = branchy_model()
-    index = _index(model)
+    index = graph_index(model)
     units = [index.find("b1"), index.find("b2"), index.find("side_out")]
     sub = index.extract(units)
     onnx.checker.check_model(sub)
@@ -62,14 +54,14 @@ def test_extracted_subgraph_runs_and_matches_the_original():
 
 def test_constants_become_initializers_unless_kept():
     model = chain_model(4)
-    n1 = [_index(model).find("n1")]
-    assert [n.op_type for n in _index(model).extract(n1).graph.node] == ["Add"]
-    kept = _index(model, keep_constant_nodes=True).extract(n1)
+    n1 = [graph_index(model).find("n1")]
+    assert [n.op_type for n in graph_index(model).extract(n1).graph.node] == ["Add"]
+    kept = graph_index(model, keep_constant_nodes=True).extract(n1)
     assert [n.op_type for n in kept.graph.node] == ["Constant", "Add"]
 
 
 def test_reachable_walks_parents_and_children():
-    index = _index(branchy_model())
+    index = graph_index(branchy_model())
     a1 = index.find("a1")
     assert _names(index, index.reachable([a1], upward=True)) == ["a0"]
     assert _names(index, index.reachable([a1], upward=False)) == ["a2", "join"]
@@ -82,21 +74,21 @@ def test_candidate_keys_depend_on_the_set_and_on_kept_constants(tmp_path):
     from strategies.reduce import ReduceStrategy
 
     model = chain_model(4)
-    strategy = ReduceStrategy(_index(model), BisectMarker, output=tmp_path / "r.onnx")
+    strategy = ReduceStrategy(graph_index(model), BisectMarker, output=tmp_path / "r.onnx")
     assert strategy.key(frozenset([1, 2])) == strategy.key(frozenset([2, 1])) != strategy.key(frozenset([1]))
-    kept = ReduceStrategy(_index(model, keep_constant_nodes=True), BisectMarker, output=tmp_path / "r.onnx")
+    kept = ReduceStrategy(graph_index(model, keep_constant_nodes=True), BisectMarker, output=tmp_path / "r.onnx")
     assert strategy.key(frozenset([1])) != kept.key(frozenset([1]))
 
 
 def test_bad_graphs():
     with pytest.raises(ModelError, match="no nodes"):
-        _index(make_model([], [f32("x", [1])], [f32("x", [1])]))
+        graph_index(make_model([], [f32("x", [1])], [f32("x", [1])]))
     missing = helper.make_graph(
         [helper.make_node("Add", ["x", "w"], ["y"], name="add")], "g", [f32("x", [1])], [f32("y", [1])]
     )
     model = helper.make_model(missing, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ModelError, match="'w'"):
-        _index(model)
+        graph_index(model)
 
 
 def test_a_tensor_without_shape_names_the_option():
@@ -112,7 +104,7 @@ def test_a_tensor_without_shape_names_the_option():
 
 def test_if_node_is_one_unit_and_its_outer_reads_are_inputs():
     model = onnx.load(str(need(VAD_IF)))
-    index = _index(model, {"input": [1, 512], "state": [2, 1, 128]})
+    index = graph_index(model, {"input": [1, 512], "state": [2, 1, 128]})
     ifs = [i for i in index.units if index.nodes[i].op == "If"]
     assert ifs, "the model's work is in If nodes"
     _, inputs, _ = index.boundary([ifs[0]])
@@ -121,6 +113,6 @@ def test_if_node_is_one_unit_and_its_outer_reads_are_inputs():
 
 def test_every_single_node_of_the_classifier_extracts_and_checks():
     model = onnx.load(str(need(CLASSIFIER)))
-    index = _index(model, {"x": [1, 3, 48, 192]})
+    index = graph_index(model, {"x": [1, 3, 48, 192]})
     for u in index.units[::25]:
         onnx.checker.check_model(index.extract([u]))
