@@ -25,6 +25,11 @@ class ShapeError(ModelError):
     """A tensor that must become a graph input or output has no known dtype or shape."""
 
 
+class InvalidCandidateError(RunnerError):
+    """A model the tool built (a conversion, a mixed-precision or reduced candidate) is invalid: the
+    tool's own defect. The run stops before checking it, and no verdict is recorded for it."""
+
+
 class CheckStartError(RunnerError):
     """The check could not be started (command not found, no terminal for interactive checks)."""
 
@@ -49,6 +54,22 @@ class MissingExtraError(RunnerError):
 
 class CheckError(RunnerError):
     """The check cannot give a verdict the run can stand behind (killed by a signal, never passed)."""
+
+
+class AnswerNotVerifiedError(CheckError):
+    """The answer as written (``output=``) did not give the verdict the search found for it when
+    loaded back and checked, or does not load: the run cannot stand behind it (exit code 3).
+
+    Attributes:
+        verified: the ``answer_verified`` summary of that check.
+    """
+
+    exit_code = 3
+    status = "answer not verified"
+
+    def __init__(self, message: str, verified: dict):
+        super().__init__(message)
+        self.verified = verified
 
 
 class CheckNeverPassedError(CheckError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Set
+
 import onnx
 from onnx import TensorProto
 
@@ -46,3 +48,58 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     return out
+
+
+def fold_weight_identities(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelProto:
+    """Remove top-level Identity nodes that forward an initializer: their readers read the
+    initializer itself (torch.onnx forwards shared and tied weights this way).
+
+    An Identity whose output is a graph output, or is read inside an If/Loop/Scan body, stays.
+    Precision marking then never counts a weight's Identity as a node to keep, and a conversion
+    never puts a Cast between a weight and its reader.
+
+    Args:
+        model: the model.
+        in_place: modify ``model`` itself instead of a copy.
+
+    Returns:
+        The model (a copy unless ``in_place``).
+    """
+    out = model if in_place else _copy(model)
+    g = out.graph
+    inits = {i.name for i in g.initializer}
+    outputs = {o.name for o in g.output}
+    inner = body_reads(g)
+    forward = {
+        n.output[0]: n.input[0]
+        for n in g.node
+        if n.op_type == "Identity" and n.input and n.input[0] in inits and n.output[0] not in outputs | inner
+    }
+    if not forward:
+        return out
+    keep = [n for n in g.node if not (n.op_type == "Identity" and n.output and n.output[0] in forward)]
+    for node in keep:
+        for i, name in enumerate(node.input):
+            if name in forward:
+                node.input[i] = forward[name]
+    del g.node[:]
+    g.node.extend(keep)
+    dropped = set(forward)
+    kept_vi = [v for v in g.value_info if v.name not in dropped]
+    del g.value_info[:]
+    g.value_info.extend(kept_vi)
+    return out
+
+
+def body_reads(graph: onnx.GraphProto) -> Set[str]:
+    """Tensor names read by nodes inside the bodies of ``graph``'s nodes, at any depth."""
+    reads: Set[str] = set()
+    stack = [a.g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+    stack += [s for n in graph.node for a in n.attribute for s in a.graphs]
+    while stack:
+        body = stack.pop()
+        for node in body.node:
+            reads.update(node.input)
+            stack += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            stack += [s for a in node.attribute for s in a.graphs]
+    return reads

@@ -1,41 +1,54 @@
 """Convert a model to fp16 (or bf16) except a kept set of nodes, which stay in fp32.
 
-Uses onnxconverter-common's float16 converter (``convert_float_to_float16`` with its
-``node_block_list``): a maintained, dependency-light converter that keeps graph I/O types
-(``keep_io_types``), converts only float tensors (integer, bool and shape tensors are left
-alone), walks If/Loop/Scan bodies, keeps ops that have no fp16 kernels in fp32 (its default
-op block list) and inserts Casts at every fp32/fp16 boundary. NVIDIA ModelOpt's AutoCast does
-the same job but pulls in a much heavier dependency tree; we only need the conversion.
+Uses ONNX Runtime's float16 converter (``onnxruntime.transformers.float16``, shipped inside the
+onnxruntime wheel): it keeps graph I/O types (``keep_io_types``), converts only float tensors,
+walks If/Loop/Scan bodies, keeps ops without fp16 kernels in fp32 (its default op block list)
+and the kept nodes (``node_block_list``), with Casts at every fp32/fp16 boundary. Measured on
+real exports (``../shared/models``: BERT, GPT-2 and ViT from torch.onnx and timm, the PaddleOCR
+models, the If-bodied VAD model), all of its whole-model conversions load and run in ONNX Runtime,
+where onnxconverter-common's left graph outputs that are also read inside the graph, explicit
+Casts and If bodies with contradictory types on 4 of 7.
 
-Two of the converter's habits would round kept tensors through fp16, and are repaired here:
-a blocked Constant node still gets a Cast to fp16 and back (so Constant nodes become
-initializers first, which the converter leaves in fp32 when only kept nodes use them), and an
-output with several consumers gets a fp32 -> fp16 -> fp32 Cast round trip even between two
-kept nodes (so such round trips are bypassed after conversion).
+Its habits that would round kept values through fp16 are repaired here:
 
-bf16 is not offered by that converter: the model is converted to fp16 as above, then every
-fp16 type becomes bf16 and every converted initializer/Constant is re-made from its original
-fp32 values (so the fp16 range clipping does not apply to bf16).
+- a weight read by a kept node and by a converted node is converted once and read by the kept
+  node through a Cast back, rounded: kept nodes get an fp32 copy of such weights first;
+- a kept node's output that a kept node (or a graph output) reads goes fp32 -> fp16 -> fp32
+  through two Casts: such round trips are bypassed after conversion;
+- its Casts are appended after the graph's nodes: the graph is sorted again (stable).
+
+bf16 is the same conversion, then every fp16 type becomes bf16 and every converted weight is
+made again from its fp32 values (fp16's range clipping does not apply). An op whose ONNX schema,
+at the model's opset, has no bf16 type (Conv before opset 22) stays fp32, with a log line; a
+model below opset 13 (the first with bf16 Casts) has its opset raised first.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from typing import Dict, Iterable, List
+from typing import Dict, FrozenSet, Iterable, List, Set
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
-from runner.graph.constants import constants_to_initializers
-from runner.graph.meta import infer_shapes
-from runner.graph.toposort import linear_sort
+from runner.graph.constants import body_reads, constants_to_initializers
+from runner.graph.toposort import sort_topology
 
 log = logging.getLogger(__name__)
 
 FP16_MAX = 65504.0
+
+#: ONNX element type of each low precision this module converts to
+LOW_ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+LOW_TYPES = set(LOW_ELEM.values())
+
+#: the first opset with Cast to bfloat16
+BF16_OPSET = 13
+#: the first opset whose If, Loop and Scan carry bfloat16 tensors
+BF16_CONTROL_FLOW_OPSET = 16
 
 
 def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -50,73 +63,196 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     return named
 
 
-def restore_output_types(converted: onnx.ModelProto, original: onnx.ModelProto) -> int:
-    """Give graph outputs back their original float type, in place; return how many were fixed.
+def onnx_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset version."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=1)
 
-    With ``keep_io_types``, onnxconverter-common still ends an output whose producer is blocked
-    (kept in fp32) with a Cast to float16 and declares it float16, so a kept node's output would
-    be rounded through fp16 (and overflow past 65504) on its way out. That Cast is retargeted to
-    the original type.
+
+def raise_opset(model: onnx.ModelProto, version: int, why: str) -> onnx.ModelProto:
+    """``model`` at default-domain opset ``version`` or newer (``onnx.version_converter``), logged.
+
+    Args:
+        model: the model (not modified).
+        version: the opset it needs.
+        why: what needs it, for the log line, e.g. "bfloat16 Casts".
+
+    Returns:
+        ``model`` itself when its opset is high enough, else a converted copy.
+
+    Raises:
+        ModelError: when ONNX's version converter cannot convert the model.
     """
-    types = {o.name: o.type.tensor_type.elem_type for o in original.graph.output}
-    producers = {name: node for node in converted.graph.node for name in node.output}
-    fixed = 0
-    for out in converted.graph.output:
-        want = types.get(out.name)
-        have = out.type.tensor_type.elem_type
-        if want is None or want == have or have not in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
-            continue
-        cast = producers.get(out.name)
-        if cast is None or cast.op_type != "Cast":
-            continue
-        for attr in cast.attribute:
-            if attr.name == "to":
-                attr.i = want
-        out.type.tensor_type.elem_type = want
-        fixed += 1
-    return fixed
+    have = onnx_opset(model)
+    if have >= version:
+        return model
+    from onnx import version_converter
 
-
-def drop_round_trips(model: onnx.ModelProto) -> int:
-    """Bypass ``fp32 -> Cast(fp16) -> Cast(fp32)`` chains in place; return how many consumers were rewired.
-
-    A consumer of the second Cast then reads the fp32 tensor directly; Casts left without
-    consumers are removed. Graph outputs are never rewired.
-    """
     try:
-        typed = infer_shapes(model)
-    except Exception:  # no types, no safe rewrite
-        return 0
+        raised = version_converter.convert_version(model, version)
+    except Exception as e:  # the converter raises RuntimeError/ValidationError from C++
+        raise ModelError(
+            f"{why} need opset {version}, and ONNX's version converter cannot raise the model from opset {have}: "
+            f"{str(e).splitlines()[0]}; convert the model's opset first"
+        ) from None
+    log.info("The model's opset was raised from %d to %d for %s (onnx.version_converter)", have, version, why)
+    return raised
+
+
+def ops_without(model: onnx.ModelProto, low: str) -> List[str]:
+    """Default-domain op types of ``model`` (bodies included) whose schema, at the model's opset,
+    takes float32 but not ``low`` for some input: they cannot be converted and stay fp32.
+
+    Args:
+        model: the model.
+        low: float16 or bfloat16.
+    """
+    opset = onnx_opset(model)
+    want = "tensor(bfloat16)" if low == "bfloat16" else "tensor(float16)"
+    missing = []
+    ops: Set[str] = set()
+    graphs = [model.graph]
+    while graphs:  # bodies of If/Loop/Scan too
+        graph = graphs.pop()
+        ops.update(n.op_type for n in graph.node if n.domain in ("", "ai.onnx"))
+        graphs.extend(body for n in graph.node for body in _bodies(n))
+    for op in sorted(ops):
+        try:
+            schema = onnx.defs.get_schema(op, opset)
+        except Exception:  # not a standard op at this opset: the converter's defaults decide
+            continue
+        # the type constraints of the inputs and of the first output (others are statistics, e.g.
+        # LayerNormalization's fp32 mean, which stay float32 whatever the input type)
+        used = {i.type_str for i in schema.inputs} | {o.type_str for o in schema.outputs[:1]}
+        for constraint in schema.type_constraints:
+            allowed = set(constraint.allowed_type_strs)
+            if constraint.type_param_str in used and "tensor(float)" in allowed and want not in allowed:
+                missing.append(op)
+                break
+    return missing
+
+
+def _fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_ops: Set[str]) -> None:
+    """Give kept nodes their own fp32 copy of each float weight a converted node also reads, in place
+    (the converter would convert a shared weight once and feed kept nodes its rounded values)."""
     g = model.graph
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(typed.graph.value_info) + list(g.input)}
+    floats = {i.name: i for i in g.initializer if i.data_type == TensorProto.FLOAT}
+    if not floats:
+        return
+    stays = [n.name in kept or n.op_type in blocked_ops for n in g.node]
+    readers: Dict[str, Set[bool]] = {}
+    for node, fp32 in zip(g.node, stays):
+        for name in node.input:
+            if name in floats:
+                readers.setdefault(name, set()).add(fp32)
+    shared = {name for name, kinds in readers.items() if kinds == {True, False}}
+    taken = {i.name for i in g.initializer} | {o for n in g.node for o in n.output} | {i.name for i in g.input}
+    copies: Dict[str, str] = {}
+    for name in sorted(shared):
+        copy_name = f"{name}_fp32"
+        while copy_name in taken:
+            copy_name += "_"
+        taken.add(copy_name)
+        copy = TensorProto()
+        copy.CopyFrom(floats[name])
+        copy.name = copy_name
+        g.initializer.append(copy)
+        copies[name] = copy_name
+    for node, fp32 in zip(g.node, stays):
+        if fp32:
+            for i, name in enumerate(node.input):
+                if name in copies:
+                    node.input[i] = copies[name]
+
+
+def bypass_round_trips(model: onnx.ModelProto) -> int:
+    """Bypass ``fp32 -> Cast(low) -> Cast(fp32)`` chains of the top-level graph in place; return how
+    many were bypassed.
+
+    Consumers of the second Cast read the fp32 tensor directly; a second Cast that is a graph
+    output reads the fp32 tensor itself (a Cast to the type it has: no rounding). Casts left
+    without readers are removed. Types come from the model's declarations (the converter declares
+    every tensor it touches); a tensor read inside a body is never rewired.
+    """
+    g = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info)}
     types.update({i.name: i.data_type for i in g.initializer})
     producer = {o: n for n in g.node for o in n.output}
     outputs = {o.name for o in g.output}
-    replace = {}
+    inner = body_reads(g)
+
+    def cast_to(node: onnx.NodeProto) -> int:
+        return next((a.i for a in node.attribute if a.name == "to"), TensorProto.UNDEFINED)
+
+    replace: Dict[str, str] = {}
+    bypassed = 0
     for node in g.node:
-        if node.op_type != "Cast" or node.attribute[0].i != TensorProto.FLOAT or node.output[0] in outputs:
+        if node.op_type != "Cast" or cast_to(node) != TensorProto.FLOAT:
             continue
         first = producer.get(node.input[0])
-        if (
-            first is not None
-            and first.op_type == "Cast"
-            and first.attribute[0].i in (TensorProto.FLOAT16, TensorProto.BFLOAT16)
-            and types.get(first.input[0]) == TensorProto.FLOAT
-        ):
-            replace[node.output[0]] = first.input[0]
-    rewired = 0
+        if first is None or first.op_type != "Cast" or cast_to(first) not in LOW_TYPES:
+            continue
+        source = first.input[0]
+        if types.get(source) != TensorProto.FLOAT:
+            continue
+        if node.output[0] in outputs:
+            node.input[0] = source
+            bypassed += 1
+        elif node.output[0] not in inner:
+            replace[node.output[0]] = source
+            bypassed += 1
     for node in g.node:
         for i, name in enumerate(node.input):
             if name in replace:
                 node.input[i] = replace[name]
-                rewired += 1
     while True:  # drop Casts nobody reads any more
-        used = {i for n in g.node for i in n.input} | outputs
+        used = {i for n in g.node for i in n.input} | outputs | inner
         dead = [n for n in g.node if n.op_type == "Cast" and n.output[0] not in used]
         if not dead:
-            return rewired
+            return bypassed
         for n in dead:
             g.node.remove(n)
+
+
+def _bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
+    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
+        g for a in node.attribute for g in a.graphs
+    ]
+
+
+def home_stray_casts(model: onnx.ModelProto) -> int:
+    """Move top-level Casts that read a tensor made inside a body (If/Loop/Scan) into that body, in
+    place; return how many moved. The converter appends the Casts around a node it keeps in fp32 to
+    the top-level graph, also when the node lives in a body (an op on its block list inside an If)."""
+    home: Dict[str, onnx.GraphProto] = {}
+
+    def index(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for body in _bodies(node):
+                for inner in body.node:
+                    for out in inner.output:
+                        home[out] = body
+                home.update({i.name: body for i in body.input})
+                index(body)
+
+    index(model.graph)
+    top = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    top |= {i.name for i in model.graph.initializer}
+    moved = [n for n in model.graph.node if n.op_type == "Cast" and n.input[0] not in top and n.input[0] in home]
+    for cast in moved:
+        model.graph.node.remove(cast)
+        home[cast.input[0]].node.append(cast)
+        home[cast.output[0]] = home[cast.input[0]]
+    return len(moved)
+
+
+def _declare_weights_as_stored(graph: onnx.GraphProto) -> None:
+    """Make ``value_info`` entries of initializers (exporters declare them) give the type the
+    initializer has, in place: the converter retypes every declared float tensor, also weights
+    it leaves fp32 because only kept nodes read them."""
+    stored = {i.name: i.data_type for i in graph.initializer}
+    for vi in graph.value_info:
+        if vi.name in stored and vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.elem_type = stored[vi.name]
 
 
 def _bf16_tensor(values: np.ndarray, name: str) -> TensorProto:
@@ -130,14 +266,13 @@ def _bf16_tensor(values: np.ndarray, name: str) -> TensorProto:
 
 def _retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
     """Turn every fp16 type of ``converted`` into bf16, taking values from ``original``'s fp32 data."""
-    originals = {t.name: numpy_helper.to_array(t) for t in original.graph.initializer}
-    const_values = {
-        n.name: numpy_helper.to_array(a.t)
-        for n in original.graph.node
-        if n.op_type == "Constant"
-        for a in n.attribute
-        if a.name == "value"
-    }
+    originals = {t.name: t for t in original.graph.initializer}
+
+    def fp32_values(init: TensorProto) -> np.ndarray:
+        source = originals.get(init.name)
+        if source is not None and source.data_type == TensorProto.FLOAT:
+            return numpy_helper.to_array(source)
+        return numpy_helper.to_array(init).astype(np.float32)
 
     def fix_graph(g: onnx.GraphProto) -> None:
         for vi in list(g.input) + list(g.output) + list(g.value_info):
@@ -145,15 +280,17 @@ def _retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
                 vi.type.tensor_type.elem_type = TensorProto.BFLOAT16
         for i, init in enumerate(g.initializer):
             if init.data_type == TensorProto.FLOAT16:
-                values = originals.get(init.name, numpy_helper.to_array(init).astype(np.float32))
-                g.initializer[i].CopyFrom(_bf16_tensor(values, init.name))
+                g.initializer[i].CopyFrom(_bf16_tensor(fp32_values(init), init.name))
         for node in g.node:
             for attr in node.attribute:
-                if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT16:
+                if (
+                    attr.name in ("to", "dtype")
+                    and attr.type == onnx.AttributeProto.INT
+                    and attr.i == TensorProto.FLOAT16
+                ):
                     attr.i = TensorProto.BFLOAT16
                 if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
-                    values = const_values.get(node.name, numpy_helper.to_array(attr.t).astype(np.float32))
-                    attr.t.CopyFrom(_bf16_tensor(values, attr.t.name))
+                    attr.t.CopyFrom(_bf16_tensor(numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
                 if attr.type == onnx.AttributeProto.GRAPH:
                     fix_graph(attr.g)
                 for sub in attr.graphs:
@@ -162,48 +299,98 @@ def _retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
     fix_graph(converted.graph)
 
 
-def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "float16") -> onnx.ModelProto:
-    """Convert ``model`` to ``low`` precision except the nodes named in ``keep``.
+class Converter:
+    """Converts one prepared fp32 model to a low precision, keeping any set of its nodes in fp32.
+
+    Shape inference runs once here, not once per conversion; each ``convert`` copies the inferred
+    model and converts the copy.
 
     Args:
-        model: an fp32 model whose nodes all have unique names (see ``name_nodes``) and whose
-            Constant nodes are initializers (see ``runner.graph.constants``); not modified.
-        keep: names of nodes to keep in fp32.
+        model: an fp32 model whose top-level nodes have unique names (``name_nodes``) and whose
+            Constant nodes are initializers (``constants_to_initializers``); at opset 13 or newer
+            for bfloat16 (``raise_opset``). Not modified.
         low: "float16" or "bfloat16".
 
-    Returns:
-        The mixed-precision model, with the original graph input and output types.
+    Raises:
+        ConfigError-free; ModelError: bfloat16 below opset 13.
+    """
+
+    def __init__(self, model: onnx.ModelProto, low: str = "float16"):
+        from onnxruntime.transformers import float16
+
+        if low not in LOW_ELEM:
+            raise ModelError(f"cannot convert to {low!r}: use float16 or bfloat16")
+        if low == "bfloat16" and onnx_opset(model) < BF16_OPSET:
+            raise ModelError(
+                f"bfloat16 needs opset {BF16_OPSET} or newer (Cast to bfloat16); raise the model's opset first"
+            )
+        self.model, self.low = model, low
+        self.blocked_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ops_without(model, low))
+        extra = sorted(set(ops_without(model, low)) - set(float16.DEFAULT_OP_BLOCK_LIST))
+        if extra:
+            log.info(
+                "ONNX defines no %s %s at opset %d: those nodes stay float32",
+                low,
+                ", ".join(extra),
+                onnx_opset(model),
+            )
+        try:
+            self.typed = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception:  # a model inference cannot type: the converter sees what is declared
+            self.typed = model
+
+    def convert(self, keep: Iterable[str]) -> onnx.ModelProto:
+        """The model in the low precision except the nodes named in ``keep``, which stay fp32.
+
+        Args:
+            keep: names of top-level nodes to keep in fp32.
+
+        Returns:
+            A new mixed-precision model with the original graph input and output types, nodes
+            in topological order. Not validated here (``runner.graph.validate``).
+
+        Raises:
+            ModelError: when the converter fails on the model.
+        """
+        from onnxruntime.transformers import float16
+
+        kept = frozenset(keep)
+        work = onnx.ModelProto()
+        work.CopyFrom(self.typed)
+        _fp32_copies_for_kept(work, kept, self.blocked_ops)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the converter warns once per clipped weight
+                converted = float16.convert_float_to_float16(
+                    work,
+                    min_positive_val=5.96e-08,
+                    max_finite_val=FP16_MAX,
+                    keep_io_types=True,
+                    disable_shape_infer=True,  # inferred once, in __init__
+                    op_block_list=sorted(self.blocked_ops),
+                    node_block_list=sorted(kept),
+                )
+        except Exception as e:  # the converter raises plain Exceptions, ValueErrors and asserts
+            raise ModelError(f"ONNX Runtime's float16 converter could not convert the model: {e}") from None
+        home_stray_casts(converted)
+        bypass_round_trips(converted)
+        _declare_weights_as_stored(converted.graph)
+        try:
+            sort_topology(converted.graph)
+        except ValueError as e:
+            raise ModelError(f"the float16 conversion left a graph that cannot be sorted: {e}") from None
+        if self.low == "bfloat16":
+            _retype_bf16(converted, self.model)
+        return converted
+
+
+def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "float16") -> onnx.ModelProto:
+    """``Converter(model, low).convert(keep)``: one conversion (a strategy keeps its ``Converter``).
 
     Raises:
         ModelError: when the converter fails on the model.
     """
-    from onnxconverter_common import float16
-
-    block: List[str] = sorted(set(keep))
-    try:
-        with warnings.catch_warnings(), linear_sort():
-            warnings.simplefilter("ignore")  # the converter warns once per clipped weight
-            converted = float16.convert_float_to_float16(
-                model,
-                min_positive_val=5.96e-08,
-                max_finite_val=FP16_MAX,
-                keep_io_types=True,
-                disable_shape_infer=False,
-                node_block_list=block,
-                check_fp16_ready=False,
-            )
-    except Exception as e:  # the converter raises plain Exceptions/ValueErrors
-        raise ModelError(f"onnxconverter-common could not convert the model to float16: {e}") from None
-    drop_round_trips(converted)
-    restore_output_types(converted, model)
-    if low == "bfloat16":
-        if min(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
-            raise ModelError(
-                "bfloat16 needs opset 13 or newer (Cast to bfloat16); "
-                "convert the model's opset first or use low_precision=float16"
-            )
-        _retype_bf16(converted, model)
-    return converted
+    return Converter(model, low).convert(keep)
 
 
 def float_nodes(model: onnx.ModelProto) -> List[int]:
@@ -211,6 +398,8 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
 
     Constant nodes are left out, as Polygraphy leaves out constant layers.
     """
+    from runner.graph.meta import infer_shapes
+
     try:
         typed = infer_shapes(model)
     except Exception:  # inference failure: fall back to declared types only
@@ -229,9 +418,6 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
     return out
 
 
-LOW_TYPES = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
-
-
 def has_low_precision(model: onnx.ModelProto) -> bool:
     """Whether the top-level graph holds any float16 or bfloat16 tensor (weights, declared types, Casts)."""
     g = model.graph
@@ -248,12 +434,30 @@ def has_low_precision(model: onnx.ModelProto) -> bool:
     return False
 
 
+def prepare(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
+    """``model`` made ready for ``Converter``: opset raised for bfloat16, nodes named, Constant nodes
+    as initializers, Identity nodes that forward a weight folded (``fold_weight_identities``).
+
+    Raises:
+        ModelError: the opset cannot be raised.
+    """
+    from runner.graph.constants import fold_weight_identities
+
+    if low == "bfloat16":
+        flow = any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for n in model.graph.node
+            for a in n.attribute
+        )
+        model = raise_opset(model, BF16_CONTROL_FLOW_OPSET if flow else BF16_OPSET, "bfloat16 tensors")
+    return fold_weight_identities(constants_to_initializers(name_nodes(model)), in_place=True)
+
+
 def to_low_precision(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
     """``model`` with every float tensor and weight in ``low`` (graph input and output types kept), as
-    TensorRT's ``--fp16`` runs an fp32 model; nodes without low-precision kernels stay fp32 (the
-    converter's op block list).
+    TensorRT's ``--fp16`` runs an fp32 model; ops without low-precision kernels or types stay fp32.
 
     Raises:
         ModelError: when the converter fails on the model.
     """
-    return convert_except(constants_to_initializers(name_nodes(model)), [], low)
+    return convert_except(prepare(model, low), [], low)

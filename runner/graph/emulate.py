@@ -121,12 +121,18 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     except Exception as e:  # inference can fail on custom ops; types then come from value_info only
         log.warning("Type inference failed (%s); only tensors with declared types are rounded", str(e).splitlines()[0])
         typed = model
-    graph = gs.import_onnx(typed)
-    rw = _Rewriter()
-    low_inputs = [t.name for t in graph.inputs if rw.is_low(t.dtype)]
-    low_outputs = [t.name for t in graph.outputs if rw.is_low(t.dtype)]
-    rw.rewrite(graph)
-    out = gs.export_onnx(graph, do_type_check=False)
+    logger = gs.logger.G_LOGGER
+    before = logger.severity
+    logger.severity = logger.ERROR  # it warns once per bf16 weight that numpy has no bf16 (widened here anyway)
+    try:
+        graph = gs.import_onnx(typed)
+        rw = _Rewriter()
+        low_inputs = [t.name for t in graph.inputs if rw.is_low(t.dtype)]
+        low_outputs = [t.name for t in graph.outputs if rw.is_low(t.dtype)]
+        rw.rewrite(graph)
+        out = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        logger.severity = before
     out.ir_version = model.ir_version
     del out.opset_import[:]
     out.opset_import.extend(model.opset_import)

@@ -1,0 +1,136 @@
+"""Is a model the tool made valid? ONNX's checker and strict type inference, with the culprit named.
+
+Every candidate the tool builds (a converted, mixed-precision or reduced model) is validated
+before it is checked: a model ONNX Runtime would refuse to load ("Type (tensor(float16)) of
+output arg ... does not match expected type (tensor(float))") is the tool's defect, not a
+verdict on the user's model. ONNX's shape inference in strict mode with type checks
+(``check_type=True``) reports the same defects without building a session: a declared type that
+differs from the inferred one, an input of a type an operator does not take, a node reading a
+tensor nothing produces.
+
+A model that already fails strict inference as the user gave it (custom ops, exporter
+quirks) cannot hold its candidates to that standard: ``Validator`` then checks candidates with
+``onnx.checker`` alone and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Dict, List, Optional
+
+import onnx
+
+from runner.errors import InvalidCandidateError
+from runner.graph.load import is_large
+
+log = logging.getLogger(__name__)
+
+_NODE = re.compile(r"\(op_type:(?P<op>[^,]*), node name: (?P<node>[^)]*)\)")
+_TYPES = re.compile(r"\((?P<inferred>\d+)\) vs \((?P<declared>\d+)\)")
+
+
+def strict_problem(model: onnx.ModelProto) -> Optional[str]:
+    """The first line of what ``onnx.checker`` or strict type and shape inference finds wrong
+    with ``model``, or None when it is valid. Models past 1 GB of tensors are checked without
+    their weights (the checks are about the graph).
+
+    Args:
+        model: the model (not modified).
+
+    Returns:
+        The problem as ONNX words it, or None.
+    """
+    graph_only = model
+    if is_large(model):
+        graph_only = onnx.ModelProto()
+        graph_only.CopyFrom(model)
+        for init in graph_only.graph.initializer:
+            init.ClearField("raw_data")
+    try:
+        onnx.checker.check_model(graph_only)
+        onnx.shape_inference.infer_shapes(graph_only, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:  # ValidationError, InferenceError, and the C++ layer's RuntimeErrors
+        return " ".join(str(e).split())
+    return None
+
+
+def _declared_types(model: onnx.ModelProto) -> Dict[str, int]:
+    g = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)}
+    types.update({i.name: i.data_type for i in g.initializer})
+    return types
+
+
+def culprit(model: onnx.ModelProto, problem: str) -> str:
+    """The node and tensor a validation ``problem`` is about, as words: ``node N (Op), tensor T``.
+
+    ONNX names the node (``op_type:Gather, node name: /m/pooler/Gather``) and, for a type
+    mismatch, the two types (``(1) vs (10)``: inferred float, declared float16); the tensor is
+    the node's output declared with the type ONNX did not infer (else its first output).
+    """
+    found = _NODE.search(problem)
+    if found is None:
+        return "node unknown"
+    name, op = found.group("node"), found.group("op")
+    node = next((n for n in model.graph.node if n.name == name), None)
+    if node is None:
+        return f"node {name} ({op})"
+    outputs: List[str] = [o for o in node.output if o]
+    tensor = outputs[0] if outputs else ""
+    types = _TYPES.search(problem[found.end() :])
+    if types is not None:
+        declared = _declared_types(model)
+        want = int(types.group("declared"))
+        tensor = next((o for o in outputs if declared.get(o) == want), tensor)
+    return f"node {name} ({op}), tensor {tensor}" if tensor else f"node {name} ({op})"
+
+
+class Validator:
+    """Validates the models a run builds from one source model.
+
+    Args:
+        source: the model as the user gave it (or as prepared for the mode); validated once here.
+        what: how the source is named in messages, e.g. "the model".
+
+    Attributes:
+        strict: whether candidates are held to strict type inference (the source passes it).
+    """
+
+    def __init__(self, source: onnx.ModelProto, what: str = "the model"):
+        problem = strict_problem(source)
+        self.strict = problem is None
+        if problem is not None:
+            log.warning(
+                "%s itself fails strict ONNX type inference (%s); candidates are validated with onnx.checker only",
+                what[:1].upper() + what[1:],
+                problem[:200],
+            )
+
+    def check(self, model: onnx.ModelProto, step: str) -> onnx.ModelProto:
+        """Return ``model`` when it is valid.
+
+        Args:
+            model: a model the tool built.
+            step: what built it, for the message, e.g. "the float16 conversion keeping 3 nodes in float32".
+
+        Returns:
+            ``model`` itself.
+
+        Raises:
+            InvalidCandidateError: the model is invalid: names the node, the tensor and ``step``.
+        """
+        if self.strict:
+            problem = strict_problem(model)
+        else:
+            try:
+                onnx.checker.check_model(model)
+                problem = None
+            except Exception as e:
+                problem = " ".join(str(e).split())
+        if problem is not None:
+            raise InvalidCandidateError(
+                f"{step} made an invalid model at {culprit(model, problem)}: {problem[:300]}; this is a defect of "
+                "the tool, not of your model: please report it with the model (no verdict was recorded for it)"
+            )
+        return model
