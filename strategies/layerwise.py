@@ -28,6 +28,7 @@ from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
+from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.report import describe, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
@@ -121,7 +122,7 @@ class LayerwiseStrategy(Strategy):
         target = model
         if low is not None and not has_low_precision(model):
             log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)
-            target = to_low_precision(model, low)
+            target = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the model")
         return reference, model, target
 
     def finish(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 import onnx
 
 from runner.graph.load import check_saved, save_model
+from runner.graph.validate import Validator
 from strategies.base import Candidate, RoundStrategy, Verdict
 from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
@@ -98,6 +99,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self._outputs: Dict[Units, Any] = {}
         self._ahead: Dict[Tuple[str, Units], onnx.ModelProto] = {}  # built ahead, by variant and unit set
         self._ahead_bytes = 0
+        #: validates every candidate model before it is checked (set by the mode from its source model)
+        self.validator: Optional[Validator] = None
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -112,6 +115,19 @@ class OnnxSearchStrategy(RoundStrategy):
     def variant(self) -> str:
         """What besides the units shapes a candidate (part of its key); default none."""
         return ""
+
+    def step(self, units: Units) -> str:
+        """What builds a unit set's model, for the message when it is invalid."""
+        return f"building the candidate of {self.size(units)}"
+
+    def valid_model(self, units: Units) -> onnx.ModelProto:
+        """``model_for(units)``, validated (``runner.graph.validate``) when the mode set a validator.
+
+        Raises:
+            InvalidCandidateError: the model is invalid (the tool's defect; the run stops unchecked).
+        """
+        model = self.model_for(units)
+        return model if self.validator is None else self.validator.check(model, self.step(units))
 
     def info(self, units: Units) -> Dict[str, Any]:
         """The candidate's facts for the iteration info file (JSON-able)."""
@@ -143,7 +159,7 @@ class OnnxSearchStrategy(RoundStrategy):
             return True
         if self._ahead_bytes >= AHEAD_BYTES:
             return False
-        model = self.model_for(units)
+        model = self.valid_model(units)
         size = model.ByteSize()
         if self._ahead_bytes + size > AHEAD_BYTES:
             return False
@@ -157,7 +173,7 @@ class OnnxSearchStrategy(RoundStrategy):
         units = self.closure(units)
         self._made = units
         ready = self._ahead.pop((self.variant(), units), None)
-        model = (lambda: ready) if ready is not None else functools.cache(lambda: self.model_for(units))
+        model = (lambda: ready) if ready is not None else functools.cache(lambda: self.valid_model(units))
         return Candidate(
             self.key(units),
             f"{label}: {self.size(units)}",

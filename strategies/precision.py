@@ -26,10 +26,10 @@ import onnx
 
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
-from runner.graph.constants import constants_to_initializers
-from runner.graph.convert import convert_except, float_nodes, name_nodes
+from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
 from runner.graph.summaries import TensorSummary, summarize
+from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking
 from strategies.base import Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
@@ -120,6 +120,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
+        self.converter = Converter(model, low) if not weak_typing else None
+        self.validator = Validator(model)
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
         self.gates.append(Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed))
@@ -164,7 +166,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             from runner.trt import load_tensorrt
 
             load_tensorrt("weak_typing=true")
-        model = constants_to_initializers(name_nodes(ctx.model))
+        model = prepare(ctx.model, low_precision)
         layers = float_nodes(model)
         ranking = None
         if searches_sets(marker) or direction == "ranked":
@@ -196,7 +198,13 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
     def model_for(self, units: Units) -> onnx.ModelProto:
         """The model in the low precision except ``units``, which stay in float32."""
-        return convert_except(self.model, self.names(units), self.low)
+        if self.converter is None:
+            self.converter = Converter(self.model, self.low)
+        return self.converter.convert(self.names(units))
+
+    def step(self, units: Units) -> str:
+        """The conversion that made the candidate."""
+        return f"the {self.low} conversion keeping {len(units)} of {len(self.layers)} nodes in float32"
 
     def size(self, units: Units) -> str:
         """How many nodes stay in float32."""

@@ -29,6 +29,7 @@ from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
+from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from strategies.base import Candidate, Verdict
 from strategies.boundary import BoundaryMarker, marker_name
@@ -81,6 +82,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.reduce_outputs = reduce_outputs
         self.order = list(index.units) if reduce_outputs else list(reversed(index.units))
         super().__init__(SetSearch(self.order, marker), index.units, False, output, save_opts, index.fingerprint)
+        self.validator = Validator(index.model)
         self.marker_name = marker_name(marker)
         self.min_good = Path(min_good) if min_good else None
         self.min_good_written: Optional[str] = None

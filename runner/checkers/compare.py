@@ -25,6 +25,7 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
+from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
 from strategies.base import Candidate, Verdict
 
@@ -195,13 +196,12 @@ class CompareChecker(Checker):
 
         Raises:
             ConfigError: when a tensor the candidate needs as input has no recorded value.
+        InvalidCandidateError: converting the candidate to ``low_precision`` failed or made an
+            invalid model (the tool's defect: no verdict).
         """
         model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
         if self.low is not None and not candidate.as_typed and not has_low_precision(model):
-            try:
-                model = self._lowered(model)
-            except ModelError as e:
-                return self._backend_error(iteration, str(e))
+            model = self._lowered(model, iteration)
         self._warn_fp16_on_cpu(model)
         names: List[str] = [i.name for i in graph_inputs(model)]
         missing = [n for n in names if n not in self.values]
@@ -247,8 +247,12 @@ class CompareChecker(Checker):
         reason = "all outputs within tolerance" + (f" on all {len(self.samples)} samples" if several else "")
         return Verdict(True, reason=reason, details={"outputs": stats})
 
-    def _lowered(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """``model`` converted to ``self.low`` (logged once per run)."""
+    def _lowered(self, model: onnx.ModelProto, iteration: int) -> onnx.ModelProto:
+        """``model`` converted to ``self.low`` (logged once per run), validated.
+
+        Raises:
+            InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
+        """
         assert self.low is not None
         if not self._said_converting:
             self._said_converting = True
@@ -258,7 +262,10 @@ class CompareChecker(Checker):
                 self.low,
                 self.low,
             )
-        return to_low_precision(model, self.low)
+        low = self.low
+        return converted(
+            model, lambda: to_low_precision(model, low), f"the {low} conversion of iteration {iteration}'s candidate"
+        )
 
     def _backend_error(self, iteration: int, message: str) -> Verdict:
         """The verdict for a candidate the backend cannot run, as ``on_error`` says.

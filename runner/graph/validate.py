@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import onnx
 
-from runner.errors import InvalidCandidateError
+from runner.errors import InvalidCandidateError, ModelError
 from runner.graph.load import is_large
 
 log = logging.getLogger(__name__)
@@ -30,10 +30,35 @@ _NODE = re.compile(r"\(op_type:(?P<op>[^,]*), node name: (?P<node>[^)]*)\)")
 _TYPES = re.compile(r"\((?P<inferred>\d+)\) vs \((?P<declared>\d+)\)")
 
 
+def _graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for the checks: a weight stored outside it (in a file its path is
+    relative to), or any weight of a model past 1 GB, becomes a graph input of its type and shape,
+    which is all type inference reads of it."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    large = is_large(model)
+    g = bare.graph
+    if not large and not any(i.data_location == onnx.TensorProto.EXTERNAL for i in g.initializer):
+        return bare
+    kept = []
+    for init in g.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL or large:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        else:
+            kept.append(init)
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    return bare
+
+
 def strict_problem(model: onnx.ModelProto) -> Optional[str]:
-    """The first line of what ``onnx.checker`` or strict type and shape inference finds wrong
-    with ``model``, or None when it is valid. Models past 1 GB of tensors are checked without
-    their weights (the checks are about the graph).
+    """The first line of what ``onnx.checker`` or strict type inference finds wrong with ``model``,
+    or None when it is valid.
+
+    Types, not shapes, are held to strict inference: the declared shapes are set aside first,
+    since onnx's shape inference disagrees with concrete shapes that ONNX Runtime measured
+    (data propagation through a ``Reshape`` to ``[-1, ...]`` infers a dimension of -1). Weights
+    stored outside the model and models past 1 GB of tensors are checked without their data.
 
     Args:
         model: the model (not modified).
@@ -41,15 +66,16 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
     Returns:
         The problem as ONNX words it, or None.
     """
-    graph_only = model
-    if is_large(model):
-        graph_only = onnx.ModelProto()
-        graph_only.CopyFrom(model)
-        for init in graph_only.graph.initializer:
-            init.ClearField("raw_data")
+    bare = _graph_only(model)
+    g = bare.graph
     try:
-        onnx.checker.check_model(graph_only)
-        onnx.shape_inference.infer_shapes(graph_only, check_type=True, strict_mode=True, data_prop=True)
+        onnx.checker.check_model(bare)
+        for vi in g.value_info:
+            vi.type.tensor_type.ClearField("shape")
+        for vi in list(g.input) + list(g.output):  # the rank stays, the dimensions go
+            for dim in vi.type.tensor_type.shape.dim:
+                dim.Clear()
+        onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True)
     except Exception as e:  # ValidationError, InferenceError, and the C++ layer's RuntimeErrors
         return " ".join(str(e).split())
     return None
@@ -92,15 +118,16 @@ class Validator:
     Args:
         source: the model as the user gave it (or as prepared for the mode); validated once here.
         what: how the source is named in messages, e.g. "the model".
+        warn: log when the source itself fails strict inference.
 
     Attributes:
         strict: whether candidates are held to strict type inference (the source passes it).
     """
 
-    def __init__(self, source: onnx.ModelProto, what: str = "the model"):
+    def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
         problem = strict_problem(source)
         self.strict = problem is None
-        if problem is not None:
+        if problem is not None and warn:
             log.warning(
                 "%s itself fails strict ONNX type inference (%s); candidates are validated with onnx.checker only",
                 what[:1].upper() + what[1:],
@@ -124,7 +151,7 @@ class Validator:
             problem = strict_problem(model)
         else:
             try:
-                onnx.checker.check_model(model)
+                onnx.checker.check_model(_graph_only(model))
                 problem = None
             except Exception as e:
                 problem = " ".join(str(e).split())
@@ -134,3 +161,23 @@ class Validator:
                 "the tool, not of your model: please report it with the model (no verdict was recorded for it)"
             )
         return model
+
+
+def converted(source: onnx.ModelProto, convert: Callable[[], onnx.ModelProto], step: str) -> onnx.ModelProto:
+    """``convert()``, a conversion of ``source``, validated as ``Validator(source).check`` does.
+
+    Args:
+        source: the model converted (not modified).
+        convert: makes the converted model; may raise ``ModelError``.
+        step: what converts, for the message.
+
+    Raises:
+        InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
+    """
+    try:
+        model = convert()
+    except ModelError as e:
+        raise InvalidCandidateError(
+            f"{step} failed: {e}; this is a defect of the tool, not of your model: please report it with the model"
+        ) from None
+    return Validator(source, warn=False).check(model, step)
