@@ -21,7 +21,7 @@ from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.config import check_mode_keys, mode_options, mode_uses, plain, set_keys
 from runner.context import RunContext
-from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
+from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor
 from runner.identity import run_identity
 from runner.jsonio import write_json_atomic
@@ -178,7 +178,8 @@ def run(cfg: DictConfig) -> int:
 
     Returns:
         The process exit code: 0 when the run finished, 2 for a user error or a check that never
-        passed (one line printed), 128 + the signal when interrupted (130 Ctrl-C, 143 SIGTERM,
+        passed (one line printed), 3 when the written answer failed its own check, 128 + the signal
+        when interrupted (130 Ctrl-C, 143 SIGTERM,
         129 SIGHUP); ``summary.json`` is written in every case.
     """
     if cfg.verbose:
@@ -250,6 +251,10 @@ def run(cfg: DictConfig) -> int:
             if lifecycle.verdict is not None and "outputs" in lifecycle.verdict.details:
                 summary["last_check_outputs"] = lifecycle.verdict.details["outputs"]  # compare: errors per output
             summary["replay"] = str(replay.save_path)
+        except AnswerNotVerifiedError as e:
+            summary.update(status=e.status, error=str(e), answer_verified=e.verified)
+            _say(f"error: {e.status}: {e}")
+            code = e.exit_code
         except CheckNeverPassedError as e:
             summary.update(status=e.status, error=str(e), check_output_tail=e.tail)
             _say(f"error: {e.status}: {e}" + (f"\nlast check's output:\n{e.tail.rstrip()}" if e.tail.strip() else ""))

@@ -182,7 +182,7 @@ class Lifecycle:
         for candidate in candidates:
             self.iteration += 1
             pending = Pending(self.iteration, candidate)
-            known = self.replay.lookup(candidate.key)
+            known = self.replay.lookup(candidate.key) if candidate.reuse else None
             if known is not None:
                 log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
                 pending.verdict, pending.reused = known, True

@@ -48,6 +48,9 @@ class Candidate:
             None when the candidate is not an ONNX model in memory (the checker reads the artifact).
         as_typed: run exactly as typed: the mode decided each node's precision (precision's
             candidates), so a checker must not convert it to a low precision.
+        write_in_check: the check writes the artifact itself (a TensorRT build in a worker).
+        reuse: whether a verdict the replay holds for ``key`` may stand for a check; False for
+            the check of a written answer, which is always run.
     """
 
     key: str
@@ -57,6 +60,7 @@ class Candidate:
     payload: Optional[Callable[[], onnx.ModelProto]] = None
     as_typed: bool = False
     write_in_check: bool = False
+    reuse: bool = True
 
 
 class Strategy(abc.ABC):

@@ -30,7 +30,7 @@ from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
-from runner.layerwise.report import describe, first_divergence, plot, ranked, table, write_csv
+from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
 from strategies.base import Candidate, Strategy, Verdict
 
@@ -157,6 +157,9 @@ class LayerwiseStrategy(Strategy):
             self.rows = comparison.run(samples)
         finally:
             ref_backend.close()
+        by_name = {r.node: r for r in self.rows}
+        for name, by in comparison.absorbed(self.rows, diverges).items():
+            by_name[name].absorbed_by = by if by is not None else "(nothing reads it)"
         first = first_divergence(self.rows)
         top = ranked(self.rows)[: self.top]
         run_dir = self.ctx.run_dir
@@ -174,6 +177,7 @@ class LayerwiseStrategy(Strategy):
             "tensors_compared": sum(1 for r in self.rows for _ in r.outputs if r.accumulated),
             "samples": len(samples),
             "first_divergence": describe(first) if first is not None else None,
+            "absorbed": absorbed(self.rows),
             "top_introduced": [describe(r) for r in top],
             "target": self.checker.backend_name + (f" ({self.checker.low})" if self.checker.low else ""),
             "reference": self.reference_model or self.checker.reference_name,

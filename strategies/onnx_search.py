@@ -23,7 +23,8 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 
 import onnx
 
-from runner.graph.load import check_saved, save_model
+from runner.errors import AnswerNotVerifiedError
+from runner.graph.load import check_saved, load_model, save_model
 from runner.graph.validate import Validator
 from strategies.base import Candidate, RoundStrategy, Verdict
 from strategies.prefix_search import PrefixSearch
@@ -49,11 +50,13 @@ class Gate:
         expect_pass: the verdict the run needs.
         otherwise: called with the verdict when it differs: raises to stop the run, or adjusts the
             strategy (and may queue another gate).
+        then: called with the verdict when it is the expected one (default nothing).
     """
 
     make: Callable[[], Candidate]
     expect_pass: bool
     otherwise: Callable[[Verdict], None]
+    then: Optional[Callable[[Verdict], None]] = None
 
 
 class OnnxSearchStrategy(RoundStrategy):
@@ -101,6 +104,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self._ahead_bytes = 0
         #: validates every candidate model before it is checked (set by the mode from its source model)
         self.validator: Optional[Validator] = None
+        self._answer: Optional[Dict[str, Any]] = None  # the written answer's facts, once written
+        self._passed = False  # some check passed (an answer resting on none is never written)
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -211,6 +216,12 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._round_gates.append(gate)
                 self._gate_units.append(self._made)  # None: a gate whose candidate is no unit set (reduce's original)
             if self.final is not None:
+                if not made and self.verify_answer and self._answer is None and (self._passed or not self.needs_pass):
+                    self._answer = self.write_answer()
+                    self.gates.append(
+                        Gate(self._answer_candidate, self.hit_on_pass, self._answer_failed, self._answer_held)
+                    )
+                    continue
                 return made
             sets = self.search.propose(k - len(made)) if len(made) < k else []
             if sets or made:
@@ -219,9 +230,8 @@ class OnnxSearchStrategy(RoundStrategy):
             result = self.search.result
             self.final = result if result is not None else self.universe
             after = self.after_search()
-            if after is None:
-                return []
-            self.gates.append(after)
+            if after is not None:
+                self.gates.append(after)
 
     def lookahead(self, k: int) -> List[Tuple[str, Callable[[], bool]]]:
         """The search's sets of the rounds that may follow this one (``RoundSearch.ahead``, the gates
@@ -248,6 +258,7 @@ class OnnxSearchStrategy(RoundStrategy):
     def take_round(self, candidates: Sequence[Candidate], verdicts: Sequence[Optional[Verdict]]) -> None:
         """Gates' verdicts first, in order: an unexpected one goes to its handler, and the rest of
         the round (which assumed it) is dropped, to be proposed again; then the search's verdicts."""
+        self._passed = self._passed or any(v is not None and v.passed for v in verdicts)
         gates = len(self._round_gates)
         for gate, units, verdict in zip(self._round_gates, self._gate_units, verdicts):
             assert verdict is not None, "a round with gates is never settled early"
@@ -257,6 +268,8 @@ class OnnxSearchStrategy(RoundStrategy):
             if verdict.passed != gate.expect_pass:
                 gate.otherwise(verdict)
                 return
+            if gate.then is not None:
+                gate.then(verdict)
         searched = verdicts[gates:]
         if not self._round:
             return
@@ -293,11 +306,110 @@ class OnnxSearchStrategy(RoundStrategy):
 
     def output_model(self, units: Units) -> onnx.ModelProto:
         """The model written as a result (default: the candidate model itself)."""
-        return self.model_for(units)
+        return self.valid_model(units)
 
-    def finish(self) -> None:
-        """Write the final model (checked with onnx.checker)."""
+    # -- the answer, written and verified ----------------------------------------------------
+
+    def write_answer(self) -> Dict[str, Any]:
+        """Write the final model to ``output`` (checked with onnx.checker) and try loading it in ONNX
+        Runtime on CPU; return what ``answer_verified`` reports of the file.
+
+        Raises:
+            ModelError: the written file does not pass onnx.checker.
+            AnswerNotVerifiedError: ``answer_must_load_on_cpu`` and ONNX Runtime refuses the file
+                for a reason other than a missing kernel.
+        """
         assert self.final is not None
         save_model(self.output_model(self.final), self.output, **self.save_opts)
         check_saved(self.output)
-        log.info("Wrote %s (%s)", self.output, self.size(self.final))
+        log.info("Wrote %s (%s); checking it as written", self.output, self.size(self.final))
+        loads = loads_on_cpu(self.output)
+        facts: Dict[str, Any] = {"output": str(self.output), "loads_on_cpu": loads is None}
+        if loads is not None:
+            facts["cpu_error"] = loads
+            if self.answer_must_load_on_cpu and not loads.startswith("no CPU kernel"):
+                raise AnswerNotVerifiedError(
+                    f"{self.output} was written but ONNX Runtime on CPU cannot load it ({loads}); the run cannot stand "
+                    "behind it: please report this with the model",
+                    {**facts, "passed": False},
+                )
+        return facts
+
+    #: whether the written answer is checked again (False where the answer is no checkable model)
+    verify_answer = True
+    #: whether the written answer must load in ONNX Runtime on CPU (a model the tool converted)
+    answer_must_load_on_cpu = False
+
+    def _answer_candidate(self) -> Candidate:
+        """The written ``output`` as a candidate: loaded back from the file, never reused from a replay."""
+        assert self.final is not None
+        units, output, opts = self.final, self.output, self.save_opts
+        written = functools.cache(lambda: load_model(output, "output"))
+        self._made = None  # its statistics go to answer_verified, not to the unit set's
+        return Candidate(
+            f"{self.key(units)}:answer",
+            f"the answer as written ({output.name}): {self.size(units)}",
+            lambda path: save_model(written(), path, **opts),
+            {**self.info(units), "answer": str(output)},
+            payload=self.payload_of_answer(written),
+            as_typed=self.as_typed,
+            reuse=False,
+        )
+
+    def payload_of_answer(self, written: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
+        """What in-process checkers run of the written answer (default: the model read back)."""
+        return written
+
+    def _answer_held(self, verdict: Verdict) -> None:
+        assert self._answer is not None
+        self._answer.update(self._verdict_facts(verdict), passed=True)
+        log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
+
+    def _answer_failed(self, verdict: Verdict) -> None:
+        assert self._answer is not None
+        facts = {**self._answer, **self._verdict_facts(verdict), "passed": False}
+        found, got = ("passes", "fails") if self.hit_on_pass else ("fails", "passes")
+        raise AnswerNotVerifiedError(
+            f"{self.output} as written {got} the check ({verdict.reason or 'no reason given'}), though the search "
+            f"found its candidate {found}: the check is not deterministic, a replayed verdict was wrong, or writing "
+            "the answer changed it; the run cannot stand behind this answer",
+            facts,
+        )
+
+    @staticmethod
+    def _verdict_facts(verdict: Verdict) -> Dict[str, Any]:
+        facts: Dict[str, Any] = {"check_passed": verdict.passed, "reason": verdict.reason}
+        if "outputs" in verdict.details:
+            facts["outputs"] = verdict.details["outputs"]
+        if verdict.error:
+            facts["error"] = verdict.error
+        return facts
+
+    def answer_verified(self) -> Dict[str, Any]:
+        """``{"answer_verified": ...}`` for ``summary.json`` once the written answer was checked."""
+        return {"answer_verified": self._answer} if self._answer is not None and "passed" in self._answer else {}
+
+    def finish(self) -> None:
+        """Write the final model when the answer check did not already (``verify_answer`` off)."""
+        assert self.final is not None
+        if self._answer is None:
+            save_model(self.output_model(self.final), self.output, **self.save_opts)
+            check_saved(self.output)
+            log.info("Wrote %s (%s)", self.output, self.size(self.final))
+
+
+def loads_on_cpu(path: Path) -> Optional[str]:
+    """None when ONNX Runtime on CPU creates a session for the model file at ``path``, else why not
+    (starting "no CPU kernel" when only a kernel is missing, e.g. bfloat16 ops)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        first = " ".join(str(e).split())[:300]
+        if type(e).__name__ == "NotImplemented" or "NOT_IMPLEMENTED" in first:
+            return f"no CPU kernel: {first}"
+        return first
+    return None

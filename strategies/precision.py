@@ -121,6 +121,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.converter = Converter(model, low) if not weak_typing else None
+        self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
+        self.answer_must_load_on_cpu = low == "float16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
         self.validator = Validator(model)
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
@@ -280,4 +282,5 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "direction": self.direction,
             "low_precision": self.low,
             **self.answer_outputs(),
+            **self.answer_verified(),
         }

@@ -322,4 +322,5 @@ class ReduceStrategy(OnnxSearchStrategy):
             "reduced_inputs": inputs,
             "reduced_outputs": outputs,
             **self.answer_outputs(),
+            **self.answer_verified(),
         }

@@ -30,6 +30,7 @@ from runner.errors import ModelError
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
+from runner.layerwise.persistence import trace
 from runner.layerwise.tensors import LOW_MAX, cast_aliases, fed_value, nan_as_inf, peak, tensor_types
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class NodeRow:
         saturated: inputs whose reference values pass the target type's range (fed saturated to
             its largest finite value when run alone): part of the node's introduced error is
             its producer's.
+        absorbed_by: for a node whose accumulated error does not reach a graph output, the node
+            that absorbs it (``LayerwiseComparison.absorbed``); None otherwise.
     """
 
     index: int
@@ -67,6 +70,7 @@ class NodeRow:
     introduced: Optional[Dict[str, Any]] = None
     passes: bool = True
     saturated: List[str] = field(default_factory=list)
+    absorbed_by: Optional[str] = None
 
 
 def _worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
@@ -171,6 +175,20 @@ class LayerwiseComparison:
         for row in rows.values():
             row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_MAX[self.low]
         return [rows[n.name] for n in self.nodes]
+
+    def absorbed(self, rows: Sequence[NodeRow], diverges: Callable[[NodeRow], bool]) -> Dict[str, Optional[str]]:
+        """The rows that ``diverges`` but whose divergence never reaches a graph output, each with the
+        node that absorbs it (``runner.layerwise.persistence.trace`` on the target graph).
+
+        Args:
+            rows: the rows ``run`` returned.
+            diverges: whether a row's accumulated error counts as a divergence.
+
+        Returns:
+            ``{absorbed node: absorbing node, or None when nothing reads its outputs}``.
+        """
+        _, absorbed = trace(self.target, {r.node for r in rows}, {r.node for r in rows if diverges(r)})
+        return absorbed
 
     def _compare_chunk(
         self,

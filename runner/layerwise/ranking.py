@@ -27,13 +27,25 @@ from runner.layerwise.tensors import nan_as_inf, weight_peaks
 log = logging.getLogger(__name__)
 
 
-def precision_key(row: NodeRow) -> Tuple[bool, float, float]:
-    """Sort key, larger first: (NaN/Inf made or a saturated input, introduced relative L2 error, magnitude)."""
+def precision_key(row: NodeRow) -> Tuple[bool, bool, float, float]:
+    """Sort key, larger first: (not absorbed, NaN/Inf made or a saturated input, introduced relative L2
+    error, magnitude). A node whose NaN/Inf never reaches an output in the low-precision run (GPT-2's
+    causal mask, -inf in fp16, absorbed by Softmax) goes after every other."""
     size = max(row.magnitude, row.weights)
     intro = row.introduced
     if intro is None:
-        return (False, -1.0, size)
-    return (intro["new_nonfinite"] > 0 or bool(row.saturated), nan_as_inf(intro["rel_l2"]), size)
+        return (row.absorbed_by is None, False, -1.0, size)
+    return (
+        row.absorbed_by is None,
+        intro["new_nonfinite"] > 0 or bool(row.saturated),
+        nan_as_inf(intro["rel_l2"]),
+        size,
+    )
+
+
+def makes_nonfinite(row: NodeRow) -> bool:
+    """Whether a row's outputs hold NaN/Inf in the low-precision run where the reference has none."""
+    return bool(row.accumulated) and row.accumulated.get("new_nonfinite", 0) > 0
 
 
 def introduced_ranking(
@@ -69,9 +81,12 @@ def introduced_ranking(
             low,
         )
         rows = comparison.run(samples)
+        by_name = {r.node: r for r in rows}
+        for name, by in comparison.absorbed(rows, makes_nonfinite).items():
+            by_name[name].absorbed_by = by or "(nothing reads it)"
     except ModelError as e:
         log.warning("Cannot rank nodes by introduced error (%s); ranking by magnitude", e)
         return None
     score = {names[r.node]: precision_key(r) for r in rows if r.node in names}
-    lowest = (False, -1.0, 0.0)
+    lowest = (False, False, -1.0, 0.0)
     return sorted(layers, key=lambda i: score.get(i, lowest), reverse=True) if score else None

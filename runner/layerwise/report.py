@@ -19,15 +19,17 @@ log = logging.getLogger(__name__)
 STATS = ("max_abs", "max_rel", "rel_l2", "cosine", "nan", "inf")
 
 
-def introduced_key(row: NodeRow) -> Tuple[bool, bool, float, float]:
-    """Ranking of introduced error: nodes whose inputs all fit the target type first (a node fed a
-    saturated input shares its error with the producer), then new NaN/Inf, then relative L2 error
-    (NaN as the worst), then the larger of the output and weight magnitudes to break ties."""
+def introduced_key(row: NodeRow) -> Tuple[bool, bool, bool, float, float]:
+    """Ranking of introduced error: nodes whose error is not absorbed on the way to the outputs
+    first, then nodes whose inputs all fit the target type (a node fed a saturated input shares its
+    error with the producer), then new NaN/Inf, then relative L2 error (NaN as the worst), then the
+    larger of the output and weight magnitudes to break ties."""
     intro = row.introduced
     size = max(row.magnitude, row.weights)
+    kept = row.absorbed_by is None
     if intro is None:
-        return (False, False, -1.0, size)
-    return (not row.saturated, intro["new_nonfinite"] > 0, nan_as_inf(intro["rel_l2"]), size)
+        return (kept, False, False, -1.0, size)
+    return (kept, not row.saturated, intro["new_nonfinite"] > 0, nan_as_inf(intro["rel_l2"]), size)
 
 
 def ranked(rows: Sequence[NodeRow]) -> List[NodeRow]:
@@ -52,12 +54,30 @@ def describe(row: NodeRow) -> Dict[str, Any]:
         "saturated_inputs": row.saturated,
         "accumulated": _stats(row.accumulated),
         "introduced": _stats(row.introduced),
+        "absorbed_by": row.absorbed_by,
     }
 
 
+def diverges(row: NodeRow) -> bool:
+    """Whether a row's accumulated error breaks the checker's tolerance."""
+    return bool(row.accumulated) and not row.passes
+
+
 def first_divergence(rows: Sequence[NodeRow]) -> Optional[NodeRow]:
-    """The first row, in topological order, whose accumulated error breaks the tolerance, or None."""
-    return next((r for r in rows if r.accumulated and not r.passes), None)
+    """The first row, in topological order, whose accumulated error breaks the tolerance and reaches
+    a graph output (not ``absorbed_by`` another node), or None."""
+    return next((r for r in rows if diverges(r) and r.absorbed_by is None), None)
+
+
+def absorbed(rows: Sequence[NodeRow]) -> List[Dict[str, Any]]:
+    """The diverging rows whose error is absorbed on the way, for ``summary.json``: node, op,
+    position, the tensor and its accumulated error, and the node that absorbs it."""
+    return [
+        {"node": r.node, "op": r.op, "index": r.index, "tensor": r.tensor, "accumulated": _stats(r.accumulated)}
+        | {"absorbed_by": r.absorbed_by}
+        for r in rows
+        if diverges(r) and r.absorbed_by is not None
+    ]
 
 
 def write_csv(path: Path, rows: Sequence[NodeRow]) -> None:
@@ -68,7 +88,7 @@ def write_csv(path: Path, rows: Sequence[NodeRow]) -> None:
         OSError: the file cannot be written.
     """
     header = ["index", "node", "op", "outputs", "tensor", "magnitude", "weights", "in_range", "passes"]
-    header += [f"acc_{s}" for s in STATS] + [f"intro_{s}" for s in STATS]
+    header += [f"acc_{s}" for s in STATS] + [f"intro_{s}" for s in STATS] + ["absorbed_by"]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
@@ -80,6 +100,7 @@ def write_csv(path: Path, rows: Sequence[NodeRow]) -> None:
                 + [f"{r.magnitude:.6g}", f"{r.weights:.6g}", r.in_range, r.passes]
                 + [_cell(acc.get(s)) for s in STATS]
                 + [_cell(intro.get(s)) for s in STATS]
+                + [r.absorbed_by or ""]
             )
     os.replace(tmp, path)
 
@@ -108,7 +129,13 @@ def table(rows: Sequence[NodeRow], top: int, first: Optional[NodeRow]) -> str:
     if first is not None:
         lines.append(f"first divergence: {first.node} ({first.op}) at #{first.index}, tensor {first.tensor}")
     else:
-        lines.append("first divergence: none (every tensor within tolerance)")
+        lines.append("first divergence: none (no error outside tolerance reaches an output)")
+    gone = [r for r in rows if diverges(r) and r.absorbed_by is not None]
+    if gone:
+        lines.append(
+            f"absorbed: {len(gone)} node(s) diverge but their error does not reach an output, "
+            f"e.g. {gone[0].node} ({gone[0].op}) absorbed by {gone[0].absorbed_by}"
+        )
     return "\n".join(lines)
 
 

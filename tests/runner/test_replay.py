@@ -30,7 +30,11 @@ def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain
     )
     one_line_error(other_shapes, "options (model_input_shapes)", code=2)
     forced = run(*reduce_args(chain, "n5"), "output=e.onnx", f"replay.load={replay}", "replay.force=true")
-    assert forced.returncode == 0 and forced.summary["checks"] == 0, "forced: every verdict reused"
+    assert forced.summary["checks"] == 1, "forced: every search verdict reused; only the written answer is checked"
+    assert forced.returncode == 3 and forced.summary["status"] == "answer not verified", (
+        "the other check's verdicts led to n3, which the n5 check passes: the answer's own check says so"
+    )
+    assert forced.summary["answer_verified"]["passed"] is False
 
 
 def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):
