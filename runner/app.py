@@ -221,7 +221,8 @@ def run(cfg: DictConfig) -> int:
                 checker = _build_checker(cfg)
             strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg), checker)
             if strategy.needs_checker:
-                checker = _build_checker(cfg)
+                if checker is None:  # a mode that takes the checker checks with that one
+                    checker = _build_checker(cfg)
                 checker.output_dir = directory / "checks"
                 checker.bind(ctx)
             iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")

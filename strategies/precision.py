@@ -24,13 +24,14 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import onnx
 
+from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
-from runner.layerwise.ranking import introduced_ranking
+from runner.layerwise.ranking import introduced_ranking, ranking_backend
 from strategies.base import Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
@@ -143,6 +144,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         output: Optional[str] = None,
         external_data: bool = False,
         external_data_threshold: int = 1024,
+        checker: Optional[Checker] = None,
         **unused: Any,
     ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
@@ -151,6 +153,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             ctx: the run context (model; feeds and fp32 values for the ranking).
             marker, direction, precision, low_precision, weak_typing, output, external_data,
                 external_data_threshold: the mode's options (``PrecisionKeys``).
+            checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
+                runs there too (``ranking_backend``).
             unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
@@ -172,7 +176,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         layers = float_nodes(model)
         ranking = None
         if searches_sets(marker) or direction == "ranked":
-            ranking = introduced_ranking(model, layers, ctx.samples, low_precision)
+            ranking = introduced_ranking(model, layers, ctx.samples, low_precision, ranking_backend(checker))
             if ranking is None:
                 ranking = sensitivity_ranking(model, layers, ctx.summaries)
             log.info(

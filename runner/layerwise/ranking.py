@@ -17,7 +17,9 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from runner.backends.base import make_backend
+from runner.backends.base import Backend, make_backend
+from runner.checkers.base import Checker
+from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.graph.convert import to_low_precision
@@ -48,11 +50,30 @@ def makes_nonfinite(row: NodeRow) -> bool:
     return bool(row.accumulated) and row.accumulated.get("new_nonfinite", 0) > 0
 
 
+def on_device(backend: str, providers: Sequence[str]) -> bool:
+    """Whether a checker backend runs candidates on a device (TensorRT, or ONNX Runtime with a GPU
+    execution provider) rather than on the CPU."""
+    from runner.backends.onnxruntime import GPU_PROVIDERS
+
+    return backend == "tensorrt" or (backend == "onnxruntime" and any(p in GPU_PROVIDERS for p in providers))
+
+
+def ranking_backend(checker: Optional[Checker]) -> Backend:
+    """The backend precision's ranking runs the low-precision model on: the checker's own when it
+    judges on a device (so the ranking sees the device's arithmetic, e.g. its fp16 kernels), else
+    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32)."""
+    if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
+        log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
+        return checker.backend
+    return make_backend("fp16_emulation")  # rounds fp16 and bf16 tensors alike
+
+
 def introduced_ranking(
     model: onnx.ModelProto,
     layers: Sequence[int],
     samples: Sequence[Mapping[str, np.ndarray]],
     low: str,
+    backend: Optional[Backend] = None,
 ) -> Optional[List[int]]:
     """``layers`` (indices into ``model.graph.node``) ordered by ``precision_key``, largest first;
     ties keep topological order.
@@ -62,6 +83,8 @@ def introduced_ranking(
         layers: the node indices that can be kept.
         samples: input feed dicts.
         low: float16 or bfloat16.
+        backend: runs the low-precision model and its nodes alone (``ranking_backend``); None:
+            emulation on CPU.
 
     Returns:
         The ranking, or None when the model cannot be converted or run (the caller falls back).
@@ -76,7 +99,7 @@ def introduced_ranking(
             set(names),
             weight_peaks(model),
             reference.run,
-            make_backend("fp16_emulation"),  # rounds fp16 and bf16 tensors alike
+            backend if backend is not None else make_backend("fp16_emulation"),
             Tolerances(),
             low,
         )
