@@ -8,7 +8,7 @@ import sys
 import onnx
 
 from tests.helpers.checks import reduce_args
-from tests.helpers.cli import check_cmd, write_script
+from tests.helpers.cli import check_cmd, one_line_error, write_script
 from tests.helpers.models import sha256
 
 
@@ -68,3 +68,21 @@ sys.exit(1 if same or os.environ["RUNNER_ITERATION"] != "1" else 0)
     log = tmp_path / "seen.txt"
     run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", str(log)))
     assert log.read_text().splitlines()[0] == "1 True"
+
+
+def test_an_answer_that_does_not_hold_as_written_ends_with_exit_3(run, chain, tmp_path):
+    """A check that changes its mind on the written answer (it passes the file the iteration info calls
+    the answer): the run writes the answer, says it cannot stand behind it, and exits 3."""
+    info = tmp_path / "info.json"
+    script = write_script(
+        tmp_path / "fickle.py",
+        "import json, sys, onnx\n"
+        f"label = json.load(open({str(info)!r}))['candidate']['label']\n"
+        "names = {n.name for n in onnx.load(sys.argv[1]).graph.node}\n"
+        "sys.exit(0 if 'answer as written' in label or 'n3' not in names else 1)\n",
+    )
+    r = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}"), f"artifacts.iter_info={info}")
+    one_line_error(r, "answer not verified", "as written passes the check", code=3)
+    s = r.summary
+    assert s["status"] == "answer not verified" and s["answer_verified"]["passed"] is False
+    assert s["answer_verified"]["check_passed"] is True

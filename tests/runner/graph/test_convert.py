@@ -9,10 +9,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import ModelError
-from runner.graph.constants import constants_to_initializers
-from runner.graph.convert import convert_except, float_nodes, name_nodes
+from runner.graph.constants import constants_to_initializers, fold_weight_identities
+from runner.graph.convert import convert_except, float_nodes, name_nodes, onnx_opset, ops_without, to_low_precision
+from runner.graph.validate import strict_problem
 from tests.helpers.graphs import one_sensitive
-from tests.helpers.models import chain_model
+from tests.helpers.models import chain_model, f32, make_model
 
 
 def _types(model):
@@ -72,7 +73,8 @@ def test_bf16_weights_come_from_fp32_values():
     assert value[0] == pytest.approx(1e6, rel=1e-2), "not clipped to fp16's 65504"
 
 
-def test_bf16_needs_opset_13():
+def test_bf16_conversion_of_a_model_below_opset_13_is_refused_unless_prepared():
+    """``convert_except`` takes a prepared model; ``to_low_precision`` raises the opset first."""
     model = chain_model(2)
     model.opset_import[0].version = 11
     with pytest.raises(ModelError, match="opset 13"):
@@ -109,3 +111,61 @@ def test_a_kept_last_node_keeps_the_output_in_fp32():
     x = np.full((1, 8), 2.0, np.float32)
     y = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(y, np.full((1, 8), 2e5, np.float32))
+
+
+def _rt(model, x):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+def test_a_graph_output_also_read_inside_stays_consistent():
+    """BERT's last_hidden_state is a graph output that its pooler also reads: the conversion loads, the
+    output keeps float32, and the reader gets the low-precision tensor (onnxconverter-common failed here)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"], name="relu"),
+        helper.make_node("Neg", ["h"], ["p"], name="pooler"),
+    ]
+    model = make_model(nodes, [f32("x", [2])], [f32("h", [2]), f32("p", [2])])
+    converted = convert_except(model, [])
+    assert strict_problem(converted) is None
+    h, p = _rt(converted, np.array([1.0, -2.0], np.float32))
+    assert h.dtype == np.float32 and list(p) == [-1.0, 0.0]
+
+
+def test_a_weight_shared_by_a_kept_and_a_converted_node_reaches_the_kept_one_unrounded():
+    w = numpy_helper.from_array(np.array([1.0 + 2**-20], np.float32), "w")  # rounds to 1.0 in fp16
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["a"], name="kept"),
+        helper.make_node("Mul", ["x", "w"], ["b"], name="converted"),
+        helper.make_node("Sub", ["a", "x"], ["y"], name="kept_sub"),
+    ]
+    model = make_model(nodes, [f32("x", [1])], [f32("y", [1]), f32("b", [1])], [w])
+    converted = convert_except(model, ["kept", "kept_sub"])
+    inits = {t.name: t.data_type for t in converted.graph.initializer}
+    assert inits["w"] == TensorProto.FLOAT16 and inits["w_fp32"] == TensorProto.FLOAT
+    y, _ = _rt(converted, np.array([1.0], np.float32))
+    assert y[0] == pytest.approx(2**-20, rel=1e-3), "kept nodes compute with the fp32 weight, no round trip"
+
+
+def test_identity_forwarded_weights_are_folded():
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    nodes = [
+        helper.make_node("Identity", ["w"], ["w_fwd"], name="fwd"),
+        helper.make_node("Add", ["x", "w_fwd"], ["y"], name="add"),
+    ]
+    folded = fold_weight_identities(make_model(nodes, [f32("x", [2])], [f32("y", [2])], [w]))
+    assert [n.name for n in folded.graph.node] == ["add"] and list(folded.graph.node[0].input) == ["x", "w"]
+
+
+def test_bf16_keeps_ops_whose_schema_has_no_bf16_in_fp32_and_raises_the_opset():
+    """Conv has no bfloat16 before opset 22; a model at opset 11 has no bfloat16 Cast either."""
+
+    def one(op: str, *inputs: str) -> onnx.ModelProto:
+        graph = helper.make_graph([helper.make_node(op, list(inputs), ["y"])], "g", [], [])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    assert ops_without(one("Conv", "x", "w"), "bfloat16") == ["Conv"]
+    assert ops_without(one("LayerNormalization", "x", "s"), "float16") == [], "its fp32 statistics do not count"
+    model = chain_model(2)
+    model.opset_import[0].version = 11
+    converted = to_low_precision(model, "bfloat16")
+    assert onnx_opset(converted) == 13 and strict_problem(converted) is None
