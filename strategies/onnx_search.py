@@ -345,11 +345,15 @@ class OnnxSearchStrategy(RoundStrategy):
         assert self.final is not None
         units, output, opts = self.final, self.output, self.save_opts
         written = functools.cache(lambda: load_model(output, "output"))
+
+        def write(path: Path) -> None:
+            save_model(written(), path, **opts)
+
         self._made = None  # its statistics go to answer_verified, not to the unit set's
         return Candidate(
             f"{self.key(units)}:answer",
             f"the answer as written ({output.name}): {self.size(units)}",
-            lambda path: save_model(written(), path, **opts),
+            write,
             {**self.info(units), "answer": str(output)},
             payload=self.payload_of_answer(written),
             as_typed=self.as_typed,

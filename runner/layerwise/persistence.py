@@ -77,9 +77,11 @@ class _Paths:
         start: int, div: List[bool], consumers: List[List[int]], nodes: List[onnx.NodeProto]
     ) -> Optional[str]:
         """The earliest node within tolerance that reads ``start``'s divergence through diverging nodes."""
-        seen, frontier, found = {start}, [start], []
+        seen: Set[int] = {start}
+        frontier: List[int] = [start]
+        found: List[int] = []
         while frontier:
-            nxt = []
+            nxt: List[int] = []
             for i in frontier:
                 for c in consumers[i]:
                     if c in seen:

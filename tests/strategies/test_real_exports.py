@@ -50,7 +50,7 @@ def _run(model: onnx.ModelProto, feeds):
 
 def _rel_l2(got, want) -> float:
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+    return float(np.linalg.norm(got - want)) / max(float(np.linalg.norm(want)), 1e-30)
 
 
 @pytest.mark.slow
