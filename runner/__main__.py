@@ -2,7 +2,8 @@
 
 Only the standard library is imported before the guard below, so Ctrl-C, SIGTERM or SIGHUP at
 any moment (even while the heavy imports load) ends the process quietly with 128 + the signal,
-and a closed stdout (``| head``) is quiet too.
+and a closed stdout or stderr (``| head``, a closed ``less``) only silences the output
+(``runner.pipes``): the run goes on and writes its answer and summary.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from runner import signals  # standard library only
+from runner import pipes, signals  # standard library only
 
 
 def absolute_config_path(argv: list[str]) -> list[str]:
@@ -56,6 +57,7 @@ def _hydra_main() -> int:
 def cli() -> int:
     """Run ``python -m runner``; returns the process exit code."""
     signals.install()
+    pipes.guard_streams()  # a reader that goes away (| head) silences output, never the run
     try:
         sys.argv = absolute_config_path(sys.argv)
         code = _hydra_main()

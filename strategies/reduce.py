@@ -118,7 +118,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
                 external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
                 With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
-                more, the weights are written once to ``<run dir>/weights.bin`` and candidates
+                more, the weights are written once to ``<run dir>/weights.bin`` (``weights_N.bin``
+                when a file there or the model's own files have that name) and candidates
                 reference them.
             unused: the mode's other keys (data keys used through ``ctx``).
 
@@ -127,7 +128,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         """
         model, weights = ctx.model, None
         if share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
-            weights = SharedWeights(ctx.model, ctx.run_dir / "weights.bin")
+            weights = SharedWeights(ctx.model, ctx.run_dir, ctx.model_files)
             model = weights.stub(ctx.model)
         meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
         index = GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)

@@ -10,10 +10,13 @@ outputs get the bytes back with ``load_into``.
 
 from __future__ import annotations
 
+import contextlib
+import filecmp
 import logging
+import os
 import shutil
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Iterable, Set, Tuple
 
 import onnx
 from onnx import external_data_helper, numpy_helper
@@ -43,21 +46,53 @@ def initializer_bytes(model: onnx.ModelProto) -> int:
     )
 
 
+def _new_file(directory: Path, names: Set[str]) -> Path:
+    """Create (empty, exclusively) the first of ``weights.bin``, ``weights_1.bin``, ... in ``directory``
+    that is not in ``names`` and does not exist.
+
+    Raises:
+        ArtifactError: when ``directory`` cannot be written.
+    """
+    n = 0
+    while True:
+        path = directory / ("weights.bin" if n == 0 else f"weights_{n}.bin")
+        n += 1
+        if path.name in names:
+            continue
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise ArtifactError(f"cannot write the shared weights in {directory} ({e.strerror})") from None
+
+
 class SharedWeights:
     """The large initializers of a model in one file, and stubs that reference them.
 
     Args:
         model: the model (not modified).
-        path: the weights file to write (its name is what stubs reference).
+        directory: where the weights file is written: ``weights.bin``, or ``weights_N.bin`` when a
+            file there or one of ``taken`` has that name (stubs reference it by name, so it must
+            differ from the model's own files: an artifact may be written beside them). An
+            existing file is never written.
+        taken: the model's files (the model and its external data).
         threshold: initializers of this many bytes or more are shared.
+
+    Attributes:
+        path: the weights file.
 
     Raises:
         ArtifactError: when the file cannot be written.
     """
 
-    def __init__(self, model: onnx.ModelProto, path: Path, threshold: int = TENSOR_THRESHOLD):
-        self.path = Path(path)
+    def __init__(
+        self, model: onnx.ModelProto, directory: Path, taken: Iterable[Path] = (), threshold: int = TENSOR_THRESHOLD
+    ):
+        self.path = _new_file(Path(directory), {Path(p).name for p in taken})
         self.table: Dict[str, Tuple[int, int]] = {}
+        self._placed: Set[Path] = {self.path.resolve()}  # copies this run made or proved identical
         try:
             with open(self.path, "wb") as f:
                 for tensor in model.graph.initializer:
@@ -68,6 +103,8 @@ class SharedWeights:
                         self.table[tensor.name] = (f.tell(), len(data))
                         f.write(data)
         except OSError as e:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # nothing partial is left
             raise ArtifactError(
                 f"cannot write the shared weights file {self.path} ({e.strerror}); free some space"
             ) from None
@@ -96,22 +133,33 @@ class SharedWeights:
 
     def place(self, directory: Path) -> None:
         """Make the weights file reachable from models saved in ``directory``: a copy, made once (onnx
-        refuses external data with several hard links, and links out of the directory).
+        refuses external data with several hard links, and links out of the directory). A file of
+        that name already there is used only when its bytes are the weights' (a resumed run's
+        copy); any other is left alone.
 
         Raises:
-            ArtifactError: when the copy cannot be made.
+            ArtifactError: when the copy cannot be made, or another file has its name there.
         """
-        target = Path(directory) / self.path.name
-        if target.resolve() == self.path.resolve() or (
-            target.exists() and target.stat().st_size == self.path.stat().st_size
-        ):
+        target = (Path(directory) / self.path.name).resolve()
+        if target in self._placed:
             return
-        try:
-            shutil.copyfile(self.path, target)
-        except OSError as e:
-            raise ArtifactError(
-                f"cannot place the shared weights in {directory} ({e.strerror}); check the directory"
-            ) from None
+        if target.exists():
+            if not filecmp.cmp(target, self.path, shallow=False):
+                raise ArtifactError(
+                    f"{target} exists and is not this run's shared weights file; it is left alone: write the "
+                    "iteration artifacts elsewhere (artifacts.iter_artifact=) or run with share_weights=false"
+                )
+        else:
+            try:
+                with open(self.path, "rb") as src, open(target, "xb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    target.unlink()
+                raise ArtifactError(
+                    f"cannot place the shared weights in {directory} ({e.strerror}); check the directory"
+                ) from None
+        self._placed.add(target)
 
     def load_into(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy of a stub model with the shared bytes read back (for in-process runs and final outputs)."""
