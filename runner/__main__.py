@@ -31,6 +31,26 @@ def absolute_config_path(argv: list[str]) -> list[str]:
     return out
 
 
+def snapshot_run_dirs(argv: list[str]) -> list[str]:
+    """Give a re-run from a config snapshot (``--config-path outputs/.../.hydra``) the project's run
+    directories (microseconds and a per-process id, ``conf/config.yaml``) unless it names its own:
+    a snapshot holds no ``hydra:`` section, so Hydra's one-second default would make two re-runs
+    started in the same second collide."""
+    if not any(a in ("--config-path", "-cp") or a.startswith(("--config-path=", "-cp=")) for a in argv):
+        return list(argv)
+    from omegaconf import OmegaConf
+
+    import conf
+
+    raw = OmegaConf.to_container(OmegaConf.load(Path(conf.__file__).resolve().parent / "config.yaml"), resolve=False)
+    own = raw["hydra"]  # type: ignore[index,call-overload]
+    out = list(argv)
+    for key, value in (("hydra.run.dir", own["run"]["dir"]), ("hydra.sweep.dir", own["sweep"]["dir"])):
+        if not any(a.lstrip("+~").startswith(key + "=") for a in argv):
+            out.append(f"{key}={value}")
+    return out
+
+
 def _hydra_main() -> int:
     """Compose the config with Hydra and run the job(s); the exit code of the worst job."""
     import logging
@@ -59,7 +79,7 @@ def cli() -> int:
     signals.install()
     pipes.guard_streams()  # a reader that goes away (| head) silences output, never the run
     try:
-        sys.argv = absolute_config_path(sys.argv)
+        sys.argv = snapshot_run_dirs(absolute_config_path(sys.argv))
         code = _hydra_main()
         sys.stdout.flush()
         return code

@@ -24,13 +24,14 @@ from runner.context import RunContext
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor
 from runner.identity import run_identity
+from runner.inputs import files_read
 from runner.jsonio import write_json_atomic
 from runner.outputs import OutputPlan, model_files, plan_outputs
 from runner.paths import in_job_dir, run_dir
 from runner.progress import Progress
 from runner.replay import Replay
 from runner.report import print_table
-from runner.rundir import lock_run_dir, release_run_dir
+from runner.rundir import lock_run_dir, refuse_finished, release_run_dir
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Strategy
 
@@ -144,12 +145,12 @@ def _build_strategy(
     return strategy
 
 
-def _plan(cfg: DictConfig, protected: List[Path]) -> OutputPlan:
+def _plan(cfg: DictConfig, protected: Dict[Path, str]) -> OutputPlan:
     """Resolve every output path (see ``runner.outputs``) and write the resolved ones back into ``cfg``.
 
     Args:
         cfg: the run's config (updated in place).
-        protected: the model and its external data files.
+        protected: ``{path: what it is}`` of every file the run reads (``runner.inputs.files_read``).
     """
     options = {}
     for key in OUTPUT_OPTIONS:
@@ -162,6 +163,13 @@ def _plan(cfg: DictConfig, protected: List[Path]) -> OutputPlan:
             if plan.get(key) is not None:
                 OmegaConf.update(cfg, key, str(plan.get(key)), merge=False)
     return plan
+
+
+def _files_read(cfg: DictConfig) -> Dict[Path, str]:
+    """Every file the run reads (``runner.inputs.files_read``): never written, moved or linked over."""
+    data = {key: OmegaConf.select(cfg, key) for key in ("inputs", "golden", "replay.load", "reference_model")}
+    modules = [cfg.get("data_loader"), OmegaConf.select(cfg, "checker.target")]
+    return files_read(cfg.get("model"), data, modules, OmegaConf.select(cfg, "checker.cmd"))
 
 
 def _say(text: str) -> None:
@@ -196,10 +204,11 @@ def run(cfg: DictConfig) -> int:
     with signals.handled():
         try:
             directory = lock_run_dir(run_dir(cfg))
+            refuse_finished(directory, bool(cfg.get("reuse_run_dir", False)))
             summary_path = directory / "summary.json"
             check_mode_keys(cfg.mode.name, _set_keys())
             files = model_files(cfg.get("model"))  # the model and its external data: read, never written
-            plan = _plan(cfg, files)
+            plan = _plan(cfg, _files_read(cfg))
             summary_path = plan.get("summary") or summary_path
             # cheap checks first: a bad replay file fails before the model is loaded
             identity = run_identity(cfg, files)
@@ -251,7 +260,8 @@ def run(cfg: DictConfig) -> int:
             summary.update(strategy.result())
             if lifecycle.verdict is not None and "outputs" in lifecycle.verdict.details:
                 summary["last_check_outputs"] = lifecycle.verdict.details["outputs"]  # compare: errors per output
-            summary["replay"] = str(replay.save_path)
+            if replay.save_path.exists():  # a report mode checks nothing and writes no replay
+                summary["replay"] = str(replay.save_path)
         except AnswerNotVerifiedError as e:
             summary.update(status=e.status, error=str(e), answer_verified=e.verified)
             _say(f"error: {e.status}: {e}")
@@ -266,6 +276,12 @@ def run(cfg: DictConfig) -> int:
             _say(f"error: {e}")
             summary["status"] = f"error: {e}"
             code = e.exit_code
+        except OSError as e:  # a file error nothing nearer caught (a full disk, a file made read-only mid-run)
+            where = f": {e.filename}" if e.filename else ""
+            message = f"{e.strerror or e}{where}; free some space or fix the file's location, then resume"
+            _say(f"error: {message}")
+            summary["status"] = f"error: {message}"
+            code = 2
         except KeyboardInterrupt as e:
             summary["status"] = "interrupted"
             _say("interrupted: the replay keeps every finished iteration; resume with replay.load=PATH")
@@ -290,6 +306,8 @@ def run(cfg: DictConfig) -> int:
                 )
                 if lifecycle.cancelled:
                     summary["cancelled"] = lifecycle.cancelled
+                if lifecycle.reused_foreign:
+                    summary["reused_from_other_identity"] = lifecycle.reused_foreign
             summary["wall_s"] = round(time.monotonic() - started, 3)
             if summary_path is not None:  # never a rejected path, never another run's directory
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -60,6 +61,15 @@ def split_name(name: str) -> tuple[str, str]:
         stem, _, ext = name.rpartition(".")
         return stem, "." + ext
     return name, ""
+
+
+def remove_partial(path: Path) -> None:
+    """Remove a file or folder a failed write left behind (nothing if it is not there)."""
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def worker_path(path: Path, worker: int, workers: int = 1) -> Path:
@@ -130,6 +140,8 @@ class ArtifactSorter:
             try:
                 shutil.move(str(src), str(dest))
             except OSError as e:
+                if src.exists():  # a move across file systems copies: the partial copy goes, the source stays
+                    remove_partial(dest)
                 raise ArtifactError(
                     f"cannot move artifact {src} to {dest} ({e.strerror}); check artifacts.dir"
                 ) from None
@@ -139,17 +151,30 @@ class ArtifactSorter:
         return moved
 
     def keep(self, iteration: int, artifact: Optional[Path], verdict: Verdict) -> Optional[Path]:
-        """Copy the iteration artifact into ``intermediate/`` when ``keep_intermediate`` is on."""
+        """Copy the iteration artifact into ``intermediate/`` when ``keep_intermediate`` is on.
+
+        Raises:
+            ArtifactError: the copy cannot be made (a full disk): the partial copy is removed.
+        """
         if not self.keep_intermediate or artifact is None or not Path(artifact).exists():
             return None
         dest_dir = self.out_dir / "intermediate"
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        dest = unique_path(dest_dir / self._name(Path(artifact), iteration, verdict))
-        if Path(artifact).is_dir():
-            shutil.copytree(artifact, dest)
-        else:
-            shutil.copy2(artifact, dest)
-            self._keep_external_data(Path(artifact), dest_dir)
+        dest: Optional[Path] = None
+        try:
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            dest = unique_path(dest_dir / self._name(Path(artifact), iteration, verdict))
+            if Path(artifact).is_dir():
+                shutil.copytree(artifact, dest)
+            else:
+                shutil.copy2(artifact, dest)
+                self._keep_external_data(Path(artifact), dest_dir)
+        except OSError as e:
+            if dest is not None:
+                remove_partial(dest)
+            raise ArtifactError(
+                f"cannot keep iteration {iteration}'s artifact in {dest_dir} ({e.strerror}); free some space or "
+                "set artifacts.keep_intermediate=false"
+            ) from None
         return dest
 
     @staticmethod

@@ -153,6 +153,7 @@ class CommonKeys:
     replay: ReplayConf = field(default_factory=ReplayConf)
     summary: str = RUN_DIR + "/summary.json"
     verbose: bool = False
+    reuse_run_dir: bool = False  # write into a run directory that holds a finished run (its files are replaced)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
+from runner.errors import ConfigError
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import (
     check_input_shapes,
@@ -72,6 +73,17 @@ class RunContext:
     val_range: Any = None
     value_budget: int = 2**30
     workers: int = 1
+
+    def __post_init__(self) -> None:
+        """Check what can be checked before any work.
+
+        Raises:
+            ConfigError: a negative ``seed``.
+        """
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(
+                f"seed={self.seed}: give a non-negative integer (numpy seeds the generated inputs with it)"
+            )
 
     @functools.cached_property
     def model(self) -> onnx.ModelProto:

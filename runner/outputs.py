@@ -1,10 +1,13 @@
-"""Every path a run writes, resolved and checked before the first check: the user's model is never one.
+"""Every path a run writes, resolved and checked before the first check: no file the run reads is ever one.
 
-``plan_outputs`` resolves each output option once. A path that is the model, its external data
-file, or a link to either (symbolic or hard) is a one-line error naming both paths and the key to
-change; a default name that would overwrite an existing file gets a free name instead (logged);
-two options naming the same file are an error; and each location is proved writable, so an
-unwritable ``output=`` stops the run before the search, not after it.
+``plan_outputs`` resolves each output option once. A path that is a file the run reads (the model,
+its external data, ``inputs=``, ``golden=``, ``replay.load=``, a check's script: ``runner.inputs``),
+or a link to one (symbolic, also through a link to a file not yet created, or hard), is a
+one-line error naming both paths and the key to change; so is an ``artifacts.paths`` entry that is
+or contains one (artifacts are moved after each check). A default name that would overwrite an
+existing file gets a free name instead (logged); two options naming the same file, also through
+links, are an error; and each location is proved writable, so an unwritable ``output=`` stops the
+run before the search, not after it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional
 
 import onnx
 
@@ -73,10 +76,20 @@ def model_files(path: Optional[str | Path]) -> List[Path]:
 
 
 def _same(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file: the same path once links are followed (also a link to a
+    file not created yet), or hard links to one inode."""
+    if a.resolve() == b.resolve():
+        return True
     try:
-        return a.exists() and os.path.samefile(a, b)
+        return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _inside(directory: Path, path: Path) -> bool:
+    """Whether ``path`` is ``directory`` or lies below it (links followed)."""
+    d, p = directory.resolve(), path.resolve()
+    return p == d or d in p.parents
 
 
 @dataclass
@@ -85,11 +98,11 @@ class OutputPlan:
 
     Attributes:
         paths: ``{option: path}`` for every file the run writes that the user can name.
-        protected: the model and its external data files (never written).
+        protected: ``{path: what it is}`` of the files the run reads (never written or moved).
     """
 
     paths: Dict[str, Path] = field(default_factory=dict)
-    protected: List[Path] = field(default_factory=list)
+    protected: Dict[Path, str] = field(default_factory=dict)
     reserved: List[Path] = field(default_factory=list)
 
     def release(self) -> None:
@@ -118,7 +131,7 @@ MODEL_OUTPUTS = {"output", "min_good", "artifacts.iter_artifact"}
 def plan_outputs(
     options: Dict[str, Optional[str | Path]],
     defaults: Dict[str, str],
-    protected: Iterable[Path],
+    protected: Mapping[Path, str],
     artifact_paths: Iterable[str] = (),
 ) -> OutputPlan:
     """Resolve and check every output path before any work.
@@ -128,7 +141,8 @@ def plan_outputs(
         defaults: ``{option: file name}`` used when an option is unset (e.g. ``output`` ->
             ``reduced.onnx``); a default that would overwrite an existing file is replaced by a
             free name (``reduced_1.onnx``), and the log says so.
-        protected: files never to write (the model and its external data).
+        protected: ``{path: what it is}`` of the files the run reads (``runner.inputs.files_read``),
+            never written or moved.
         artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
 
     Returns:
@@ -137,11 +151,12 @@ def plan_outputs(
         removes the ones a failed run left empty.
 
     Raises:
-        ArtifactError: an output is a protected file (or its data file would be), two options
-            name the same file, or a location cannot be written.
+        ArtifactError: an output is a protected file (or its data file would be, or a link leads
+            there), two options name the same file, an ``artifacts.paths`` entry is or holds a
+            protected file, or a location cannot be written.
         ConfigError: an output's directory does not exist.
     """
-    plan = OutputPlan(protected=[Path(p) for p in protected])
+    plan = OutputPlan(protected={Path(p): what for p, what in protected.items()})
     try:
         _plan_into(plan, options, defaults, artifact_paths)
     except BaseException:
@@ -166,11 +181,10 @@ def _plan_into(
             path = free
             plan.reserved.append(path)
         for target in [path, *_companions(option, path)]:
-            for p in plan.protected:
-                if _same(target, p) or target == p:
-                    what = "model" if p == plan.protected[0] else "model's external data file"
+            for p, what in plan.protected.items():
+                if _same(target, p):
                     raise ArtifactError(
-                        f"{option}={given} would overwrite the {what} {p}"
+                        f"{option}={given} would overwrite {what} {p}"
                         f"{f' (through {target})' if target != path else ''}; choose another {option}="
                     )
         for other, other_path in plan.paths.items():
@@ -179,11 +193,13 @@ def _plan_into(
         _check_writable(option, path)
         plan.paths[option] = path
     for entry in artifact_paths:
-        for p in plan.protected:
-            if _same(Path(entry), p):
+        moved = Path(entry.replace("{worker}", "0")).absolute()
+        for p, what in plan.protected.items():
+            if _same(moved, p) or _inside(moved, p):
+                how = "is" if _same(moved, p) else "holds"
                 raise ArtifactError(
-                    f"artifacts.paths lists {entry}, which is the model {p}; artifacts are moved into "
-                    "good/ and bad/ after each check, so list only files the check writes"
+                    f"artifacts.paths lists {entry}, which {how} {what} {p}; artifacts are moved into "
+                    "good/ and bad/ after each check, so list only files or folders the check writes"
                 )
 
 

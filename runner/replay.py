@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from runner.errors import ConfigError
+from runner.errors import ArtifactError, ConfigError
 from runner.identity import differences
 from runner.jsonio import write_json_atomic
 from strategies.base import Candidate, Verdict
@@ -56,13 +56,26 @@ class Replay:
         self.identity = identity or {}
         self.entries: List[Dict[str, Any]] = []
         self._known: Dict[str, Verdict] = {}
+        #: keys whose loaded verdict was recorded with another identity (reused only with force)
+        self.foreign: Set[str] = set()
         if load_path is not None:
-            for entry in self._read(Path(load_path), mode, self.identity, force):
+            entries, changed = self._read(Path(load_path), mode, self.identity, force)
+            for entry in entries:
                 self._known.setdefault(entry["key"], _verdict(entry))
             log.info("Loaded %d recorded verdicts from %s", len(self._known), load_path)
+            if changed:
+                self.foreign = set(self._known)
+                log.warning(
+                    "replay.force=true: the %d verdicts of %s were recorded with another %s; each one reused is "
+                    "counted in summary.json (reused_from_other_identity), and the answer is checked again",
+                    len(self._known),
+                    load_path,
+                    ", ".join(changed),
+                )
 
     @staticmethod
-    def _read(path: Path, mode: str, identity: Dict[str, Any], force: bool) -> List[Dict[str, Any]]:
+    def _read(path: Path, mode: str, identity: Dict[str, Any], force: bool) -> Tuple[List[Dict[str, Any]], List[str]]:
+        """The replay's entries, and what of its identity differs from ``identity`` (only with ``force``)."""
         hint = "give the replay.json of an earlier run"
         try:
             data = json.loads(path.read_text())
@@ -86,13 +99,13 @@ class Replay:
                 f"replay.load={path}: recorded by mode={data.get('mode')}, not mode={mode}; resume with the same mode"
             )
         recorded = data.get("identity")
+        changed = differences(recorded, identity) if isinstance(recorded, dict) else ["identity (not recorded)"]
         if not force:
             if not isinstance(recorded, dict):
                 raise ConfigError(
                     f"replay.load={path} does not record what its verdicts depend on (an older format); "
                     "replay.force=true reuses it anyway"
                 )
-            changed = differences(recorded, identity)
             if changed:
                 raise ConfigError(
                     f"replay.load={path} was recorded with another {', '.join(changed)}; its verdicts may not "
@@ -102,7 +115,7 @@ class Replay:
             problem = _entry_problem(entry)
             if problem:
                 raise ConfigError(f"replay.load={path}: iteration entry {i} {problem}; the file is damaged")
-        return data["iterations"]
+        return data["iterations"], changed
 
     def lookup(self, key: str) -> Optional[Verdict]:
         """Return the known verdict for a candidate key, or None when it was never checked."""
@@ -112,7 +125,8 @@ class Replay:
         """Append one iteration and rewrite the replay file atomically.
 
         Raises:
-            OSError: when the replay file cannot be written.
+            ArtifactError: when the replay file cannot be written (the file on disk keeps the
+                verdicts before this one: it is replaced whole or not at all).
         """
         self._known.setdefault(candidate.key, verdict)
         self.entries.append(
@@ -128,9 +142,16 @@ class Replay:
                 "error": verdict.error,
             }
         )
-        write_json_atomic(
-            self.save_path, {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries}
-        )
+        try:
+            write_json_atomic(
+                self.save_path,
+                {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries},
+            )
+        except OSError as e:
+            raise ArtifactError(
+                f"cannot rewrite the replay {self.save_path} ({e.strerror}); it still holds every verdict before "
+                f"iteration {iteration}: free some space and resume with replay.load={self.save_path}"
+            ) from None
 
 
 #: field -> (accepted types, description); missing optional fields are allowed

@@ -82,6 +82,25 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
     return path
 
 
+#: files that show a directory holds a run that got as far as writing them
+RUN_FILES = ("summary.json", "replay.json")
+
+
+def refuse_finished(path: Path, reuse: bool, option: str = "hydra.run.dir") -> None:
+    """Refuse a run directory that holds another run's summary or replay, unless ``reuse``.
+
+    Raises:
+        ArtifactError: ``path`` holds ``summary.json`` or ``replay.json`` and ``reuse`` is False.
+    """
+    found = [name for name in RUN_FILES if (Path(path) / name).exists()]
+    if found and not reuse:
+        raise ArtifactError(
+            f"{option}={path} holds a finished run ({', '.join(found)}), which this run would overwrite; "
+            f"choose a fresh directory (resume it with replay.load={Path(path) / 'replay.json'}) or set "
+            "reuse_run_dir=true to replace it"
+        )
+
+
 def release_run_dir(path: Path) -> None:
     """Release the lock on ``path`` if this process holds it (the lock file stays, empty)."""
     fd = _HELD.pop(Path(path).resolve(), None)
@@ -100,8 +119,11 @@ class RunDirGuard(Callback):
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Lock ``hydra.run.dir``; print one line and exit 2 when that is impossible."""
-        _guard(lambda: lock_run_dir(Path(str(config.hydra.run.dir))))
+        """Lock ``hydra.run.dir`` and refuse one holding a finished run (before Hydra writes its
+        ``.hydra/`` there); print one line and exit 2 when that is impossible."""
+        path = Path(str(config.hydra.run.dir))
+        _guard(lambda: lock_run_dir(path))
+        _guard(lambda: refuse_finished(path, bool(config.get("reuse_run_dir", False))))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check that ``hydra.sweep.dir`` can be created (each job then locks its own directory)."""

@@ -26,8 +26,9 @@ from transitions.experimental.utils import event, with_model_definitions
 if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
-from runner.artifacts import ArtifactSorter, worker_path
+from runner.artifacts import ArtifactSorter, remove_partial, worker_path
 from runner.checkers.base import Checker
+from runner.errors import ArtifactError
 from runner.executors.base import Executor
 from runner.executors.serial import SerialExecutor
 from runner.jsonio import write_json_atomic
@@ -126,6 +127,7 @@ class Lifecycle:
         self.checks = 0
         self.rounds = 0
         self.reused_count = 0
+        self.reused_foreign = 0  # reused verdicts recorded with another identity (replay.force=true)
         self.passes = 0
         self.errors = 0
         self.failure_codes: set = set()
@@ -187,6 +189,7 @@ class Lifecycle:
                 log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
                 pending.verdict, pending.reused = known, True
                 self.reused_count += 1
+                self.reused_foreign += candidate.key in self.replay.foreign
             self.round.append(pending)
         self.generated()
 
@@ -252,7 +255,17 @@ class Lifecycle:
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
         if candidate.write is not None and not candidate.write_in_check:
-            candidate.write(pending.artifact)
+            try:
+                candidate.write(pending.artifact)
+            except OSError as e:  # a full disk mid-write: nothing partial stays behind
+                remove_partial(pending.artifact)
+                raise ArtifactError(
+                    f"cannot write iteration {pending.iteration}'s artifact {pending.artifact} ({e.strerror}); free "
+                    "some space or set artifacts.iter_artifact= elsewhere"
+                ) from None
+            except ArtifactError:
+                remove_partial(pending.artifact)
+                raise
         if parallel and candidate.payload is not None and self.checker is not None and self.checker.uses_payload:
             candidate.payload()
 

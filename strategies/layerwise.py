@@ -23,7 +23,7 @@ from runner.backends.base import make_backend
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
-from runner.errors import ArtifactError, ConfigError
+from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
@@ -129,13 +129,18 @@ class LayerwiseStrategy(Strategy):
         """Compare, then write ``layerwise.csv``, ``layerwise.png`` and print the table.
 
         Raises:
-            ModelError: a backend cannot run the reference or the target; ``reference_model=`` cannot
-                be loaded.
+            ModelError: the model has no compute nodes; a backend cannot run the reference or the
+                target; ``reference_model=`` cannot be loaded.
             ConfigError: ``reference_model=`` takes other inputs than the model.
             ArtifactError: the CSV or the plot cannot be written.
         """
         reference, given, target = self._models()
         rows_of = {n.name for n in given.graph.node if n.op_type != "Constant"}
+        if not rows_of:
+            raise ModelError(
+                f"{self.ctx.model_path} has no nodes that compute (its graph is empty or only constants); "
+                "there is no layer to compare"
+            )
         ref_backend = make_backend(
             self.checker.reference_name, providers=self.checker.providers, graph_optimization_level="disable"
         )

@@ -128,7 +128,7 @@ class CommandChecker(Checker):
         """
         path = str(artifact) if artifact is not None else ""
         worker = str(slot.worker) if slot is not None else "0"
-        argv = [a.replace("{artifact}", path).replace("{worker}", worker) for a in self.argv]
+        argv = substitute(self.argv, path, worker)
         env = dict(os.environ, RUNNER_ARTIFACT=path, RUNNER_ITERATION=str(iteration), RUNNER_WORKER=worker)
         if slot is not None:
             env.update(slot.env())
@@ -206,6 +206,36 @@ SIGNAL_HINTS: Dict[int, str] = {
 }
 
 _REAPER = Path(__file__).with_name("reaper.py")
+
+
+#: programs whose ``-c`` argument is a shell script: paths substituted into it are quoted for the shell
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+
+
+def substitute(argv: List[str], artifact: str, worker: str) -> List[str]:
+    """``argv`` with ``{artifact}`` and ``{worker}`` filled in. The command runs without a shell, so a
+    path goes in as it is, except into the script of ``sh -c SCRIPT`` (or bash, zsh, ...), where it
+    is quoted (``shlex.quote``): a folder named ``$(rm -rf ~)`` stays a name there too.
+
+    Args:
+        argv: the command's words (``shlex.split`` of ``checker.cmd``).
+        artifact: the iteration artifact's path. worker: the worker slot's number.
+    """
+    script_at = -1
+    if argv and Path(argv[0]).name in SHELLS:
+        for i, word in enumerate(argv[1:-1], start=1):
+            if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+                script_at = i + 1
+                break
+    out = []
+    for i, word in enumerate(argv):
+        if i == script_at:  # the user's own quotes around it give way to safe ones
+            quoted = shlex.quote(artifact)
+            for own in ('"{artifact}"', "'{artifact}'"):
+                word = word.replace(own, quoted)
+            word = word.replace("{artifact}", quoted)
+        out.append(word.replace("{artifact}", artifact).replace("{worker}", worker))
+    return out
 
 
 def _with_reaper(argv: List[str]) -> List[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from runner.errors import ArtifactError, ModelError
+from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
 
@@ -111,36 +113,51 @@ def save_model(
         threshold: size in bytes from which an initializer goes to the data file.
 
     Returns:
-        The path written.
+        The path written. It appears whole or not at all: the files are written in a staging
+        folder beside it and moved into place (the data file first), so a full disk or a kill
+        leaves no partial model under the name; permissions follow the umask.
 
     Raises:
-        ArtifactError: when the file cannot be written.
+        ArtifactError: when the file cannot be written (the staging folder is removed).
     """
     path = Path(path)
     big = tensor_bytes(model) >= PROTOBUF_LIMIT - 64 * 2**20
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as e:
+        raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
+    try:
+        staged = staging / path.name
+        location = path.name + ".data"
         if external_data or big:
             if big and not external_data:
                 log.info("%s is over 2 GB: writing its tensors to external data", path)
-            location = path.name + ".data"
-            data_file = path.parent / location
-            if data_file.exists():
-                data_file.unlink()
             model = _copy(model)
             _to_raw_data(model, threshold)
             onnx.save_model(
                 model,
-                str(path),
+                str(staged),
                 save_as_external_data=True,
                 all_tensors_to_one_file=True,
                 location=location,
                 size_threshold=threshold,
             )
         else:
-            onnx.save_model(model, str(path))
+            onnx.save_model(model, str(staged))
+        mode = 0o666 & ~UMASK  # as a file the user's shell makes (onnx writes external data 0600)
+        for made in staging.iterdir():
+            os.chmod(made, mode)
+        data = path.parent / location
+        if (staging / location).exists():
+            os.replace(staging / location, data)
+        elif (external_data or big) and data.exists():
+            data.unlink()  # a stale data file of an earlier save under this name
+        os.replace(staged, path)  # last: the model appears whole, with its data in place
     except OSError as e:
         raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing partial is left
     return path
 
 

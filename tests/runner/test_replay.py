@@ -35,6 +35,7 @@ def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain
         "the other check's verdicts led to n3, which the n5 check passes: the answer's own check says so"
     )
     assert forced.summary["answer_verified"]["passed"] is False
+    assert forced.summary["reused_from_other_identity"] == forced.summary["reused"] > 0
 
 
 def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):

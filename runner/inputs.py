@@ -1,0 +1,74 @@
+"""Every file a run reads, named for the guard on what it writes (``runner.outputs``).
+
+Nothing a run writes or moves may be, contain or link to one of these: the model and its
+external data files, ``inputs=``, ``golden=``, ``replay.load=``, ``reference_model=``, the module
+behind ``data_loader=`` or ``checker.target=``, and the files a check command names on its
+command line (its script, say).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence
+
+from runner.outputs import model_files
+
+
+def module_file(dotted: Optional[str]) -> Optional[Path]:
+    """The source file of the module of ``pkg.module.fn``, when it can be found without running it."""
+    if not dotted or "." not in dotted:
+        return None
+    module = dotted.rsplit(".", 1)[0]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that cannot be imported: loading reports it
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin).absolute() if origin and Path(origin).is_file() else None
+
+
+def command_files(cmd: Optional[str]) -> Iterable[Path]:
+    """The existing files a check command names as arguments (its script, its data), not ``{artifact}``."""
+    if not isinstance(cmd, str) or not cmd:
+        return []
+    try:
+        words = shlex.split(cmd)
+    except ValueError:  # unbalanced quotes: the checker reports them
+        return []
+    return [Path(w).absolute() for w in words[1:] if "{" not in w and Path(w).is_file()]
+
+
+def files_read(
+    model: Optional[str],
+    data: Dict[str, Optional[str]],
+    modules: Sequence[Optional[str]] = (),
+    check_cmd: Optional[str] = None,
+) -> Dict[Path, str]:
+    """``{absolute path: what it is}`` for every file the run reads.
+
+    Args:
+        model: ``model=``.
+        data: ``{option: path}`` of data files (``inputs``, ``golden``, ``replay.load``,
+            ``reference_model``); unset ones are None.
+        modules: dotted ``module.function`` names (``data_loader=``, ``checker.target=``).
+        check_cmd: ``checker.cmd``.
+
+    Returns:
+        The files, first the model (``"the model"``), then its external data files, then the
+        rest, each named by the option that reads it.
+    """
+    found: Dict[Path, str] = {}
+    for i, path in enumerate(model_files(model)):
+        found[path] = "the model" if i == 0 else "the model's external data file"
+    for option, value in data.items():
+        if value and Path(value).is_file():
+            found.setdefault(Path(value).absolute(), f"the {option}= file")
+    for dotted in modules:
+        source = module_file(dotted)
+        if source is not None:
+            found.setdefault(source, f"the module of {dotted}")
+    for path in command_files(check_cmd):
+        found.setdefault(path, "a file the check command names")
+    return found
