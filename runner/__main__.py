@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any, Dict, cast
 
 from runner import pipes, signals  # standard library only
 
@@ -43,7 +44,7 @@ def snapshot_run_dirs(argv: list[str]) -> list[str]:
     import conf
 
     raw = OmegaConf.to_container(OmegaConf.load(Path(conf.__file__).resolve().parent / "config.yaml"), resolve=False)
-    own = raw["hydra"]  # type: ignore[index,call-overload]
+    own = cast(Dict[str, Any], raw)["hydra"]  # the interpolations themselves, unresolved
     out = list(argv)
     for key, value in (("hydra.run.dir", own["run"]["dir"]), ("hydra.sweep.dir", own["sweep"]["dir"])):
         if not any(a.lstrip("+~").startswith(key + "=") for a in argv):

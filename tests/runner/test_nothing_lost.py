@@ -239,3 +239,25 @@ def test_external_data_files_follow_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "m.onnx.data").stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"], "no staging folder left"
+
+
+@pytest.mark.slow
+def test_two_re_runs_from_one_snapshot_started_together_get_their_own_directories(run_cli, tmp_path, chain):
+    """A snapshot holds no hydra section: its re-runs still get microsecond run directories, never one
+    shared second (the second would be refused, blaming a hydra.run.dir the user never set)."""
+    first = run_cli(*reduce_args(chain, "n3"), "output=a.onnx")
+    assert first.returncode == 0, first.stderr[-2000:]
+    snapshot = first.run_dir / ".hydra"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runner", "-cp", str(snapshot), "-cn", "config", f"output={tmp_path / f'{i}.onnx'}"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        for i in range(2)
+    ]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    dirs = sorted((tmp_path / "outputs").glob("*/*"))
+    assert len(dirs) == 2 and all(len(d.name.split("-")) == 5 for d in dirs), dirs  # HH-MM-SS-micro-id
