@@ -242,10 +242,12 @@ def test_external_data_files_follow_the_umask(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_re_runs_from_one_snapshot_started_together_get_their_own_directories(run_cli, tmp_path, chain):
+def test_two_re_runs_from_one_snapshot_started_together_get_their_own_directories(
+    run_cli, tmp_path, chain, has_nodes_script
+):
     """A snapshot holds no hydra section: its re-runs still get microsecond run directories, never one
     shared second (the second would be refused, blaming a hydra.run.dir the user never set)."""
-    first = run_cli(*reduce_args(chain, "n3"), "output=a.onnx")
+    first = run_cli(*reduce_args(chain, "n3", script=has_nodes_script), "output=a.onnx")
     assert first.returncode == 0, first.stderr[-2000:]
     snapshot = first.run_dir / ".hydra"
     procs = [
