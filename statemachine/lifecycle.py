@@ -16,6 +16,7 @@ mypy sees them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
@@ -281,10 +282,18 @@ class Lifecycle:
 
     def on_enter_sort(self) -> None:
         """Per checked candidate: keep the intermediate if asked (before sorting may move it), then
-        sort into good/ or bad/."""
-        for pending in self.round:
-            if pending.verdict is not None and not pending.reused:
-                self._sort(pending)
+        sort into good/ or bad/. When sorting fails (a full disk), the round's verdicts are still
+        recorded in the replay before the error stops the run, so a resume does not check them again."""
+        try:
+            for pending in self.round:
+                if pending.verdict is not None and not pending.reused:
+                    self._sort(pending)
+        except BaseException:
+            for pending in self.round:
+                if pending.verdict is not None and not pending.reused:
+                    with contextlib.suppress(Exception):  # the replay may not be writable either
+                        self.replay.record(pending.iteration, pending.candidate, pending.verdict, False)
+            raise
         self.sorted()
 
     def _sort(self, pending: Pending) -> None:

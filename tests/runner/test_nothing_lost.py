@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.checkers.command import substitute
 from tests.helpers.checks import python_check, reduce_args
 from tests.helpers.cli import one_line_error
-from tests.helpers.models import CLASSIFIER, need, sha256
+from tests.helpers.models import CLASSIFIER, chain_model, need, sha256
 from tests.test_readme import ROOT, _quick_start
 
 
@@ -263,3 +263,73 @@ def test_two_re_runs_from_one_snapshot_started_together_get_their_own_directorie
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     dirs = sorted((tmp_path / "outputs").glob("*/*"))
     assert len(dirs) == 2 and all(len(d.name.split("-")) == 5 for d in dirs), dirs  # HH-MM-SS-micro-id
+
+
+def _runner_argv(*args: str) -> list:
+    return [sys.executable, "-m", "runner", *args]
+
+
+def test_a_replay_that_cannot_be_rewritten_is_one_line_and_keeps_its_verdicts(tmp_path, has_nodes_script):
+    """Under an 8000-byte file limit (above Hydra's own config files) a 40-node chain's artifacts fit but
+    the replay of its linear search outgrows it: one error line naming the replay, and the replay on disk
+    still holds the verdicts before (it is replaced whole)."""
+    chain = tmp_path / "long.onnx"
+    onnx.save(chain_model(40), chain)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        _runner_argv(*reduce_args(chain, "n3", script=has_nodes_script), "marker=linear", f"hydra.run.dir={run_dir}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limited(8000),
+        stdin=subprocess.DEVNULL,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "cannot rewrite the replay" in errors[0] and "replay.load=" in errors[0]
+    kept = json.loads((run_dir / "replay.json").read_text())["iterations"]
+    assert kept and all(isinstance(e["passed"], bool) for e in kept)
+    assert not list(run_dir.glob(".replay.json.*")), "no temporary file left"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs (root and mount rights needed; skipped elsewhere)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fill_kb", [2000, 1500, 1000])
+def test_a_full_disk_at_any_point_is_one_line_with_a_summary_and_nothing_partial(small_disk, fill_kb):
+    """The quick start's reduce with its run directory and kept intermediates on a nearly full disk: it
+    either finishes or stops with one error line (exit 2), a summary with the error, a loadable replay,
+    no partial artifact or intermediate; the model untouched."""
+    model = need(CLASSIFIER)
+    before = sha256(model)
+    (small_disk / "fill").write_bytes(b"\0" * fill_kb * 1024)
+    run_dir = small_disk / "run"
+    argv = [*_quick_start_argv(small_disk), "artifacts.keep_intermediate=true"]  # output and run dir on the disk
+    argv[argv.index(next(a for a in argv if a.startswith("model=")))] = f"model={model}"
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if proc.returncode:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+        assert proc.returncode == 2 and len(errors) == 1 and summary["status"].startswith("error"), proc.stderr[-2000:]
+    else:
+        assert summary["status"] == "ok"
+    if (run_dir / "iter_artifact.onnx").exists():
+        onnx.load(str(run_dir / "iter_artifact.onnx"))  # whole: a failed write leaves none
+    if (run_dir / "replay.json").exists():
+        json.loads((run_dir / "replay.json").read_text())
+    for kept in (run_dir / "artifacts" / "intermediate").glob("*.onnx"):
+        onnx.load(str(kept))  # whole, or not there
+    assert sha256(model) == before
