@@ -32,29 +32,47 @@ def test_two_runs_started_together_give_their_own_answers(tmp_path, chain):
     assert {Path(p).name for p in outputs.values()} == {"reduced.onnx", "reduced_1.onnx"}
 
 
+#: a check that waits until the file named first exists (the test opens the gate), then fails while the
+#: model holds every node named after the artifact
+GATED_HAS_NODES = """
+import os, sys, time, onnx
+gate = sys.argv[1]
+while not os.path.exists(gate):
+    time.sleep(0.01)
+names = {n.name for n in onnx.load(sys.argv[2], load_external_data=False).graph.node}
+sys.exit(1 if all(x in names for x in sys.argv[3:]) else 0)
+"""
+
+
 def test_a_run_directory_in_use_is_refused(tmp_path, chain):
-    script = write_script(tmp_path / "slow.py", SLOW_HAS_NODES)
+    """The first run is held inside its first check (its check waits on a gate file the test opens), so the
+    second meets a directory in use, whatever the machine's speed."""
+    script = write_script(tmp_path / "gated.py", GATED_HAS_NODES)
+    gate = tmp_path / "gate"
     run_dir = tmp_path / "shared_run"
     first = start_process(
         tmp_path,
         "mode=reduce",
         f"model={chain}",
-        check_cmd(script, "{artifact}", "0.3", "n3"),
+        check_cmd(script, str(gate), "{artifact}", "n3"),
         "output=a.onnx",
         run_dir=run_dir,
     )
-    deadline = time.monotonic() + 60
-    while not (run_dir / "checks").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checks").exists() and time.monotonic() < deadline:  # its first check started
         time.sleep(0.05)
-    second = start_process(
-        tmp_path,
-        "mode=reduce",
-        f"model={chain}",
-        check_cmd(script, "{artifact}", "0", "n5"),
-        "output=b.onnx",
-        run_dir=run_dir,
-    )
-    _out2, err2 = second.communicate(timeout=60)
+    try:
+        second = start_process(
+            tmp_path,
+            "mode=reduce",
+            f"model={chain}",
+            check_cmd(script, str(gate), "{artifact}", "n5"),
+            "output=b.onnx",
+            run_dir=run_dir,
+        )
+        _out2, err2 = second.communicate(timeout=60)
+    finally:
+        gate.touch()  # the first run goes on
     assert second.returncode == 2 and "in use by another running run" in err2, err2
     _out1, err1 = first.communicate(timeout=120)
     assert first.returncode == 0, err1[-2000:]
