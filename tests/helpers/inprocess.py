@@ -17,11 +17,9 @@ from typing import List, Optional
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
 
 import conf
-from runner.app import run
+from runner.api import run_composed
 from runner.config import register_configs
 from tests.helpers.cli import RunResult
 
@@ -47,11 +45,7 @@ def run_in_process(
     ensure_hydra()
     run_dir = Path(run_dir or tmp_path / name).absolute()
     cfg = compose("config", overrides=[*overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
-    with open_dict(cfg):
-        cfg.hydra.runtime.output_dir = str(run_dir)
-        cfg.hydra.job.name = "runner"
     run_dir.mkdir(parents=True, exist_ok=True)
-    task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
     handlers: List[logging.Handler] = [logging.StreamHandler(out), logging.FileHandler(run_dir / "runner.log")]
@@ -61,14 +55,12 @@ def run_in_process(
     level = root.level
     root.setLevel(logging.INFO)
     previous_cwd = os.getcwd()
-    HydraConfig.instance().set_config(cfg)
     try:
         os.chdir(cwd or tmp_path)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(task)
+            code = run_composed(cfg, run_dir)
     finally:
         os.chdir(previous_cwd)
-        HydraConfig.instance().cfg = None  # type: ignore[assignment]
         root.setLevel(level)
         for h in handlers:
             root.removeHandler(h)

@@ -1,0 +1,231 @@
+"""The Python API: each mode as a function, with the command line's keys and answers.
+
+    from runner import api
+
+    result = api.reduce("model.onnx", "python check.py {artifact}", model_input_shapes={"x": [1, 3, 48, 192]})
+    result.ok, result.summary["reduced_nodes"], result.run_dir
+
+    result = api.precision("bert.onnx", "compare", marker="minimal", inputs="bert.npz",
+                           checker={"backend": "fp16_emulation", "check_error_stat": "rel_l2", "rtol": 0.05})
+    [n["name"] for n in result.summary["kept_nodes"]]
+
+Each function composes the same Hydra config as ``python -m runner`` (``conf/``, the same schemas,
+the same one-line errors) and runs it with ``runner.app.run``, so a call gives the command
+line's answer. Keys are the command line's, as keyword arguments: flat ones as they are
+(``marker="minimal"``, ``min_good="good.onnx"``), groups as dicts (``checker={"rtol": 0.05}``,
+``executor={"workers": 4}``) or dotted strings in ``overrides``. The check is a command line
+(``"python check.py {artifact}"``), the name of a checker (``"compare"``, ``"interactive"``), or a
+Python callable ``fn(artifact_path) -> bool`` (True: the candidate passes), run in this process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+Check = Union[str, Callable[[str], bool], None]
+
+#: checker groups a check may name instead of a command
+CHECKERS = ("compare", "interactive", "command", "python")
+
+_callables: Dict[str, Callable[[str], bool]] = {}
+_ids = itertools.count()
+_lock = threading.Lock()
+
+
+def call_registered(artifact: str, key: str) -> bool:
+    """The python checker's target for a callable given to this API (``checker.args=[key]``)."""
+    return bool(_callables[key](artifact))
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished run.
+
+    Attributes:
+        exit_code: what ``python -m runner`` would exit with (0: the run has its answer; 2: a user
+            error or a check that never passed; 3: the answer did not hold as written; 128 + N:
+            interrupted by signal N).
+        run_dir: the run's directory (``summary.json``, ``replay.json``, ``runner.log``, ``checks/``).
+        summary: ``summary.json`` as a dict (``status``, ``checks``, and the mode's fields).
+    """
+
+    exit_code: int
+    run_dir: Path
+    summary: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run ended with its answer (``status`` "ok")."""
+        return self.exit_code == 0 and self.summary.get("status") == "ok"
+
+    @property
+    def status(self) -> str:
+        """``summary.json``'s status: "ok", "interrupted", "check never passed", "answer not verified" or the error."""
+        return str(self.summary.get("status", ""))
+
+
+def _value(value: Any) -> str:
+    """``value`` in Hydra's override grammar (strings quoted, so any character is safe)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot pass {type(value).__name__} {value!r} as a config value")
+
+
+#: keys whose value is one whole value (a dict or list), not a group of keys
+WHOLE = {"model_input_shapes", "val_range", "good", "bad", "checker.atol", "checker.rtol", "checker.args"}
+
+
+def overrides_of(options: Mapping[str, Any], prefix: str = "") -> List[str]:
+    """Hydra overrides for keyword ``options``: a dict value is a group of keys (``checker={...}`` ->
+    ``checker.rtol=...``) except for keys that take a dict or list as their value (``WHOLE``).
+
+    Raises:
+        TypeError: a value that has no config form.
+    """
+    out: List[str] = []
+    for key, value in options.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and name not in WHOLE:
+            out.extend(overrides_of(value, name + "."))
+        else:
+            out.append(f"{name}={_value(value)}")
+    return out
+
+
+def _check_overrides(check: Check) -> List[str]:
+    if check is None:
+        return []
+    if callable(check):
+        with _lock:
+            key = f"fn{next(_ids)}"
+            _callables[key] = check
+        return ["checker=python", "checker.target=runner.api.call_registered", f"checker.args=[{key}]"]
+    if check in CHECKERS:
+        return [f"checker={check}"]
+    return ["checker=command", f"checker.cmd={_value(check)}"]
+
+
+def run_composed(cfg: Any, directory: Path) -> int:
+    """Run a config composed with Hydra's compose API (``return_hydra_config=True``) in ``directory``,
+    as Hydra's ``run_job`` would: the run directory made and set in Hydra's runtime, the task config
+    without its ``hydra`` section given to ``runner.app.run``.
+
+    Returns:
+        The run's exit code.
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from runner.app import run
+
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(directory)
+        cfg.hydra.run.dir = str(directory)  # resolved once: the run's own
+        cfg.hydra.job.name = "runner"
+    directory.mkdir(parents=True, exist_ok=True)
+    task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
+    HydraConfig.instance().set_config(cfg)
+    try:
+        return run(task)
+    finally:
+        HydraConfig.instance().cfg = None  # type: ignore[assignment]
+
+
+def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, **options: Any) -> Result:
+    """Run ``mode`` as ``python -m runner mode=MODE model=MODEL ...`` would, in this process.
+
+    Args:
+        mode: reduce, precision, layerwise, repeat, build or diff_tactics.
+        model: the model file, or None for modes without one.
+        check: a command line, a checker's name, or a callable (see the module's docstring).
+        options: the command line's keys. ``run_dir=`` names the run directory (default: a fresh
+            ``outputs/DATE/TIME-MICROSECONDS-ID``); ``overrides=[...]`` adds raw Hydra overrides.
+
+    Returns:
+        The finished run; errors a user can fix are in ``exit_code`` and ``summary["status"]``, as on
+        the command line (nothing is raised for them).
+
+    Raises:
+        hydra.errors.ConfigCompositionException: a key no schema knows or a value of the wrong type
+            (the command line exits 1 for these).
+        TypeError: an option value with no config form.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from omegaconf import OmegaConf
+
+    import conf
+    from runner.config import register_configs
+
+    run_dir = options.pop("run_dir", None)
+    extra = list(options.pop("overrides", []))
+    overrides = [f"mode={mode}", *_check_overrides(check), *overrides_of(options), *extra]
+    if model is not None:
+        overrides.append(f"model={_value(str(model))}")
+    register_configs()
+    if run_dir is not None:
+        overrides.append(f"hydra.run.dir={_value(str(Path(run_dir).absolute()))}")
+    config_dir = str(Path(conf.__file__).resolve().parent)
+    caller = get_gh_backup()  # a program (or test) that initialized Hydra itself gets its state back
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None, job_name="runner"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+            directory = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
+            code = run_composed(cfg, directory)
+    finally:
+        restore_gh_from_backup(caller)
+    summary_path = directory / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    return Result(code, directory, summary)
+
+
+def reduce(model: Union[str, Path], check: Check, **options: Any) -> Result:
+    """``mode=reduce``: the smallest subgraph of ``model`` that still fails ``check``.
+
+    Summary fields: ``reduced_nodes``, ``reduced_inputs``, ``reduced_outputs``, ``output``,
+    ``answer_verified``, ``checks``. See ``run_mode`` for ``check`` and ``options``.
+    """
+    return run_mode("reduce", model, check, **options)
+
+
+def precision(model: Union[str, Path], check: Check, **options: Any) -> Result:
+    """``mode=precision``: the fewest nodes of ``model`` to keep in fp32 for ``check`` to pass.
+
+    Summary fields: ``kept_nodes``, ``kept``, ``total``, ``output``, ``answer_verified``, ``checks``.
+    """
+    return run_mode("precision", model, check, **options)
+
+
+def layerwise(model: Union[str, Path], **options: Any) -> Result:
+    """``mode=layerwise``: each node's accumulated and introduced error (the compare checker's options).
+
+    Summary fields: ``first_divergence``, ``absorbed``, ``top_introduced``, ``csv``, ``plot``.
+    """
+    return run_mode("layerwise", model, None, **options)
+
+
+def repeat(model: Union[str, Path], check: Check, **options: Any) -> Result:
+    """``mode=repeat``: run ``check`` on ``model`` until ``until=`` (good, bad or a count).
+
+    Summary fields: ``runs``, ``good``, ``bad``.
+    """
+    return run_mode("repeat", model, check, **options)

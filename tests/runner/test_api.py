@@ -1,0 +1,75 @@
+"""``runner.api``: each mode as a function, with the command line's answers."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from runner import api
+from tests.helpers.checks import python_check
+from tests.helpers.models import CLASSIFIER, need
+from tests.test_readme import _quick_start
+
+
+@pytest.mark.slow
+def test_reduce_gives_the_cli_answer_on_the_bundled_classifier(run_cli, tmp_path):
+    """The README's quick start through the CLI and through ``api.reduce``: same nodes, same checks."""
+    argv = _quick_start()[3:]  # after "python -m runner"
+    cmd = next(a for a in argv if a.startswith("checker.cmd="))[len("checker.cmd=") :].strip('"')
+    model = next(a for a in argv if a.startswith("model="))[len("model=") :]
+    from tests.test_readme import ROOT
+
+    cli = run_cli(*argv, f"output={tmp_path / 'cli.onnx'}", cwd=ROOT)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    result = api.reduce(
+        ROOT / model,
+        cmd.replace("examples/", f"{ROOT / 'examples'}/"),
+        model_input_shapes={"x": [1, 3, 48, 192]},
+        output=tmp_path / "api.onnx",
+        run_dir=tmp_path / "api_run",
+    )
+    assert result.ok, result.summary.get("status")
+    assert (
+        result.summary["reduced_nodes"]
+        == cli.summary["reduced_nodes"]
+        == [{"name": "HardSigmoid@2", "op": "HardSigmoid"}]
+    )
+    assert result.summary["checks"] == cli.summary["checks"]
+    assert result.run_dir == tmp_path / "api_run" and (result.run_dir / "replay.json").is_file()
+
+
+def test_a_python_callable_is_the_check_and_group_options_are_dicts(tmp_path, chain):
+    """Also inside a program that initialized Hydra itself (as the test helper does): its state comes back."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from tests.helpers.inprocess import ensure_hydra
+
+    ensure_hydra()
+    seen = []
+
+    def fails_with_n3(path: str) -> bool:
+        seen.append(path)
+        return "n3" not in {n.name for n in onnx.load(path).graph.node}
+
+    result = api.reduce(
+        chain, fails_with_n3, marker="linear", artifacts={"keep_intermediate": False}, run_dir=tmp_path / "r"
+    )
+    assert result.ok and [n["name"] for n in result.summary["reduced_nodes"]] == ["n3"]
+    assert len(seen) == result.summary["checks"]
+    assert GlobalHydra.instance().is_initialized()
+
+
+def test_errors_come_back_as_on_the_command_line(tmp_path, chain):
+    result = api.reduce(chain, None, seed=-1, overrides=python_check("n3"), run_dir=tmp_path / "r")
+    assert result.exit_code == 2 and not result.ok and result.status.startswith("error: seed=-1")
+
+
+def test_precision_and_layerwise_on_the_classifier(tmp_path):
+    model = need(CLASSIFIER)
+    shapes = {"x": [1, 3, 48, 192]}
+    p = api.precision(
+        model, "compare", model_input_shapes=shapes, checker={"backend": "fp16_emulation"}, run_dir=tmp_path / "p"
+    )
+    assert p.ok and p.summary["answer_verified"]["passed"]
+    lw = api.layerwise(model, model_input_shapes=shapes, layerwise={"plot": False}, run_dir=tmp_path / "l")
+    assert lw.ok and lw.summary["nodes"] > 200
