@@ -157,6 +157,7 @@ def test_missing_initializer(run, tmp_path, has_nodes_script):
     )
 
 
+@pytest.mark.slow
 def test_tensor_without_shape_names_the_tensor_and_the_option(run, tmp_path, has_nodes_script):
     from onnx import helper
 
@@ -184,6 +185,7 @@ def test_verbose_shows_the_traceback(run, ok_script, tmp_path):
 
 @pytest.mark.parametrize("kind", ["npy", "truncated"])
 @pytest.mark.parametrize("option", ["inputs", "golden"])
+@pytest.mark.slow
 def test_inputs_that_are_not_npz(run, tmp_path, kind, option):
     import numpy as np
 
@@ -215,6 +217,7 @@ def test_missing_external_data_file(run, tmp_path, ok_script):
 
 
 @pytest.mark.parametrize("override", ["mode=mode_schema", "marker=marker_schema", "checker=command_schema"])
+@pytest.mark.slow
 def test_schema_names_are_not_choices(run_cli, override, ok_script):
     r = run_cli(override, check_cmd(ok_script))
     assert r.returncode == 1 and "Traceback" not in r.stderr

@@ -31,6 +31,7 @@ def test_groups_are_complete():
 
 
 @pytest.mark.parametrize("mode, marker, checker", list(itertools.product(MODES, MARKERS, CHECKERS)))
+@pytest.mark.slow
 def test_every_combination_composes(mode, marker, checker):
     cfg = compose(
         "config", overrides=[f"mode={mode}", f"marker={marker}", f"checker={checker}"], return_hydra_config=True
@@ -63,6 +64,7 @@ def test_model_input_shapes_take_a_dict():
     assert dict(cfg.model_input_shapes) == {"x": [1, 3, 160, 160]}
 
 
+@pytest.mark.slow
 def test_help_lists_modes_and_checkers(tmp_path):
     import subprocess
     import sys
@@ -90,6 +92,7 @@ def _readme_commands():
 
 
 @pytest.mark.parametrize("overrides", list(_readme_commands()), ids=lambda o: " ".join(o)[:60])
+@pytest.mark.slow
 def test_every_readme_command_composes_and_uses_only_its_modes_keys(overrides):
     from runner.config import check_mode_keys, set_keys
 

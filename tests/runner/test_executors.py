@@ -27,6 +27,7 @@ def _reduced(r) -> list:
 
 
 @pytest.mark.parametrize("marker", ["bisect", "linear", "minimal"])
+@pytest.mark.slow
 def test_local_reduce_gives_the_serial_answer_in_fewer_rounds(run, chain, marker):
     args = ["mode=reduce", f"model={chain}", f"marker={marker}", *python_check("n2", "n5")]
     serial = run(*args)
@@ -40,6 +41,7 @@ def test_local_reduce_gives_the_serial_answer_in_fewer_rounds(run, chain, marker
 
 
 @pytest.mark.parametrize("marker", ["bisect", "minimal"])
+@pytest.mark.slow
 def test_local_precision_with_the_compare_checker_gives_the_serial_answer(run, tmp_path, marker):
     """In-process compare checks on threads (shared ONNX Runtime session cache) keep the same nodes."""
     path = tmp_path / "overflow.onnx"
@@ -52,6 +54,7 @@ def test_local_precision_with_the_compare_checker_gives_the_serial_answer(run, t
     assert parallel.summary["rounds"] <= serial.summary["rounds"]
 
 
+@pytest.mark.slow
 def test_the_next_rounds_candidates_are_built_while_a_round_is_checked(run, chain):
     """Look-ahead: the candidates of later rounds were built during the round before (the log says
     how many per round); the answer is the serial one, and ``executor.lookahead=false`` builds none ahead."""
@@ -125,6 +128,7 @@ def test_each_worker_writes_its_own_artifacts(run, tmp_path):
         (["executor=dask", "executor.address=tcp://127.0.0.1:9", "executor.timeout_s=1"], ["cannot reach", "Dask"]),
     ],
 )
+@pytest.mark.slow
 def test_bad_executor_options_are_one_line_errors(run, chain, args, words):
     check = [] if "checker=interactive" in args else python_check("n2")
     r = run("mode=reduce", f"model={chain}", *check, *args)

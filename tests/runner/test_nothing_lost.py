@@ -131,6 +131,7 @@ def test_a_run_directory_holding_a_finished_run_is_refused_unless_reused(run, tm
 
 
 @pytest.mark.parametrize("flip", range(6))
+@pytest.mark.slow
 def test_a_replay_with_one_flipped_verdict_never_ends_ok_with_a_passing_answer(run, tmp_path, chain, flip):
     first = run(*reduce_args(chain, "n3"), "output=a.onnx")
     data = json.loads((first.run_dir / "replay.json").read_text())
@@ -269,6 +270,7 @@ def _runner_argv(*args: str) -> list:
     return [sys.executable, "-m", "runner", *args]
 
 
+@pytest.mark.slow
 def test_a_replay_that_cannot_be_rewritten_is_one_line_and_keeps_its_verdicts(tmp_path, has_nodes_script):
     """Under an 8000-byte file limit (above Hydra's own config files) a 40-node chain's artifacts fit but
     the replay of its linear search outgrows it: one error line naming the replay, and the replay on disk

@@ -26,6 +26,7 @@ SPELLINGS = ["absolute", "dot", "symlink", "hardlink"]
     # every spelling for output=, and every option with the spellings in turn
     [("output", s) for s in SPELLINGS] + [(o, SPELLINGS[i % 4]) for i, o in enumerate(OPTIONS) if o != "output"],
 )
+@pytest.mark.slow
 def test_no_option_may_name_the_model(run, tmp_path, chain, has_nodes_script, option, spelling):
     before = sha256(chain)
     if spelling == "absolute":
@@ -55,6 +56,7 @@ def test_save_golden_and_precision_output_may_not_name_the_model(run, tmp_path, 
     assert sha256(chain) == before
 
 
+@pytest.mark.slow
 def test_external_data_file_is_protected(run, tmp_path, has_nodes_script):
     model = chain_model(8)
     model.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "unused_w"))
@@ -86,6 +88,7 @@ def test_two_options_naming_one_file(run, tmp_path, chain, has_nodes_script):
 
 
 @pytest.mark.parametrize("option", ["output", "min_good", "replay.save", "artifacts.iter_info", "summary"])
+@pytest.mark.slow
 def test_unwritable_output_stops_before_the_first_check(run, tmp_path, chain, has_nodes_script, option):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
@@ -94,6 +97,7 @@ def test_unwritable_output_stops_before_the_first_check(run, tmp_path, chain, ha
     assert not (r.run_dir / "checks").exists(), "no check ran"
 
 
+@pytest.mark.slow
 def test_unwritable_run_dir_is_one_line(tmp_path, chain, has_nodes_script):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
@@ -108,6 +112,7 @@ def test_unwritable_run_dir_is_one_line(tmp_path, chain, has_nodes_script):
     one_line_error(r, "hydra.run.dir=", "not a writable directory", code=2)
 
 
+@pytest.mark.slow
 def test_files_get_the_users_umask(tmp_path, chain, has_nodes_script):
     run_dir = tmp_path / "run"
     cmd = [

@@ -44,6 +44,7 @@ def exit_with(tmp_path):
 @pytest.mark.parametrize(
     "until, fails, expected_runs", [("bad", "3", 3), ("good", "1 2", 3), ("4", "2", 4), ("1", "", 1)]
 )
+@pytest.mark.slow
 def test_until_forms(run, flaky, until, fails, expected_runs):
     r = run("mode=repeat", f"until={until}", check_cmd(flaky, *fails.split()))
     assert r.returncode == 0, r.stderr
@@ -137,6 +138,7 @@ def test_fail_regex(run, exit_with, code, text, extra, passed):
     assert r.replay["iterations"][0]["passed"] is passed
 
 
+@pytest.mark.slow
 def test_show_output_and_hide_fail_output(run, exit_with):
     quiet = run("mode=repeat", "until=1", check_cmd(exit_with, "0", "passing-words"))
     assert "passing-words" not in quiet.stdout
@@ -148,6 +150,7 @@ def test_show_output_and_hide_fail_output(run, exit_with):
     assert "failing-words" not in hidden.stdout
 
 
+@pytest.mark.slow
 def test_timeout_kills_process_group(run, tmp_path):
     pidfile = tmp_path / "child.pid"
     script = write_script(
@@ -268,6 +271,7 @@ def test_interactive_without_terminal_is_an_error(run_cli):
     assert "needs a terminal" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
     first = run_cli("mode=repeat", "until=3", check_cmd(flaky, "2"))
     snapshot = first.run_dir / ".hydra"

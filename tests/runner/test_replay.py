@@ -62,6 +62,7 @@ def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):
         ({"passed": True}, ["lacks 'key'"]),
     ],
 )
+@pytest.mark.slow
 def test_replay_entries_of_the_wrong_type_are_errors(run, tmp_path, chain, has_nodes_script, entry, words):
     first = run(*reduce_args(chain, "n3"), "output=a.onnx")
     data = json.loads((first.run_dir / "replay.json").read_text())

@@ -7,10 +7,12 @@ import time
 from pathlib import Path
 
 import onnx
+import pytest
 
 from tests.helpers.cli import SLOW_HAS_NODES, check_cmd, start_process, write_script
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_give_their_own_answers(tmp_path, chain):
     """Default run directories and default output names: each run gets its own, and its own answer."""
     script = write_script(tmp_path / "slow.py", SLOW_HAS_NODES)
@@ -44,6 +46,7 @@ sys.exit(1 if all(x in names for x in sys.argv[3:]) else 0)
 """
 
 
+@pytest.mark.slow
 def test_a_run_directory_in_use_is_refused(tmp_path, chain):
     """The first run is held inside its first check (its check waits on a gate file the test opens), so the
     second meets a directory in use, whatever the machine's speed."""

@@ -46,6 +46,7 @@ def _passes(model_path, original, inputs):
         ("minimal", "forward"),
     ],
 )
+@pytest.mark.slow
 def test_planted_overflows(run, tmp_path, graph, marker, direction):
     path, inputs, needed, order = _setup(tmp_path, graph)
     out = tmp_path / "mixed.onnx"
@@ -204,6 +205,7 @@ def test_sweep(tmp_path, launcher):
     assert "direction=reverse" in table and "marker=linear" in table and "kept" in table
 
 
+@pytest.mark.slow
 def test_rerun_from_snapshot(run_cli, tmp_path):
     path, inputs, _needed, _ = _setup(tmp_path, "two_branches")
     first = run_cli(

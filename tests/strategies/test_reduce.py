@@ -53,6 +53,7 @@ def test_single_node_fault_in_a_chain(run, tmp_path, has_nodes_script, marker, c
 
 
 @pytest.mark.parametrize("marker", ["bisect", "linear"])
+@pytest.mark.slow
 def test_two_node_fault_on_different_branches(run, tmp_path, has_nodes_script, marker):
     model = tmp_path / "branchy.onnx"
     onnx.save(branchy_model(), model)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import onnx
+import pytest
 
 from tests.helpers.checks import reduce_args
 from tests.helpers.cli import check_cmd, one_line_error, write_script
@@ -43,6 +44,7 @@ sys.exit(1 if "const" in has and "n3" in has else 0)
 """
 
 
+@pytest.mark.slow
 def test_a_failure_that_needs_constant_nodes_keeps_them(run, tmp_path, chain):
     script = write_script(tmp_path / "needs_const.py", NEEDS_A_CONSTANT_NODE)
     r = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}"))
@@ -55,6 +57,7 @@ def test_a_failure_that_needs_constant_nodes_keeps_them(run, tmp_path, chain):
     assert "n3" in names and "const" in names
 
 
+@pytest.mark.slow
 def test_iteration_one_checks_a_byte_copy_of_the_users_file(run, tmp_path, chain):
     script = write_script(
         tmp_path / "same.py",
@@ -70,6 +73,7 @@ sys.exit(1 if same or os.environ["RUNNER_ITERATION"] != "1" else 0)
     assert log.read_text().splitlines()[0] == "1 True"
 
 
+@pytest.mark.slow
 def test_an_answer_that_does_not_hold_as_written_ends_with_exit_3(run, chain, tmp_path):
     """A check that changes its mind on the written answer (it passes the file the iteration info calls
     the answer): the run writes the answer, says it cannot stand behind it, and exits 3."""

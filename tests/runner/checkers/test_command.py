@@ -79,6 +79,7 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)])
+@pytest.mark.slow
 def test_signals_end_the_run_like_ctrl_c(tmp_path, sig, code):
     import signal as signal_module
 
@@ -115,6 +116,7 @@ def test_check_dies_with_a_killed_runner(tmp_path):
     assert not any(alive(int(p)) for p in pids.read_text().split())
 
 
+@pytest.mark.slow
 def test_closed_stdout_is_quiet(tmp_path, chain, has_nodes_script):
     cmd = [
         sys.executable,

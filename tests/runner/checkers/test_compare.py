@@ -125,6 +125,7 @@ def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     assert verdict.details["outputs"][out]["max_abs"] > 1e-4
 
 
+@pytest.mark.slow
 def test_reduce_with_compare_finds_the_perturbed_node(run, tmp_path):
     model = onnx.load(str(need(DETECTOR)))
     shapes = "model_input_shapes={x:[1,3,64,64]}"
@@ -179,6 +180,7 @@ def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
     assert stats.mismatch_fraction == pytest.approx(0.03) and stats.max_abs == 1.0
 
 
+@pytest.mark.slow
 def test_python_checker_cli(run_cli, tmp_path):
     (tmp_path / "mychecks.py").write_text(
         "import os\ndef even(path):\n    return int(os.environ.get('RUNNER_ITERATION', '0')) % 2 == 0\n"
