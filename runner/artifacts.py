@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+from runner.candidates import Verdict
 from runner.errors import ArtifactError
-from strategies.base import Verdict
 
 log = logging.getLogger(__name__)
 

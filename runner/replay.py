@@ -16,10 +16,10 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from runner.candidates import Candidate, Verdict
 from runner.errors import ArtifactError, ConfigError
 from runner.identity import differences
 from runner.jsonio import write_json_atomic
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 

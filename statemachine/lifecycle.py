@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
 from runner.artifacts import ArtifactSorter, remove_partial, worker_path
+from runner.candidates import Verdict
 from runner.checkers.base import Checker
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
@@ -36,7 +37,7 @@ from runner.jsonio import write_json_atomic
 from runner.progress import Progress
 from runner.replay import Replay
 from statemachine.rounds import Pending, RoundChecks, word
-from strategies.base import Strategy, Verdict
+from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 logging.getLogger("transitions").setLevel(logging.ERROR)  # it warns of every helper model_override skips

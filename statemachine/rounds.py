@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from runner.candidates import Candidate, Verdict
 from runner.executors.base import Executor, run_check
 from runner.executors.slot import CheckCancelled, Slot
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger("statemachine.lifecycle")  # the iteration lines stay in the lifecycle's log
 

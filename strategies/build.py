@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from runner.artifacts import worker_path
+from runner.candidates import Candidate
 from runner.context import RunContext
 from runner.executors import slot
 from runner.trt import load_tensorrt
-from strategies.base import Candidate
 from strategies.until import Until, UntilStrategy
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from runner.candidates import Candidate, Verdict
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.tactic_records import RecordError, load_record
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from runner.backends.base import make_backend
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
@@ -32,7 +33,7 @@ from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
-from strategies.base import Candidate, Strategy, Verdict
+from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 

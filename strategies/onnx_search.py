@@ -23,10 +23,11 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 
 import onnx
 
+from runner.candidates import Candidate, Verdict
 from runner.errors import AnswerNotVerifiedError
 from runner.graph.load import check_saved, load_model, save_model
 from runner.graph.validate import Validator
-from strategies.base import Candidate, RoundStrategy, Verdict
+from strategies.base import RoundStrategy
 from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
 from strategies.set_search import SetSearch

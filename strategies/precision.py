@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import onnx
 
+from runner.candidates import Verdict
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
@@ -32,7 +33,6 @@ from runner.graph.load import fingerprint
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend
-from strategies.base import Verdict
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch

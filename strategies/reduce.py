@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import onnx
 
+from runner.candidates import Candidate, Verdict
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import save_model
@@ -31,7 +32,6 @@ from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
-from strategies.base import Candidate, Verdict
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.set_search import SetSearch

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from runner.candidates import Candidate
 from runner.context import RunContext
 from runner.errors import ModelError
-from strategies.base import Candidate
 from strategies.until import Until, UntilStrategy
 
 

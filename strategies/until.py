@@ -6,8 +6,9 @@ import abc
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
+from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
-from strategies.base import Candidate, RoundStrategy, Verdict
+from strategies.base import RoundStrategy
 
 
 @dataclass(frozen=True)

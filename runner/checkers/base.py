@@ -6,8 +6,8 @@ import abc
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from runner.candidates import Candidate, Verdict
 from runner.executors.slot import Slot
-from strategies.base import Candidate, Verdict
 
 if TYPE_CHECKING:
     from runner.context import RunContext

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from runner.artifacts import unique_path
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
 from runner.config import plain
@@ -27,7 +28,6 @@ from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import Optional, TextIO
 
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import CheckStartError
 from runner.executors.slot import Slot
-from strategies.base import Candidate, Verdict
 
 
 class InteractiveChecker(Checker):

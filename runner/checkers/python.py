@@ -8,10 +8,10 @@ from typing import Optional, Sequence
 
 from hydra.utils import get_method
 
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import CheckStartError
 from runner.executors.slot import Slot
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 

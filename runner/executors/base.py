@@ -12,9 +12,9 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
 
+from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
-from strategies.base import Candidate, Verdict
 
 
 def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:

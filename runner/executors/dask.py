@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
 import onnx
 
+from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError, MissingExtraError
 from runner.executors.base import Executor
-from strategies.base import Candidate, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import os
 import threading
 from typing import Any, Callable, Optional, Sequence
 
+from runner.candidates import Verdict
 from runner.executors.base import Executor
-from strategies.base import Verdict
 
 
 class LocalExecutor(Executor):

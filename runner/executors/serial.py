@@ -5,9 +5,9 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable, Optional
 
+from runner.candidates import Verdict
 from runner.errors import ConfigError
 from runner.executors.base import Executor
-from strategies.base import Verdict
 
 
 class SerialExecutor(Executor):

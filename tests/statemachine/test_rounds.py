@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from runner.candidates import Candidate, Verdict
 from runner.executors.local import LocalExecutor
 from statemachine.rounds import Pending, RoundChecks
-from strategies.base import Candidate, Verdict
 
 
 class SleepingChecker:

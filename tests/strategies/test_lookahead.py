@@ -4,7 +4,7 @@ possible candidates are built; the next round takes the ones it holds and drops 
 from __future__ import annotations
 
 import strategies.onnx_search as onnx_search
-from strategies.base import Verdict
+from runner.candidates import Verdict
 from strategies.bisect import BisectMarker
 from strategies.reduce import ReduceStrategy
 from tests.helpers.models import chain_model, graph_index

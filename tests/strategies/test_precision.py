@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto
 
+from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
-from strategies.base import Candidate
 from tests.helpers.graphs import GRAPHS
 from tests.helpers.models import DETECTOR, need
 

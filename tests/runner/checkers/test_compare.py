@@ -10,10 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
 from runner.errors import ConfigError, MissingExtraError
-from strategies.base import Candidate
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
 
 SHAPES = {str(DETECTOR): {"x": [1, 3, 64, 64]}, str(CLASSIFIER): {"x": [1, 3, 48, 192]}}

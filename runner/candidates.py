@@ -1,0 +1,62 @@
+"""The vocabulary every layer shares: a candidate to check and the verdict a check gives it.
+
+They sit at the bottom of the import graph (checkers, executors, the replay, the lifecycle and the
+strategies all use them; they use nothing of the project).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+
+if TYPE_CHECKING:
+    import onnx
+
+
+@dataclass
+class Verdict:
+    """The outcome of checking one candidate.
+
+    Attributes:
+        passed: True when the candidate passed the check (is "good").
+        returncode: the check command's exit code, when there was a command (None otherwise).
+        reason: one short line: why it failed, e.g. "exit code 1", "timeout after 5.0 s".
+        details: extra facts for the log, the iteration info and the replay (JSON-able).
+        error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
+            a real verdict. Such verdicts are counted apart from failures.
+    """
+
+    passed: bool
+    returncode: Optional[int] = None
+    reason: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class Candidate:
+    """One iteration's candidate.
+
+    Attributes:
+        key: identity for the replay cache; two candidates with the same key get the same verdict.
+        label: a short human description for the log and the progress bar.
+        write: writes the iteration artifact to the given path (None: the check makes its own).
+        info: the mode's state for the iteration info file and the replay (JSON-able).
+        payload: returns the candidate's model for in-process checkers (built on first call), or
+            None when the candidate is not an ONNX model in memory (the checker reads the artifact).
+        as_typed: run exactly as typed: the mode decided each node's precision (precision's
+            candidates), so a checker must not convert it to a low precision.
+        write_in_check: the check writes the artifact itself (a TensorRT build in a worker).
+        reuse: whether a verdict the replay holds for ``key`` may stand for a check; False for
+            the check of a written answer, which is always run.
+    """
+
+    key: str
+    label: str
+    write: Optional[Callable[[Path], None]] = None
+    info: Dict[str, Any] = field(default_factory=dict)
+    payload: Optional[Callable[[], onnx.ModelProto]] = None
+    as_typed: bool = False
+    write_in_check: bool = False
+    reuse: bool = True
