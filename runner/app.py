@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import sys
@@ -19,10 +20,10 @@ from omegaconf.errors import MissingMandatoryValue
 from runner import signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
-from runner.config import check_mode_keys, mode_options, mode_uses, plain, set_keys
+from runner.config import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, plain, set_keys
 from runner.context import RunContext
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, ConfigError, RunnerError
-from runner.executors.base import Executor
+from runner.executors.base import Executor, executor_classes
 from runner.identity import run_identity
 from runner.inputs import files_read
 from runner.jsonio import write_json_atomic
@@ -72,12 +73,17 @@ def _raise_cause(e: Exception) -> None:
     raise e
 
 
-def _set_keys() -> List[str]:
-    """The top-level keys the user set on the command line (none known outside Hydra)."""
+def _overrides() -> List[str]:
+    """The user's command-line overrides (none known outside Hydra)."""
     try:
-        return set_keys(HydraConfig.get().overrides.task)
+        return list(HydraConfig.get().overrides.task)
     except ValueError:  # not running under Hydra (library use)
         return []
+
+
+def _set_keys() -> List[str]:
+    """The top-level keys the user set on the command line."""
+    return set_keys(_overrides())
 
 
 def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
@@ -100,12 +106,21 @@ def _context(cfg: DictConfig, directory: Path, files: List[Path]) -> RunContext:
 def _build_executor(cfg: DictConfig) -> Executor:
     """The executor of the run's checks (``executor=``).
 
+    The executor is built with the keys its class takes; a key set on the command line that it does
+    not take is an error naming the executors that do (``executor=serial executor.gpus=[0]``).
+
     Raises:
-        ConfigError: bad executor options (workers, GPUs, an unreachable Dask scheduler).
+        ConfigError: bad executor options (keys it does not use, workers, GPUs, an unreachable Dask
+            scheduler).
         MissingExtraError: ``executor=dask`` without the ``dask`` extra.
     """
+    options = executor_classes()
+    name = cfg.executor.name
+    check_option_keys("executor", name, group_keys("executor", _overrides()), options)
+    cls = options[name]
+    takes = inspect.signature(cls).parameters
     try:
-        executor: Executor = instantiate(cfg.executor)
+        executor: Executor = cls(**{k: plain(v) for k, v in cfg.executor.items() if k in takes})
     except Exception as e:
         _raise_cause(e)
     return executor

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -291,6 +291,42 @@ def plain(value: Any) -> Any:
     if OmegaConf.is_config(value):
         return OmegaConf.to_container(value, resolve=True)
     return getattr(value, "value", value)
+
+
+def group_keys(group: str, overrides: Iterable[str]) -> List[str]:
+    """The keys of config group ``group`` that Hydra overrides set (``executor.gpus=[0]`` -> ``gpus``)."""
+    out = []
+    for text in overrides:
+        match = re.match(rf"^[~+]*{re.escape(group)}\.([A-Za-z_][\w-]*)", text)
+        if match and match.group(1) not in out:
+            out.append(match.group(1))
+    return out
+
+
+def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> None:
+    """Check that every key of ``group`` the user set is a parameter of the chosen option's class.
+
+    Args:
+        group: the config group, e.g. "executor".
+        option: the option chosen (``executor=local``).
+        keys: the group's keys the user set (``group_keys``).
+        options: ``{option name: its class}`` for every option of the group.
+
+    Raises:
+        ConfigError: a key the option's class does not take, naming the options that take it.
+    """
+    import inspect
+
+    def takes(cls: Any) -> List[str]:
+        return [n for n, p in inspect.signature(cls).parameters.items() if p.kind is not p.VAR_KEYWORD]
+
+    allowed = set(takes(options[option])) | {"name", "_target_"}
+    for key in keys:
+        if key in allowed:
+            continue
+        users = [name for name, cls in options.items() if key in takes(cls)]
+        where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
+        raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
 
 
 def mode_uses(mode: str, key: str) -> bool:

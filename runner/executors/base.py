@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
@@ -114,3 +114,18 @@ class Executor(abc.ABC):
 
     def close(self) -> None:
         """Release threads or the cluster connection."""
+
+
+def executor_classes() -> Dict[str, type]:
+    """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
+    ``_target_``): the one place that lists them is the config group itself."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    import conf
+
+    found: Dict[str, type] = {}
+    for path in sorted((Path(conf.__file__).resolve().parent / "executor").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        found[str(spec.name)] = get_class(str(spec._target_))
+    return found

@@ -61,7 +61,6 @@ class DaskExecutor(Executor):
         gpus: Optional[Sequence[Any]] = None,
         timeout_s: float = 30.0,
         lookahead: bool = True,
-        **unused: Any,
     ):
         try:
             import distributed

@@ -26,7 +26,6 @@ class LocalExecutor(Executor):
         workers: Optional[int] = None,
         gpus: Optional[Sequence[Any]] = None,
         lookahead: bool = True,
-        **unused: Any,
     ):
         super().__init__(workers if workers is not None else (len(gpus or []) or os.cpu_count() or 1), gpus, lookahead)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="check")

@@ -20,7 +20,7 @@ class SerialExecutor(Executor):
 
     name = "serial"
 
-    def __init__(self, workers: Optional[int] = None, **unused: Any):
+    def __init__(self, workers: Optional[int] = None):
         if workers not in (None, 1):
             raise ConfigError(f"executor.workers={workers} runs checks at once: add executor=local (or executor=dask)")
         super().__init__(1)

@@ -126,6 +126,12 @@ def test_each_worker_writes_its_own_artifacts(run, tmp_path):
         (["executor=local", "executor.workers=3", "executor.gpus=[0,1]"], ["2 GPUs", "executor.workers=2"]),
         (["executor=dask"], ["executor.address"]),
         (["executor=dask", "executor.address=tcp://127.0.0.1:9", "executor.timeout_s=1"], ["cannot reach", "Dask"]),
+        (
+            ["executor=serial", "executor.gpus=[0]"],
+            ["executor.gpus=", "executor=serial", "executor=dask, executor=local"],
+        ),
+        (["executor=local", "executor.address=tcp://x:1"], ["executor.address=", "executor=local", "executor=dask"]),
+        (["executor=local", "executor.timeout_s=5"], ["executor.timeout_s=", "executor=dask"]),
     ],
 )
 @pytest.mark.slow
