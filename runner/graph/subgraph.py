@@ -207,8 +207,11 @@ class GraphIndex:
     def extract(self, units: Iterable[int]) -> onnx.ModelProto:
         """The subgraph made of ``units`` as a model, with original opsets, domains and metadata.
 
-        Boundary tensors that are not original graph inputs/outputs are declared with their
-        concrete dtype and shape (from ``meta``).
+        Boundary tensors are declared with their concrete dtype and shape (from ``meta``: shape
+        inference with ``model_input_shapes``, else one ONNX Runtime run). The model's own graph
+        inputs and outputs keep their declaration when it has a shape (symbolic dimensions stay:
+        made concrete, they can make ONNX Runtime's static inference of an If branch the sample
+        never takes fail at load); one declared without a shape gets the concrete one.
 
         Raises:
             ShapeError: when a boundary tensor has no known dtype or shape.
@@ -219,9 +222,9 @@ class GraphIndex:
         saved = {}
         try:
             for name in inputs + outputs:
-                if name in original:
-                    continue
                 m = self.meta.get(name)
+                if name in original and tensors[name].shape is not None and tensors[name].dtype:
+                    continue
                 if m is None:
                     why = (
                         f" and ONNX Runtime could not run the model ({self.meta.fallback_error})"

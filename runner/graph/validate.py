@@ -10,7 +10,8 @@ tensor nothing produces.
 
 A model that already fails strict inference as the user gave it (custom ops, exporter
 quirks) cannot hold its candidates to that standard: ``Validator`` then checks candidates with
-``onnx.checker`` alone and says so once.
+``onnx.checker`` alone and says so once; a problem the model as given has too (an output
+declared without a shape) is inherited, not the tool's defect.
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
     return None
 
 
+def _checker_problem(model: onnx.ModelProto) -> Optional[str]:
+    """What ``onnx.checker`` alone finds wrong with ``model`` (one line), or None."""
+    try:
+        onnx.checker.check_model(_graph_only(model))
+    except Exception as e:
+        return " ".join(str(e).split())
+    return None
+
+
 def _declared_types(model: onnx.ModelProto) -> Dict[str, int]:
     g = model.graph
     types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)}
@@ -127,6 +137,8 @@ class Validator:
     def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
         problem = strict_problem(source)
         self.strict = problem is None
+        #: what onnx.checker finds wrong with the source itself: a candidate with the same problem inherited it
+        self.inherited = _checker_problem(source) if problem is not None else None
         if problem is not None and warn:
             log.warning(
                 "%s itself fails strict ONNX type inference (%s); candidates are validated with onnx.checker only",
@@ -147,15 +159,8 @@ class Validator:
         Raises:
             InvalidCandidateError: the model is invalid: names the node, the tensor and ``step``.
         """
-        if self.strict:
-            problem = strict_problem(model)
-        else:
-            try:
-                onnx.checker.check_model(_graph_only(model))
-                problem = None
-            except Exception as e:
-                problem = " ".join(str(e).split())
-        if problem is not None:
+        problem = strict_problem(model) if self.strict else _checker_problem(model)
+        if problem is not None and problem != self.inherited:
             raise InvalidCandidateError(
                 f"{step} made an invalid model at {culprit(model, problem)}: {problem[:300]}; this is a defect of "
                 "the tool, not of your model: please report it with the model (no verdict was recorded for it)"
