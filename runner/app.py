@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
@@ -142,11 +142,11 @@ def _check_worker_paths(executor: Executor, artifact_paths: List[str]) -> None:
         )
 
 
-def _build_strategy(
-    cfg: DictConfig, ctx: RunContext, options: Dict[str, Any], checker: Optional[Checker] = None
-) -> Strategy:
-    """``instantiate`` the mode's ``_target_`` with its options, then call it with the context (and
-    the marker factory, for modes with a marker; the checker, for modes that take it)."""
+def _build_strategy(cfg: DictConfig, ctx: RunContext, checker: Optional[Checker] = None) -> Strategy:
+    """``instantiate`` the mode's ``_target_`` (its ``create``) with the keys it names
+    (``mode_options``), then call it with the context (and the marker factory, for modes with a
+    marker; the checker, for modes that take it)."""
+    options = mode_options(cfg.mode.name, cfg, get_method(cfg.mode._target_))
     extra: Dict[str, Any] = {"ctx": ctx}
     if checker is not None:
         extra["checker"] = checker
@@ -243,7 +243,7 @@ def run(cfg: DictConfig) -> int:
                     raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
             if cfg.mode.get("takes_checker"):
                 checker = _build_checker(cfg)
-            strategy = _build_strategy(cfg, ctx, mode_options(cfg.mode.name, cfg), checker)
+            strategy = _build_strategy(cfg, ctx, checker)
             if strategy.needs_checker:
                 if checker is None:  # a mode that takes the checker checks with that one
                     checker = _build_checker(cfg)

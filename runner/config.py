@@ -6,8 +6,9 @@ type or choice before any work begins.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
@@ -139,9 +140,18 @@ class ReplayConf:
 
 
 # -- the keys each mode uses --------------------------------------------------------------------
-# The command line stays flat (``direction=``, ``until=``, ``min_good=``); each mode's dataclass
-# below names the keys that mode uses, and ``RunConfig`` inherits them all. A key set for a mode
-# that does not use it is an error naming the modes that do (``mode_options``).
+# The command line stays flat (``direction=``, ``until=``, ``min_good=``). Each mode's module
+# (``strategies/<mode>.py``) exports ``KEYS``, the dataclass of the keys it uses, built on the
+# shared ones below; ``run_config`` inherits them all. A key set for a mode that does not use it is
+# an error naming the modes that do (``check_mode_keys``). Keys marked ``candidate`` change the
+# candidates a mode writes, so a replay recorded with other values is not reused (``runner.identity``).
+
+
+def candidate(default: Any = MISSING, default_factory: Any = MISSING) -> Any:
+    """A mode key whose value changes the candidates a mode writes (part of a replay's identity)."""
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata={"candidate": True})
+    return field(default=default, metadata={"candidate": True})
 
 
 @dataclass
@@ -169,11 +179,11 @@ class DataKeys(CheckedKeys):
     """The model and the data in-process checks and shape inference run on."""
 
     model: Optional[str] = None
-    model_input_shapes: Any = None  # {input: [dims]}; validated in runner.graph.feeds
+    model_input_shapes: Any = candidate(None)  # {input: [dims]}; validated in runner.graph.feeds
     inputs: Optional[str] = None  # .npz, or polygraphy run --save-inputs JSON (several samples)
     golden: Optional[str] = None  # .npz, or polygraphy run --save-outputs JSON
     save_golden: Optional[str] = None
-    seed: int = 0
+    seed: int = candidate(0)
     data_loader: Optional[str] = None  # pkg.module.fn returning an iterable of feed dicts
     val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
 
@@ -183,91 +193,8 @@ class SaveKeys:
     """Where and how a mode's ONNX result is written."""
 
     output: Optional[str] = None
-    external_data: bool = False
-    external_data_threshold: int = 1024
-
-
-@dataclass
-class ReduceKeys(DataKeys, SaveKeys):
-    """``mode=reduce``."""
-
-    marker: Any = MISSING
-    reduce_inputs: bool = True
-    reduce_outputs: bool = True
-    min_good: Optional[str] = None
-    keep_constant_nodes: bool = False  # default: carried Constant nodes become initializers
-    share_weights: bool = True  # large models: candidates reference one weights file written once per run
-
-
-@dataclass
-class PrecisionKeys(DataKeys, SaveKeys):
-    """``mode=precision``."""
-
-    marker: Any = MISSING
-    direction: Direction = Direction.forward
-    precision: Precision = Precision.float32
-    low_precision: Precision = Precision.float16
-    weak_typing: bool = False  # TensorRT <= 10: candidates are engines with layer precisions
-
-
-@dataclass
-class RepeatKeys(DataKeys):
-    """``mode=repeat``."""
-
-    until: Optional[str] = None
-
-
-@dataclass
-class BuildKeys(CheckedKeys):
-    """``mode=build``."""
-
-    model: Optional[str] = None
-    model_input_shapes: Any = None
-    until: Optional[str] = None
-    workspace: Optional[int] = None
-    timing_cache: Optional[str] = None
-
-
-@dataclass
-class LayerwiseConf:
-    """``layerwise.*``: the per-node report."""
-
-    top: int = 10  # nodes in top_introduced and the printed table
-    max_memory_mb: Optional[float] = 1024.0  # tensor values held at once; past it, chunks of nodes (null: no limit)
-    plot: bool = True  # write layerwise.png
-
-
-@dataclass
-class LayerwiseKeys(DataKeys):
-    """``mode=layerwise``."""
-
-    reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
-    layerwise: LayerwiseConf = field(default_factory=LayerwiseConf)
-
-
-@dataclass
-class DiffTacticsKeys:
-    """``mode=diff_tactics``."""
-
-    dir: Optional[str] = None
-    good: List[str] = field(default_factory=list)
-    bad: List[str] = field(default_factory=list)
-
-
-#: mode name -> the keys it uses (beyond ``CommonKeys``)
-MODE_KEYS: Dict[str, type] = {
-    "reduce": ReduceKeys,
-    "precision": PrecisionKeys,
-    "repeat": RepeatKeys,
-    "build": BuildKeys,
-    "diff_tactics": DiffTacticsKeys,
-    "layerwise": LayerwiseKeys,
-}
-
-
-@dataclass
-class RunConfig(ReduceKeys, PrecisionKeys, RepeatKeys, BuildKeys, LayerwiseKeys, DiffTacticsKeys, CommonKeys):
-    """The top-level config: every key a user types on the command line (the union of the modes' keys)."""
+    external_data: bool = candidate(False)
+    external_data_threshold: int = candidate(1024)
 
 
 def _names(cls: type) -> List[str]:
@@ -329,27 +256,62 @@ def check_option_keys(group: str, option: str, keys: Iterable[str], options: Map
         raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
 
 
+@functools.cache
+def mode_keys() -> Dict[str, type]:
+    """``{mode name: its keys dataclass}``: each ``conf/mode/<mode>.yaml`` names its strategy's
+    ``create`` (``_target_``), whose module exports ``KEYS``. The mode group is the one list of modes.
+
+    Raises:
+        ImportError: a mode's module cannot be imported. AttributeError: it exports no ``KEYS``.
+    """
+    import importlib
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    import conf
+
+    found: Dict[str, type] = {}
+    for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        module = importlib.import_module(str(spec._target_).split(".")[0] + "." + str(spec._target_).split(".")[1])
+        found[str(spec.name)] = module.KEYS
+    return found
+
+
+def run_config() -> type:
+    """The top-level schema: every key a user types on the command line, the union of the modes'
+    keys (``mode_keys``) and ``CommonKeys``."""
+    return make_dataclass("RunConfig", [], bases=(*mode_keys().values(), CommonKeys))
+
+
+def candidate_options() -> List[str]:
+    """The top-level keys marked ``candidate`` in any mode's keys, sorted."""
+    return sorted({f.name for cls in mode_keys().values() for f in fields(cls) if f.metadata.get("candidate")})
+
+
 def mode_uses(mode: str, key: str) -> bool:
-    """Whether ``mode`` uses the top-level key ``key`` (its schema in ``MODE_KEYS`` holds it)."""
-    return key in _names(MODE_KEYS[mode])
+    """Whether ``mode`` uses the top-level key ``key`` (its keys dataclass holds it)."""
+    return key in _names(mode_keys()[mode])
 
 
 def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
     """Check that every key the user set is used by ``mode``.
 
     Args:
-        mode: the mode's name (a key of ``MODE_KEYS``).
+        mode: the mode's name (a key of ``mode_keys()``).
         keys: the top-level keys the user set (``set_keys`` of the overrides).
 
     Raises:
         ConfigError: a key no mode knows (``+fp16=true``), or one the mode does not use, naming
             the modes that do.
     """
-    used = set(_names(MODE_KEYS[mode])) | set(_names(CommonKeys))
+    modes = mode_keys()
+    used = set(_names(modes[mode])) | set(_names(CommonKeys))
     for key in keys:
         if key == "hydra" or key in used:
             continue
-        users = [m for m, cls in MODE_KEYS.items() if key in _names(cls)]
+        users = [m for m, cls in modes.items() if key in _names(cls)]
         if not users:
             raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
         raise ConfigError(
@@ -357,16 +319,35 @@ def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
         )
 
 
-def mode_options(mode: str, cfg: Any) -> Dict[str, Any]:
-    """The mode's own options from the config.
+def create_parameters(factory: Any) -> List[str]:
+    """The keys a mode's ``create`` takes: its parameters but ``ctx`` and the built objects
+    (``checker``, ``marker``), which the run passes itself."""
+    import inspect
+
+    return [n for n in inspect.signature(factory).parameters if n not in ("ctx", "checker", "marker")]
+
+
+def mode_options(mode: str, cfg: Any, factory: Any) -> Dict[str, Any]:
+    """The options a mode's ``create`` takes, from the config.
+
+    Args:
+        mode: the mode's name.
+        cfg: the run's config.
+        factory: the mode's ``create`` (``cfg.mode._target_``).
 
     Returns:
-        ``{key: value}`` for each key of the mode's schema except ``checker`` and ``marker``
-        (built separately), values as plain Python (enums by value).
+        ``{key: value}`` for each parameter of ``factory`` that is a key of the mode, values as plain
+        Python (enums by value); the mode's other keys reach it through the run context.
+
+    Raises:
+        ConfigError: a parameter of ``factory`` that names no key of the mode (a name that drifted).
     """
-    return {
-        name: plain(cfg.get(name)) for name in _names(MODE_KEYS[mode]) if name not in ("checker", "marker", "executor")
-    }
+    keys = set(_names(mode_keys()[mode]))
+    taken = create_parameters(factory)
+    stray = [name for name in taken if name not in keys]
+    if stray:
+        raise ConfigError(f"mode={mode}: its create() takes {stray}, which are not keys of the mode; fix the mode")
+    return {name: plain(cfg.get(name)) for name in taken}
 
 
 def register_configs() -> None:
@@ -379,7 +360,7 @@ def register_configs() -> None:
 
     register_resolvers()
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=RunConfig)
+    cs.store(name="config_schema", node=run_config())
     cs.store(name="mode_schema", node=ModeConf)
     cs.store(name="marker_schema", node=MarkerConf)
     cs.store(name="command_schema", node=CommandCheckerConf)

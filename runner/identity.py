@@ -17,12 +17,11 @@ from typing import Any, Dict, Iterable, List, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import plain
+from runner.config import candidate_options, plain
 
 #: checker options that change what is printed, not the verdict
 DISPLAY_ONLY = {"show_output", "hide_fail_output"}
 
-#: top-level options that change the candidates a mode writes (beyond their keys)
 CANDIDATE_OPTIONS = (
     "keep_constant_nodes",
     "share_weights",
@@ -132,7 +131,7 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
         data["val_range"] = plain(cfg.get("val_range"))
     if cfg.get("data_loader"):
         data["data_loader"] = _loader_identity(cfg.data_loader)
-    candidates = {k: plain(cfg.get(k)) for k in CANDIDATE_OPTIONS if cfg.get(k) is not None}
+    candidates = {k: plain(cfg.get(k)) for k in candidate_options() if cfg.get(k) is not None}
     return {
         "mode": cfg.mode.name,
         "model": file_digest(model_files) if model_files else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -21,6 +22,18 @@ from runner.tactic_records import RecordError, load_record
 from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class DiffTacticsKeys:
+    """``mode=diff_tactics``."""
+
+    dir: Optional[str] = None
+    good: List[str] = field(default_factory=list)
+    bad: List[str] = field(default_factory=list)
+
+
+KEYS = DiffTacticsKeys
 
 Records = List[Tuple[Path, Dict[str, str]]]
 
@@ -95,7 +108,6 @@ class DiffTacticsStrategy(Strategy):
         dir: Optional[str] = None,
         good: Sequence[str] = (),
         bad: Sequence[str] = (),
-        **unused: Any,
     ) -> DiffTacticsStrategy:
         """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad`` (``DiffTacticsKeys``).
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -23,6 +24,7 @@ from runner.backends.base import make_backend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
+from runner.config import DataKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
@@ -36,6 +38,26 @@ from runner.layerwise.tensors import weight_peaks
 from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LayerwiseConf:
+    """``layerwise.*``: the per-node report."""
+
+    top: int = 10  # nodes in top_introduced and the printed table
+    max_memory_mb: Optional[float] = 1024.0  # tensor values held at once; past it, chunks of nodes (null: no limit)
+    plot: bool = True  # write layerwise.png
+
+
+@dataclass
+class LayerwiseKeys(DataKeys):
+    """``mode=layerwise``."""
+
+    reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
+    layerwise: LayerwiseConf = field(default_factory=LayerwiseConf)
+
+
+KEYS = LayerwiseKeys
 
 
 class LayerwiseStrategy(Strategy):
@@ -75,7 +97,6 @@ class LayerwiseStrategy(Strategy):
         reference_model: Optional[str] = None,
         layerwise: Optional[Mapping[str, Any]] = None,
         golden: Optional[str] = None,
-        **unused: Any,
     ) -> LayerwiseStrategy:
         """Build from ``LayerwiseKeys``.
 

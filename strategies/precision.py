@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import onnx
+from omegaconf import MISSING
 
 from runner.candidates import Verdict
 from runner.checkers.base import Checker
+from runner.config import DataKeys, Direction, Precision, SaveKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
@@ -39,6 +42,20 @@ from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PrecisionKeys(DataKeys, SaveKeys):
+    """``mode=precision``."""
+
+    marker: Any = MISSING
+    direction: Direction = Direction.forward
+    precision: Precision = candidate(Precision.float32)
+    low_precision: Precision = candidate(Precision.float16)
+    weak_typing: bool = candidate(False)  # TensorRT <= 10: candidates are engines with layer precisions
+
+
+KEYS = PrecisionKeys
 
 
 def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Mapping[str, TensorSummary]) -> List[int]:
@@ -145,7 +162,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
         external_data: bool = False,
         external_data_threshold: int = 1024,
         checker: Optional[Checker] = None,
-        **unused: Any,
     ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
 
@@ -155,7 +171,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 external_data_threshold: the mode's options (``PrecisionKeys``).
             checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
                 runs there too (``ranking_backend``).
-            unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
             ModelError: bad model. ConfigError: unsupported precisions or options.

@@ -19,12 +19,15 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import onnx
+from omegaconf import MISSING
 
 from runner.candidates import Candidate, Verdict
+from runner.config import DataKeys, SaveKeys, candidate
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import save_model
@@ -37,6 +40,21 @@ from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReduceKeys(DataKeys, SaveKeys):
+    """``mode=reduce``."""
+
+    marker: Any = MISSING
+    reduce_inputs: bool = True
+    reduce_outputs: bool = True
+    min_good: Optional[str] = None
+    keep_constant_nodes: bool = candidate(False)  # default: carried Constant nodes become initializers
+    share_weights: bool = candidate(True)  # large models: candidates reference one weights file written once per run
+
+
+KEYS = ReduceKeys
 
 
 class ReduceStrategy(OnnxSearchStrategy):
@@ -109,7 +127,6 @@ class ReduceStrategy(OnnxSearchStrategy):
         external_data: bool = False,
         external_data_threshold: int = 1024,
         share_weights: bool = True,
-        **unused: Any,
     ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
 
@@ -121,7 +138,6 @@ class ReduceStrategy(OnnxSearchStrategy):
                 more, the weights are written once to ``<run dir>/weights.bin`` (``weights_N.bin``
                 when a file there or the model's own files have that name) and candidates
                 reference them.
-            unused: the mode's other keys (data keys used through ``ctx``).
 
         Raises:
             ModelError: bad model file or graph. ConfigError: bad options.

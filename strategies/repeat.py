@@ -5,13 +5,25 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from runner.candidates import Candidate
+from runner.config import DataKeys
 from runner.context import RunContext
 from runner.errors import ModelError
 from strategies.until import Until, UntilStrategy
+
+
+@dataclass
+class RepeatKeys(DataKeys):
+    """``mode=repeat``."""
+
+    until: Optional[str] = None
+
+
+KEYS = RepeatKeys
 
 
 class RepeatStrategy(UntilStrategy):
@@ -30,7 +42,7 @@ class RepeatStrategy(UntilStrategy):
         self.ctx = ctx if ctx is not None and ctx.model_path is not None else None
 
     @classmethod
-    def create(cls, ctx: RunContext, until: Optional[str] = None, **unused: Any) -> RepeatStrategy:
+    def create(cls, ctx: RunContext, until: Optional[str] = None) -> RepeatStrategy:
         """Build from the mode's options (``RepeatKeys``).
 
         Raises:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import get_class, get_method
 
 import conf
+from runner.errors import ConfigError
 from tests.helpers.inprocess import ensure_hydra
 
 CONF = Path(conf.__file__).parent
@@ -98,3 +101,48 @@ def test_every_readme_command_composes_and_uses_only_its_modes_keys(overrides):
 
     cfg = compose("config", overrides=overrides)
     check_mode_keys(cfg.mode.name, set_keys(overrides))
+
+
+def test_each_mode_is_one_module_whose_create_takes_only_its_keys():
+    """The mode group lists the modes; each module exports KEYS; every parameter of its create() is one
+    of those keys (no catch-all), so a name that drifts fails here, not silently at run time."""
+    from omegaconf import OmegaConf
+
+    from runner.config import create_parameters, mode_keys
+
+    modes = mode_keys()
+    assert set(modes) == {"reduce", "precision", "layerwise", "repeat", "build", "diff_tactics"}
+    for path in (Path(conf.__file__).parent / "mode").glob("*.yaml"):
+        spec = OmegaConf.load(path)
+        create = get_method(str(spec._target_))
+        keys = {f.name for f in dataclasses.fields(modes[str(spec.name)])}
+        assert set(create_parameters(create)) <= keys, spec.name
+        assert not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(create).parameters.values()), spec.name
+
+
+def test_a_create_parameter_that_names_no_key_is_an_error():
+    from runner.config import mode_options
+
+    def create(ctx, marker, direction="forward", drifted=None):  # "drifted" is no key of precision
+        return None
+
+    with pytest.raises(ConfigError, match="drifted"):
+        mode_options("precision", {}, create)
+
+
+def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
+    """A replay recorded with other values of these is not reused (runner.identity)."""
+    from runner.config import candidate_options
+
+    assert candidate_options() == [
+        "external_data",
+        "external_data_threshold",
+        "keep_constant_nodes",
+        "low_precision",
+        "model_input_shapes",
+        "precision",
+        "seed",
+        "share_weights",
+        "weak_typing",
+        "workspace",
+    ]
