@@ -40,7 +40,7 @@ class Precision(Enum):
 @dataclass
 class ModeConf:
     """Which strategy drives the lifecycle. ``_target_`` is built with ``instantiate``, given the
-    mode's options (``MODE_KEYS``) and the run context as keyword arguments."""
+    mode's options (the keys its ``create`` names, ``mode_options``) and the run context as keyword arguments."""
 
     _target_: str = MISSING
     name: str = MISSING

@@ -22,19 +22,6 @@ from runner.config import candidate_options, plain
 #: checker options that change what is printed, not the verdict
 DISPLAY_ONLY = {"show_output", "hide_fail_output"}
 
-CANDIDATE_OPTIONS = (
-    "keep_constant_nodes",
-    "share_weights",
-    "external_data",
-    "external_data_threshold",
-    "precision",
-    "low_precision",
-    "weak_typing",
-    "workspace",
-    "model_input_shapes",
-    "seed",
-)
-
 #: files larger than this (bytes) named on a check's command line are identified by size and time, not content
 HASH_LIMIT = 256 * 2**20
 
