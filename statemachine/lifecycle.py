@@ -170,6 +170,8 @@ class Lifecycle:
         except BaseException:
             self.abort()
             raise
+        finally:
+            self._clear_info()
         return self.state
 
     def round_known(self) -> bool:
@@ -211,7 +213,7 @@ class Lifecycle:
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
                 self._prepare(pending, parallel)
-            self._write_info(self.round[-1] if not parallel else None, None)
+            self._write_info(self.round[-1] if not parallel else None)
             self.rounds += 1
             self.checks += len(todo)  # counted when started: a check that stops the run has run too
             self._checks.run(
@@ -316,7 +318,7 @@ class Lifecycle:
             self.verdict = pending.verdict
             self._count(pending.verdict)
             self.replay.record(pending.iteration, pending.candidate, pending.verdict, pending.reused)
-            self._write_info(pending, pending.verdict)
+        self._clear_info()  # as Polygraphy: a check never reads another iteration's info
         self._progress(0)
         self.advanced()
 
@@ -346,9 +348,15 @@ class Lifecycle:
         else:
             self.failure_codes.add(verdict.returncode)
 
-    def _write_info(self, pending: Optional[Pending], verdict: Optional[Verdict]) -> None:
-        """Rewrite ``iter_info``: one iteration (before its check, or with its verdict), or, before a
-        round of several checks, the round (``in_flight``)."""
+    def _clear_info(self) -> None:
+        """Remove ``iter_info`` once an iteration (a round) has its verdicts, or the run stops."""
+        if self.iter_info is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.iter_info.unlink()
+
+    def _write_info(self, pending: Optional[Pending]) -> None:
+        """Write ``iter_info`` before a check: one iteration, or, before a round of several checks,
+        the round (``in_flight``); ``_clear_info`` removes it once the verdicts are in."""
         if self.iter_info is None:
             return
         info: Dict[str, Any] = {"state": self.strategy.state()}
@@ -365,11 +373,4 @@ class Lifecycle:
                 for p in self.round
                 if p.verdict is None
             ]
-        if verdict is not None:
-            info["verdict"] = {
-                "passed": verdict.passed,
-                "returncode": verdict.returncode,
-                "reason": verdict.reason,
-                "details": verdict.details,
-            }
         write_json_atomic(self.iter_info, info)

@@ -102,8 +102,7 @@ def test_iter_info_written_each_iteration(run, tmp_path):
     r = run("mode=repeat", "until=3", check_cmd(script, str(info)), f"artifacts.iter_info={info}")
     assert r.returncode == 0, r.stderr
     assert r.summary["good"] == 3, "the check read its own iteration's info"
-    data = json.loads(info.read_text())
-    assert data["iteration"] == 3 and data["state"]["runs"] == 3 and data["verdict"]["passed"] is True
+    assert not info.exists(), "removed once each iteration has its verdict, as Polygraphy does"
 
 
 @pytest.mark.parametrize(
