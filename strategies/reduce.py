@@ -239,9 +239,15 @@ class ReduceStrategy(OnnxSearchStrategy):
         )
 
     def _original_passed(self, verdict: Verdict) -> None:
+        if "outputs" in verdict.details:  # an in-process compare: its tolerances, not a command
+            hint = (
+                f"the compare checker finds the outputs within tolerance ({verdict.reason}); tighten "
+                "checker.atol/rtol, pick the statistic (checker.check_error_stat) or the backend that fails"
+            )
+        else:
+            hint = "check the check command (or its fail_codes/fail_regex) on the model first"
         raise NothingToDoError(
-            "the check passes on the unreduced model (your file as given), so there is no failure to reduce; "
-            "check the check command (or its fail_codes/fail_regex) on the model first"
+            f"the check passes on the unreduced model (your file as given), so there is no failure to reduce; {hint}"
         )
 
     def _rewritten(self) -> Candidate:

@@ -72,6 +72,8 @@ class CommandChecker(Checker):
         timeout_s: Optional[float] = None,
         signal_is: str = "error",
     ):
+        if cmd in ("True", "False"):  # Hydra read an unquoted checker.cmd=true/false as a boolean
+            cmd = cmd.lower()
         try:
             self.argv = shlex.split(cmd or "")
         except ValueError as e:

@@ -132,3 +132,16 @@ def test_closed_stdout_is_quiet(tmp_path, chain, has_nodes_script):
     proc.wait(timeout=120)
     assert "Traceback" not in err and "Logging error" not in err, err[-3000:]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "ok"
+
+
+def test_an_unquoted_true_or_false_command_runs_that_program(run, chain):
+    """Hydra reads checker.cmd=true as a boolean, which the schema makes "True": the program run is true."""
+    r = run("mode=reduce", f"model={chain}", "checker.cmd=true")
+    one_line_error(r, "passes on the unreduced model", "check command", code=2)
+    assert "True" not in r.stderr
+
+
+def test_the_original_passing_under_compare_names_its_tolerances(run, chain):
+    r = run("mode=reduce", f"model={chain}", "checker=compare")
+    line = one_line_error(r, "passes on the unreduced model", "checker.atol/rtol", code=2)
+    assert "check command" not in line
