@@ -17,7 +17,7 @@ import onnx
 from runner.backends.base import Backend, make_backend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs
+from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
@@ -145,12 +145,21 @@ class CompareChecker(Checker):
 
         Raises:
             ModelError: the original model cannot be loaded or run on the reference backend.
-            ConfigError: unreadable ``inputs=``/``golden=`` files; golden values without the inputs
+            ConfigError: a tolerance named for a tensor the model does not have; unreadable
+                ``inputs=``/``golden=`` files; golden values without the inputs
                 they were made from, or a different number of samples; golden values lacking an
                 output of the model.
             ArtifactError: ``save_golden=`` cannot be written.
         """
         model = ctx.model
+        tensors = [o for n in model.graph.node for o in n.output] + [t.name for t in model.graph.input]
+        unknown = unknown_names(self.rule, tensors)
+        if unknown:
+            outputs = [o.name for o in model.graph.output]
+            raise ConfigError(
+                f"checker.atol/rtol name {unknown}, which no tensor of the model is (its outputs: {outputs}); "
+                "fix the names (quote names such as onnx::Conv_5 in pairs: 'checker.atol=[[\"onnx::Conv_5\",0.1]]')"
+            )
         samples = ctx.samples
         golden = ctx.golden_samples
         if golden is None:

@@ -15,7 +15,7 @@ or maps ``{output name: value, default: value}``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
 
 import numpy as np
 
@@ -67,7 +67,8 @@ class Tolerances:
     """The comparison rule of a checker.
 
     Args:
-        atol: absolute tolerance, or ``{output: value, default: value}``.
+        atol: absolute tolerance, or ``{output: value, default: value}``, or the same as a list of
+            ``[output, value]`` pairs (for names a Hydra map key cannot hold, such as ``onnx::Conv_5``).
         rtol: relative tolerance, or a map as ``atol``.
         stat: one of ``STATS``.
         quantile: the quantile for ``stat="quantile"`` (0 to 1).
@@ -87,6 +88,14 @@ class Tolerances:
     def __post_init__(self) -> None:
         for name in ("atol", "rtol"):
             value = getattr(self, name)
+            if isinstance(value, (list, tuple)):  # [[name, value], ...]: names Hydra's map keys cannot hold
+                if not all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in value):
+                    raise ConfigError(
+                        f"checker.{name}={value!r}: give pairs [['output name', number], ...], e.g. "
+                        f"'checker.{name}=[[\"onnx::Conv_5\",0.1],[default,1e-3]]'"
+                    )
+                value = {p[0]: p[1] for p in value}
+                object.__setattr__(self, name, value)  # frozen: set once, here
             values = list(value.values()) if isinstance(value, Mapping) else [value]
             if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 for v in values):
                 raise ConfigError(
@@ -232,3 +241,10 @@ def compare_outputs(
         if not s.passed:
             problems.append(f"{name}: {s.problem}")
     return not problems, stats, problems
+
+
+def unknown_names(rule: Tolerances, tensors: Iterable[str]) -> List[str]:
+    """The output names ``rule``'s tolerance maps give that are not among ``tensors`` (``default`` aside)."""
+    known = set(tensors) | {"default"}
+    named = [k for t in (rule.atol, rule.rtol) if isinstance(t, Mapping) for k in t]
+    return sorted({k for k in named if k not in known})

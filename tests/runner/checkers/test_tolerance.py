@@ -181,3 +181,33 @@ def test_precision_candidates_are_never_converted(run, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert [n["name"] for n in r.summary["kept_nodes"]] == needed
+
+
+def test_tolerance_pairs_name_outputs_a_map_key_cannot_hold():
+    rule = Tolerances(atol=[["onnx::Conv_5", 0.5], ["default", 1e-3]])
+    assert rule.for_output("onnx::Conv_5")[0] == 0.5 and rule.for_output("y")[0] == 1e-3
+    with pytest.raises(ConfigError, match="pairs"):
+        Tolerances(atol=[["onnx::Conv_5"]])
+
+
+def _torch_named(path):
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["onnx::Conv_5"], name="n0"),
+        helper.make_node("Neg", ["onnx::Conv_5"], ["y"]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("y", "onnx::Conv_5")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])], outputs)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_tolerance_for_a_tensor_the_model_lacks_is_a_one_line_error(run, tmp_path):
+    from tests.helpers.cli import one_line_error
+
+    model = _torch_named(tmp_path / "m.onnx")
+    ok = run("mode=repeat", "until=1", f"model={model}", "checker=compare", 'checker.atol=[["onnx::Conv_5",0.5]]')
+    assert ok.returncode == 0 and ok.summary["good"] == 1, ok.stderr[-2000:]
+    bad = run("mode=repeat", "until=1", f"model={model}", "checker=compare", 'checker.atol=[["onnx::Conv_6",0.5]]')
+    one_line_error(bad, "onnx::Conv_6", "no tensor of the model", code=2)
