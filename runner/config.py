@@ -203,9 +203,14 @@ def _names(cls: type) -> List[str]:
 
 def set_keys(overrides: Iterable[str]) -> List[str]:
     """The top-level keys a list of Hydra overrides sets (``+fp16=true`` -> ``fp16``)."""
-    out = []
+    return _keys_after("", overrides)
+
+
+def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
+    """The keys right after ``prefix`` (e.g. ``"executor."``) that overrides set, in order, once each."""
+    out: List[str] = []
     for text in overrides:
-        match = re.match(r"^[~+]*([A-Za-z_][\w-]*)", text)
+        match = re.match(rf"^[~+]*{re.escape(prefix)}([A-Za-z_][\w-]*)", text)
         if match and match.group(1) not in out:
             out.append(match.group(1))
     return out
@@ -222,12 +227,7 @@ def plain(value: Any) -> Any:
 
 def group_keys(group: str, overrides: Iterable[str]) -> List[str]:
     """The keys of config group ``group`` that Hydra overrides set (``executor.gpus=[0]`` -> ``gpus``)."""
-    out = []
-    for text in overrides:
-        match = re.match(rf"^[~+]*{re.escape(group)}\.([A-Za-z_][\w-]*)", text)
-        if match and match.group(1) not in out:
-            out.append(match.group(1))
-    return out
+    return _keys_after(group + ".", overrides)
 
 
 def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> None:
@@ -256,27 +256,36 @@ def check_option_keys(group: str, option: str, keys: Iterable[str], options: Map
         raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
 
 
-@functools.cache
-def mode_keys() -> Dict[str, type]:
-    """``{mode name: its keys dataclass}``: each ``conf/mode/<mode>.yaml`` names its strategy's
-    ``create`` (``_target_``), whose module exports ``KEYS``. The mode group is the one list of modes.
-
-    Raises:
-        ImportError: a mode's module cannot be imported. AttributeError: it exports no ``KEYS``.
-    """
-    import importlib
+def group_targets(group: str) -> Dict[str, str]:
+    """``{option name: its _target_}`` of a config group, read from ``conf/<group>/*.yaml``: the group
+    is the one list of its options (modes, executors)."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
     import conf
 
-    found: Dict[str, type] = {}
-    for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
+    found: Dict[str, str] = {}
+    for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
         spec = OmegaConf.load(path)
-        module = importlib.import_module(str(spec._target_).split(".")[0] + "." + str(spec._target_).split(".")[1])
-        found[str(spec.name)] = module.KEYS
+        found[str(spec.name)] = str(spec._target_)
     return found
+
+
+@functools.cache
+def mode_keys() -> Dict[str, type]:
+    """``{mode name: its keys dataclass}``: each ``conf/mode/<mode>.yaml`` names its strategy's
+    ``create`` (``_target_``, ``strategies.<mode>.<Class>.create``), whose module exports ``KEYS``.
+
+    Raises:
+        ImportError: a mode's module cannot be imported. AttributeError: it exports no ``KEYS``.
+    """
+    import importlib
+
+    return {
+        name: importlib.import_module(".".join(target.split(".")[:2])).KEYS
+        for name, target in group_targets("mode").items()
+    }
 
 
 def run_config() -> type:

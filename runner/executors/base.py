@@ -120,12 +120,7 @@ def executor_classes() -> Dict[str, type]:
     """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
     ``_target_``): the one place that lists them is the config group itself."""
     from hydra.utils import get_class
-    from omegaconf import OmegaConf
 
-    import conf
+    from runner.config import group_targets
 
-    found: Dict[str, type] = {}
-    for path in sorted((Path(conf.__file__).resolve().parent / "executor").glob("*.yaml")):
-        spec = OmegaConf.load(path)
-        found[str(spec.name)] = get_class(str(spec._target_))
-    return found
+    return {name: get_class(target) for name, target in group_targets("executor").items()}

@@ -158,6 +158,17 @@ def _limited(limit: int):
     return apply
 
 
+def _one_error_under_a_file_limit(argv: list, cwd: Path, limit: int) -> str:
+    """Run ``argv`` with files limited to ``limit`` bytes; assert exit 2 with one error line and no
+    traceback, and return that line."""
+    proc = subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=300, preexec_fn=_limited(limit), stdin=subprocess.DEVNULL
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return errors[0]
+
+
 @pytest.mark.slow
 def test_a_file_size_limit_while_copying_the_first_candidate_is_one_line_and_leaves_nothing_partial(tmp_path):
     """The classifier (585 KB) cannot be copied as iteration 1's artifact under a 100 KB file limit (as on a
@@ -174,18 +185,8 @@ def test_a_file_size_limit_while_copying_the_first_candidate_is_one_line_and_lea
         *python_check("HardSigmoid@2"),
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
-    proc = subprocess.run(
-        argv,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=_limited(100_000),
-        stdin=subprocess.DEVNULL,
-    )
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "iteration 1's artifact" in errors[0] and "File too large" in errors[0]
+    error = _one_error_under_a_file_limit(argv, ROOT, 100_000)
+    assert "iteration 1's artifact" in error and "File too large" in error
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"].startswith("error: cannot write iteration 1's artifact")
     assert not (tmp_path / "run" / "iter_artifact.onnx").exists()
@@ -278,18 +279,9 @@ def test_a_replay_that_cannot_be_rewritten_is_one_line_and_keeps_its_verdicts(tm
     chain = tmp_path / "long.onnx"
     onnx.save(chain_model(40), chain)
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        _runner_argv(*reduce_args(chain, "n3", script=has_nodes_script), "marker=linear", f"hydra.run.dir={run_dir}"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=_limited(8000),
-        stdin=subprocess.DEVNULL,
-    )
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "cannot rewrite the replay" in errors[0] and "replay.load=" in errors[0]
+    argv = _runner_argv(*reduce_args(chain, "n3", script=has_nodes_script), "marker=linear", f"hydra.run.dir={run_dir}")
+    error = _one_error_under_a_file_limit(argv, tmp_path, 8000)
+    assert "cannot rewrite the replay" in error and "replay.load=" in error
     kept = json.loads((run_dir / "replay.json").read_text())["iterations"]
     assert kept and all(isinstance(e["passed"], bool) for e in kept)
     assert not list(run_dir.glob(".replay.json.*")), "no temporary file left"

@@ -53,26 +53,17 @@ def test_a_run_directory_in_use_is_refused(tmp_path, chain):
     script = write_script(tmp_path / "gated.py", GATED_HAS_NODES)
     gate = tmp_path / "gate"
     run_dir = tmp_path / "shared_run"
-    first = start_process(
-        tmp_path,
-        "mode=reduce",
-        f"model={chain}",
-        check_cmd(script, str(gate), "{artifact}", "n3"),
-        "output=a.onnx",
-        run_dir=run_dir,
-    )
+
+    def start(culprit: str, output: str):
+        check = check_cmd(script, str(gate), "{artifact}", culprit)
+        return start_process(tmp_path, "mode=reduce", f"model={chain}", check, f"output={output}", run_dir=run_dir)
+
+    first = start("n3", "a.onnx")
     deadline = time.monotonic() + 120
     while not (run_dir / "checks").exists() and time.monotonic() < deadline:  # its first check started
         time.sleep(0.05)
     try:
-        second = start_process(
-            tmp_path,
-            "mode=reduce",
-            f"model={chain}",
-            check_cmd(script, str(gate), "{artifact}", "n5"),
-            "output=b.onnx",
-            run_dir=run_dir,
-        )
+        second = start("n5", "b.onnx")
         _out2, err2 = second.communicate(timeout=60)
     finally:
         gate.touch()  # the first run goes on
