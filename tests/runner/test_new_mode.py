@@ -1,0 +1,95 @@
+"""Adding a mode is its own module and one YAML file: a toy mode added that way runs through the CLI,
+its keys are checked like every mode's, and nothing else needed changing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_readme import ROOT
+
+TOY_MODULE = '''
+"""``mode=count_ops``: a report that counts the nodes of one op type (a toy mode for the tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from runner.candidates import Candidate, Verdict
+from runner.context import RunContext
+from strategies.base import Strategy
+
+
+@dataclass
+class CountOpsKeys:
+    """``mode=count_ops``."""
+
+    model: Optional[str] = None
+    op: str = "Relu"
+
+
+KEYS = CountOpsKeys
+
+
+class CountOps(Strategy):
+    needs_checker = False
+
+    def __init__(self, count: int, op: str):
+        self.count, self.op = count, op
+
+    @classmethod
+    def create(cls, ctx: RunContext, op: str = "Relu") -> "CountOps":
+        return cls(sum(n.op_type == op for n in ctx.model.graph.node), op)
+
+    def next_candidate(self) -> Optional[Candidate]:
+        return None
+
+    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+        pass
+
+    def result(self) -> Dict[str, Any]:
+        return {"op": self.op, "count": self.count}
+'''
+
+TOY_YAML = """defaults:
+  - /mode_schema@_here_
+
+name: count_ops
+_target_: strategies.count_ops.CountOps.create
+"""
+
+
+@pytest.mark.slow
+def test_a_mode_added_as_one_module_and_one_yaml_runs_through_the_cli(tmp_path, chain):
+    tree = tmp_path / "project"
+    for package in ("runner", "strategies", "statemachine", "conf"):
+        shutil.copytree(ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "strategies" / "count_ops.py").write_text(TOY_MODULE)
+    (tree / "conf" / "mode" / "count_ops.yaml").write_text(TOY_YAML)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(tmp_path)}
+
+    def cli(*args: str, name: str) -> subprocess.CompletedProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "runner",
+            "mode=count_ops",
+            f"model={chain}",
+            *args,
+            f"hydra.run.dir={tmp_path / name}",
+        ]
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    ok = cli("op=Add", name="ok")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads((tmp_path / "ok" / "summary.json").read_text())["count"] == 4
+    stray = cli("direction=forward", name="stray")
+    errors = [line for line in stray.stderr.splitlines() if line.startswith("error: ")]
+    assert stray.returncode == 2 and errors == [
+        "error: direction= is not used by mode=count_ops; it is an option of mode=precision"
+    ]
