@@ -26,6 +26,8 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
+from runner.graph.precisions import emulated_by
+from runner.graph.precisions import low_precision as low_precision_named
 from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
 
@@ -118,10 +120,10 @@ class CompareChecker(Checker):
         on_error: str = "fail",
         low_precision: Optional[str] = None,
     ):
-        implied = {"fp16_emulation": "float16", "bf16_emulation": "bfloat16"}.get(backend)
-        self.low = low_precision or implied
-        if self.low not in (None, "float16", "bfloat16"):
-            raise ConfigError(f"checker.low_precision={low_precision!r}; use float16 or bfloat16")
+        implied = emulated_by(backend)
+        self.low = low_precision or (implied.name if implied is not None else None)
+        if self.low is not None:
+            low_precision_named(self.low, "checker.low_precision")
         self._said_converting = False
         if on_error not in ("fail", "pass", "stop"):
             raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")

@@ -35,20 +35,10 @@ from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
 from runner.graph.constants import body_reads, constants_to_initializers
+from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
 from runner.graph.toposort import sort_topology
 
 log = logging.getLogger(__name__)
-
-FP16_MAX = 65504.0
-
-#: ONNX element type of each low precision this module converts to
-LOW_ELEM = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
-LOW_TYPES = set(LOW_ELEM.values())
-
-#: the first opset with Cast to bfloat16
-BF16_OPSET = 13
-#: the first opset whose If, Loop and Scan carry bfloat16 tensors
-BF16_CONTROL_FLOW_OPSET = 16
 
 
 def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -107,7 +97,7 @@ def ops_without(model: onnx.ModelProto, low: str) -> List[str]:
         low: float16 or bfloat16.
     """
     opset = onnx_opset(model)
-    want = "tensor(bfloat16)" if low == "bfloat16" else "tensor(float16)"
+    want = low_precision(low).schema_type
     missing = []
     ops: Set[str] = set()
     graphs = [model.graph]
@@ -318,11 +308,10 @@ class Converter:
     def __init__(self, model: onnx.ModelProto, low: str = "float16"):
         from onnxruntime.transformers import float16
 
-        if low not in LOW_ELEM:
-            raise ModelError(f"cannot convert to {low!r}: use float16 or bfloat16")
-        if low == "bfloat16" and onnx_opset(model) < BF16_OPSET:
+        target = low_precision(low)
+        if onnx_opset(model) < target.min_opset:
             raise ModelError(
-                f"bfloat16 needs opset {BF16_OPSET} or newer (Cast to bfloat16); raise the model's opset first"
+                f"{low} needs opset {target.min_opset} or newer (Cast to {low}); raise the model's opset first"
             )
         self.model, self.low = model, low
         self.blocked_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ops_without(model, low))
@@ -364,7 +353,7 @@ class Converter:
                 converted = float16.convert_float_to_float16(
                     work,
                     min_positive_val=5.96e-08,
-                    max_finite_val=FP16_MAX,
+                    max_finite_val=FLOAT16.max_finite,
                     keep_io_types=True,
                     disable_shape_infer=True,  # inferred once, in __init__
                     op_block_list=sorted(self.blocked_ops),
@@ -379,7 +368,7 @@ class Converter:
             sort_topology(converted.graph)
         except ValueError as e:
             raise ModelError(f"the float16 conversion left a graph that cannot be sorted: {e}") from None
-        if self.low == "bfloat16":
+        if self.low == BFLOAT16.name:
             _retype_bf16(converted, self.model)
         return converted
 
@@ -435,21 +424,18 @@ def has_low_precision(model: onnx.ModelProto) -> bool:
 
 
 def prepare(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
-    """``model`` made ready for ``Converter``: opset raised for bfloat16, nodes named, Constant nodes
-    as initializers, Identity nodes that forward a weight folded (``fold_weight_identities``).
+    """``model`` made ready for ``Converter``: opset raised as the precision needs (bfloat16: 13, 16
+    with If/Loop/Scan), nodes named, Constant nodes as initializers, Identity nodes that forward a
+    weight folded (``fold_weight_identities``).
 
     Raises:
         ModelError: the opset cannot be raised.
     """
     from runner.graph.constants import fold_weight_identities
 
-    if low == "bfloat16":
-        flow = any(
-            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-            for n in model.graph.node
-            for a in n.attribute
-        )
-        model = raise_opset(model, BF16_CONTROL_FLOW_OPSET if flow else BF16_OPSET, "bfloat16 tensors")
+    target = low_precision(low)
+    flow = any(_bodies(n) for n in model.graph.node)
+    model = raise_opset(model, target.control_flow_opset if flow else target.min_opset, f"{low} tensors")
     return fold_weight_identities(constants_to_initializers(name_nodes(model)), in_place=True)
 
 

@@ -18,10 +18,10 @@ import onnx_graphsurgeon as gs
 from onnx import TensorProto
 
 from runner.graph.meta import infer_shapes
+from runner.graph.precisions import LOW_TYPES
 
 log = logging.getLogger(__name__)
 
-LOW_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 DTYPE_ATTR_OPS = {
     "RandomNormal",
     "RandomUniform",
@@ -51,7 +51,7 @@ def _widen_constant(const: gs.Constant) -> None:
 
 class _Rewriter:
     def __init__(self) -> None:
-        self.lows = set(LOW_TYPES.values())
+        self.lows = set(LOW_TYPES)
         self.rounded = 0
         self.n = 0
 

@@ -30,8 +30,9 @@ from runner.errors import ModelError
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
+from runner.graph.precisions import LOW_PRECISIONS
 from runner.layerwise.persistence import trace
-from runner.layerwise.tensors import LOW_MAX, cast_aliases, fed_value, nan_as_inf, peak, tensor_types
+from runner.layerwise.tensors import cast_aliases, fed_value, nan_as_inf, peak, tensor_types
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class LayerwiseComparison:
             for feeds in samples:
                 self._compare_chunk(chunk, feeds, rows, reported)
         for row in rows.values():
-            row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_MAX[self.low]
+            row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_PRECISIONS[self.low].max_finite
         return [rows[n.name] for n in self.nodes]
 
     def absorbed(self, rows: Sequence[NodeRow], diverges: Callable[[NodeRow], bool]) -> Dict[str, Optional[str]]:

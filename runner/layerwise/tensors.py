@@ -11,11 +11,10 @@ import onnx
 
 from runner.graph.feeds import as_declared
 from runner.graph.meta import infer_shapes
+from runner.graph.precisions import FLOAT16
 
 log = logging.getLogger(__name__)
 
-#: the largest finite value of each low precision
-LOW_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
 
@@ -99,9 +98,9 @@ def fed_value(value: np.ndarray, elem_type: int) -> Tuple[np.ndarray, bool]:
     whether any was saturated."""
     if elem_type == onnx.TensorProto.FLOAT16 and np.asarray(value).dtype.kind == "f":
         a = np.asarray(value)
-        big = np.isfinite(a) & (np.abs(a) > LOW_MAX["float16"])
+        big = np.isfinite(a) & (np.abs(a) > FLOAT16.max_finite)
         if big.any():
-            return np.clip(a, -LOW_MAX["float16"], LOW_MAX["float16"]).astype(np.float16), True
+            return np.clip(a, -FLOAT16.max_finite, FLOAT16.max_finite).astype(np.float16), True
     return as_declared(value, elem_type), False
 
 

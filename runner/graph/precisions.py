@@ -1,0 +1,66 @@
+"""The low precisions the tool converts to, each described once: its ONNX type, range and requirements.
+
+Conversion (``convert``), emulation (``emulate``), the compare checker, layerwise and precision's
+ranking all look a precision up here by its name (``low_precision=float16``) instead of spelling
+out its type, its largest value or the backend that emulates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Optional
+
+from onnx import TensorProto
+
+from runner.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """One low precision.
+
+    Attributes:
+        name: its config name, e.g. "float16".
+        elem_type: the ONNX element type (``TensorProto.FLOAT16``).
+        schema_type: how ONNX operator schemas name it ("tensor(float16)").
+        max_finite: its largest finite value (65504 for fp16).
+        min_opset: the first default-domain opset with a Cast to it.
+        control_flow_opset: the first opset whose If, Loop and Scan carry it.
+        emulation: the compare checker's backend that emulates it on CPU.
+    """
+
+    name: str
+    elem_type: int
+    schema_type: str
+    max_finite: float
+    min_opset: int
+    control_flow_opset: int
+    emulation: str
+
+
+FLOAT16 = LowPrecision("float16", TensorProto.FLOAT16, "tensor(float16)", 65504.0, 1, 1, "fp16_emulation")
+BFLOAT16 = LowPrecision(
+    "bfloat16", TensorProto.BFLOAT16, "tensor(bfloat16)", 3.3895313892515355e38, 13, 16, "bf16_emulation"
+)
+
+#: every low precision, by name
+LOW_PRECISIONS: Dict[str, LowPrecision] = {p.name: p for p in (FLOAT16, BFLOAT16)}
+#: their ONNX element types
+LOW_TYPES: FrozenSet[int] = frozenset(p.elem_type for p in LOW_PRECISIONS.values())
+
+
+def low_precision(name: str, option: str = "low_precision") -> LowPrecision:
+    """The precision called ``name``.
+
+    Raises:
+        ConfigError: no such low precision (``option`` names the key in the message).
+    """
+    found = LOW_PRECISIONS.get(str(name))
+    if found is None:
+        raise ConfigError(f"{option}={name}: use one of {', '.join(LOW_PRECISIONS)}")
+    return found
+
+
+def emulated_by(backend: str) -> Optional[LowPrecision]:
+    """The precision a compare backend emulates (``fp16_emulation`` -> float16), or None."""
+    return next((p for p in LOW_PRECISIONS.values() if p.emulation == backend), None)
