@@ -1,4 +1,4 @@
-"""The interactive checker: ask the user at the terminal whether each iteration passed."""
+"""The interactive checker: ask the user whether each iteration passed, on the terminal or from a pipe."""
 
 from __future__ import annotations
 
@@ -13,41 +13,54 @@ from runner.executors.slot import Slot
 
 
 class InteractiveChecker(Checker):
-    """Asks "Did iteration N pass? [y/n]" on the terminal and waits for y or n.
+    """Asks "Did iteration N pass? [y/n]" and reads y or n, one line per question: typed on a
+    terminal, or from a pipe or file, as Polygraphy's interactive mode reads them
+    (``printf 'y\\nn\\n' | python -m runner ... checker=interactive``), which makes interactive runs
+    scriptable. Answers read from a pipe are echoed after the question.
 
     Args:
-        stdin: where answers come from (default ``sys.stdin``); must be a terminal.
+        stdin: where answers come from (default ``sys.stdin``).
         stdout: where the question goes (default ``sys.stdout``).
 
     Raises:
-        CheckStartError: when there is no terminal to ask (it would otherwise hang).
+        CheckStartError: when there is no standard input at all.
     """
 
     def __init__(self, stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None):
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
-        if self.stdin is None or not self.stdin.isatty():
+        if self.stdin is None:
             raise CheckStartError(
-                "checker=interactive needs a terminal to ask on, and standard input is not one; "
-                "run in a terminal or use checker=command 'checker.cmd=\"...\"'"
+                "checker=interactive reads y/n answers from standard input, and there is none; "
+                "run in a terminal, pipe the answers in, or use checker=command 'checker.cmd=\"...\"'"
             )
+        self.piped = not self.stdin.isatty()
 
     concurrent = False  # one question at a time
 
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
     ) -> Verdict:
-        """Ask until the answer is y/yes or n/no; end of input raises CheckStartError."""
+        """Ask until the answer is y/yes or n/no (other lines ask again).
+
+        Raises:
+            CheckStartError: standard input ended before an answer (a closed terminal, or a pipe
+                that gave fewer answers than there were checks).
+        """
         where = f" ({artifact})" if artifact is not None else ""
         while True:
             self.stdout.write(f"Did iteration {iteration} pass{where}? [y/n] ")
             self.stdout.flush()
             line = self.stdin.readline()
             if not line:
+                where_from = "standard input ended" if self.piped else "the terminal closed"
                 raise CheckStartError(
-                    "the terminal closed while waiting for a y/n answer; run again and answer each question"
+                    f"{where_from} while waiting for a y/n answer to iteration {iteration}; give one answer per "
+                    "check (a pipe: one line each) and resume with replay.load= to keep the answers given"
                 )
             answer = line.strip().lower()
+            if self.piped:
+                self.stdout.write(line if line.endswith("\n") else line + "\n")
             if answer in ("y", "yes"):
                 return Verdict(True, reason="user said yes")
             if answer in ("n", "no"):

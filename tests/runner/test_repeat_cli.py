@@ -264,10 +264,26 @@ def test_interactive_asks_on_a_terminal(tmp_path):
     assert proc.returncode == 0 and summary["runs"] == 2 and summary["bad"] == 1
 
 
-def test_interactive_without_terminal_is_an_error(run_cli):
-    r = run_cli("mode=repeat", "until=1", "checker=interactive")
-    assert r.returncode == 2
-    assert "needs a terminal" in r.stderr and "Traceback" not in r.stderr
+def test_interactive_answers_can_be_piped(tmp_path):
+    """As Polygraphy reads them: one line per question from a pipe; running out of answers is one line."""
+    cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", "checker=interactive"]
+    piped = subprocess.run(
+        [*cmd, f"hydra.run.dir={tmp_path / 'piped'}"],
+        cwd=tmp_path,
+        input="maybe\ny\nn\n",
+        capture_output=True,
+        text=True,
+    )
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    summary = json.loads((tmp_path / "piped" / "summary.json").read_text())
+    assert summary["runs"] == 2 and summary["good"] == 1 and summary["bad"] == 1
+    assert "Did iteration 2 pass" in piped.stdout
+    short = subprocess.run(
+        [*cmd, f"hydra.run.dir={tmp_path / 'short'}"], cwd=tmp_path, input="y\n", capture_output=True, text=True
+    )
+    errors = [line for line in short.stderr.splitlines() if line.startswith("error: ")]
+    assert short.returncode == 2 and len(errors) == 1 and "standard input ended" in errors[0]
+    assert "Traceback" not in short.stderr
 
 
 @pytest.mark.slow
