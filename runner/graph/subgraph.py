@@ -170,7 +170,9 @@ class GraphIndex:
         Returns:
             (node indices with their constant dependencies, sorted; input tensor names;
             output tensor names). Outputs are the units' tensors that are original graph
-            outputs or are read by a node outside the set.
+            outputs, or that a node outside the set reads and no node in it does (Polygraphy's
+            rule: an extra output changes what TensorRT may fuse, so a fusion-dependent failure
+            could vanish); when that leaves none, the tensors nothing reads.
         """
         keep = frozenset(units)
         if self._last_boundary is not None and self._last_boundary[0] == keep:
@@ -194,8 +196,10 @@ class GraphIndex:
             for t in self.nodes[i].outputs:
                 if not t.name:
                     continue
-                outside = [c for c in self.consumers.get(t.name, []) if c not in nodes]
-                if t.name in graph_outputs or outside:
+                readers = self.consumers.get(t.name, [])
+                outside = any(c not in nodes for c in readers)
+                inside = any(c in nodes for c in readers)
+                if t.name in graph_outputs or (outside and not inside):
                     outputs.append(t.name)
                 elif not self.consumers.get(t.name):
                     dangling.append(t.name)
