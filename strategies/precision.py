@@ -33,7 +33,7 @@ from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
-from runner.graph.precisions import LOW_PRECISIONS
+from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend
@@ -182,8 +182,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 f"precision={precision}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
                 "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16"
             )
-        if low_precision not in LOW_PRECISIONS:
-            raise ConfigError(f"low_precision={low_precision}: use {' or '.join(LOW_PRECISIONS)}")
+        named_low_precision(low_precision)  # a ConfigError naming the precisions there are
         if weak_typing:
             from runner.trt import load_tensorrt
 
