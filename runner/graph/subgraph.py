@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -43,6 +44,16 @@ def _outer_reads(graph: gs.Graph) -> Set[str]:
         for sub in _subgraphs(n):
             reads |= {name for name in _outer_reads(sub) if name not in produced}
     return reads
+
+
+def _inputs_to_initializers(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> None:
+    """Turn the graph inputs named in ``values`` into initializers holding those values, in place."""
+    from onnx import numpy_helper
+
+    kept = [i for i in model.graph.input if i.name not in values]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in values.items())
 
 
 class GraphIndex:
@@ -100,15 +111,14 @@ class GraphIndex:
                         f"node {node.name or i} ({node.op}) reads tensor {name!r}, which no node, graph input or "
                         "initializer provides; fix the model"
                     )
-        self.const: List[bool] = []
-        for i, node in enumerate(self.nodes):
-            reads = self.reads[i]
-            is_const = node.op == "Constant" or (
-                bool(node.inputs)
-                and not _subgraphs(node)
-                and all(self.producer.get(n) is not None and self.const[self.producer[n]] for n in reads)
-            )
-            self.const.append(is_const)
+        self.const = self._constant_nodes(fold=True)
+        #: a model all of whose nodes fold to constants (no graph input reaches them) is reduced over its
+        #: non-Constant nodes, and a boundary tensor of a candidate becomes an initializer holding its
+        #: value, as Polygraphy does: backend bugs in constant folding are what users reduce
+        self.folded_boundary = all(self.const)
+        if self.folded_boundary:
+            self.const = self._constant_nodes(fold=False)
+        self._folded_values: Optional[Dict[str, np.ndarray]] = None
         self.const_deps: List[Set[int]] = []
         for i in range(len(self.nodes)):
             deps: Set[int] = set()
@@ -119,11 +129,36 @@ class GraphIndex:
             self.const_deps.append(deps)
         self.units: List[int] = [i for i in range(len(self.nodes)) if not self.const[i]]
         if not self.units:
-            raise ModelError("every node of the model is constant; there is nothing to reduce")
+            raise ModelError("every node of the model is a Constant node; there is nothing to reduce")
         self.fingerprint = fingerprint(model)
         #: name -> gs.Tensor of the whole graph, made once (extraction reads it for every candidate)
         self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
         self._last_boundary: Optional[Tuple[FrozenSet[int], Tuple[List[int], List[str], List[str]]]] = None
+
+    def _constant_nodes(self, fold: bool) -> List[bool]:
+        """Per node: a Constant node, or (``fold``) a node without bodies whose inputs all come from
+        constant nodes (it travels with its consumers and is never a unit of the search)."""
+        const: List[bool] = []
+        for i, node in enumerate(self.nodes):
+            const.append(
+                node.op == "Constant"
+                or (
+                    fold
+                    and bool(node.inputs)
+                    and not _subgraphs(node)
+                    and all(self.producer.get(n) is not None and const[self.producer[n]] for n in self.reads[i])
+                )
+            )
+        return const
+
+    def _values_of(self, names: List[str]) -> Dict[str, np.ndarray]:
+        """The values of constant tensors ``names`` (one ONNX Runtime run of the whole model, which
+        takes no input, made on first use)."""
+        if self._folded_values is None:
+            from runner.graph.activations import run_all_tensors
+
+            self._folded_values = run_all_tensors(self.model, {})
+        return {n: self._folded_values[n] for n in names}
 
     def _check_sorted(self) -> None:
         seen = {t.name for t in self.graph.inputs}
@@ -257,6 +292,8 @@ class GraphIndex:
             for name, (dtype, shape) in saved.items():
                 tensors[name].dtype, tensors[name].shape = dtype, shape
         out = self._restore_model_fields(out)
+        if self.folded_boundary:
+            _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
         return out if self.keep_constant_nodes else constants_to_initializers(out, in_place=True)
 
     def _restore_model_fields(self, out: onnx.ModelProto) -> onnx.ModelProto:

@@ -321,3 +321,27 @@ def test_an_output_declared_without_a_shape_gets_one_and_the_run_ends_with_its_a
     reduced = onnx.load(r.summary["output"])
     onnx.checker.check_model(reduced)
     assert [_dims(o) for o in reduced.graph.output] == [[1, 4]]
+
+
+def test_a_model_of_constants_only_reduces_to_the_failing_node_with_its_input_as_an_initializer(run, tmp_path):
+    """Polygraphy's scenario: Constant -> Identity -> node_3 -> node_5 and no graph input, failing while node_3
+    is present. Its answer is node_3 with the constant as an initializer; it runs as written."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    value = numpy_helper.from_array(np.arange(4, dtype=np.float32).reshape(1, 4))
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=value, name="node_1"),
+        helper.make_node("Identity", ["c"], ["i"], name="node_2"),
+        helper.make_node("Relu", ["i"], ["r"], name="node_3"),
+        helper.make_node("Neg", ["r"], ["y"], name="node_5"),
+    ]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "constants.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    r = run("mode=reduce", f"model={path}", *python_check("node_3"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["node_3"]
+    reduced = onnx.load(r.summary["output"])
+    assert not reduced.graph.input and [t.name for t in reduced.graph.initializer] == ["i"]
+    (out,) = ort.InferenceSession(reduced.SerializeToString()).run(None, {})
+    np.testing.assert_array_equal(out, [[0, 1, 2, 3]])
