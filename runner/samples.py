@@ -235,6 +235,21 @@ def check_golden(
             )
 
 
+def save_input_samples(path: str | Path, samples: List[Sample]) -> None:
+    """Write input samples as Polygraphy's ``--save-inputs`` JSON (a list of feed dicts), which
+    ``polygraphy run --load-inputs`` and ``inputs=`` read.
+
+    Raises:
+        ArtifactError: the file cannot be written.
+        MissingExtraError: polygraphy is not installed.
+    """
+    pjson = _polygraphy("inputs", Path(path))
+    try:
+        pjson.save_json([dict(s) for s in samples], str(path))
+    except OSError as e:
+        raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
+
+
 def save_golden_samples(path: str | Path, samples: List[Sample]) -> None:
     """Write golden values for ``golden=`` to read back: an ``.npz`` of one sample, or for a path
     ending in ``.json`` Polygraphy's ``RunResults`` (every sample, one runner named ``golden``),

@@ -21,20 +21,23 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import onnx
 from omegaconf import MISSING
 
 from runner.candidates import Candidate, Verdict
+from runner.checkers.base import Checker
+from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, candidate
 from runner.context import RunContext
-from runner.errors import ConfigError, NothingToDoError
-from runner.graph.load import save_model
+from runner.errors import ConfigError, NothingToDoError, RunnerError
+from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
+from runner.repro import write_bundle
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.set_search import SetSearch
@@ -90,6 +93,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         source_files: Sequence[Path] = (),
         source_model: Optional[onnx.ModelProto] = None,
         weights: Optional[SharedWeights] = None,
+        bundle_samples: Optional[Callable[[], Sequence[Mapping[str, Any]]]] = None,
     ):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError(
@@ -107,6 +111,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.source_files = [Path(f) for f in source_files]
         self.source_model = source_model if source_model is not None else index.model
         self.weights = weights
+        self.bundle_samples = bundle_samples
+        self.repro: Dict[str, str] = {}
         self.full = self.universe
         self.passed_any = False
         self._passing: List[Tuple[int, Units]] = []
@@ -127,6 +133,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         external_data: bool = False,
         external_data_threshold: int = 1024,
         share_weights: bool = True,
+        checker: Optional[Checker] = None,
     ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
 
@@ -134,6 +141,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             ctx: the run context (model, input shapes, feeds).
             marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
                 external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
+            checker: the run's checker; with ``checker=compare`` its golden values go into the repro
+                bundle (``runner.repro``).
                 With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
                 more, the weights are written once to ``<run dir>/weights.bin`` (``weights_N.bin``
                 when a file there or the model's own files have that name) and candidates
@@ -159,6 +168,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             ctx.model_files,
             ctx.model,
             weights,
+            lambda: checker.samples if isinstance(checker, CompareChecker) else ctx.samples,
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -317,8 +327,16 @@ class ReduceStrategy(OnnxSearchStrategy):
         return min(larger, key=lambda p: p[0])[1] if larger else None
 
     def finish(self) -> None:
-        """Write the reduced model (checked with onnx.checker) and the min-good model if asked."""
+        """Write the reduced model (checked with onnx.checker), its repro bundle (``runner.repro``)
+        and the min-good model if asked."""
         super().finish()
+        if self.bundle_samples is not None:
+            try:
+                samples = self.bundle_samples()
+            except RunnerError as e:  # inputs that cannot be made (no shapes): no bundle, not no answer
+                log.warning("No repro bundle beside %s: %s", self.output, e)
+            else:
+                self.repro = write_bundle(self.output, load_model(self.output, "output"), samples, self.source_model)
         if self.min_good is not None:
             good = self._min_good_set()
             if good is None:
@@ -344,6 +362,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             "reduced_nodes": self.index.describe(sorted(self.final)),
             "reduced_inputs": inputs,
             "reduced_outputs": outputs,
+            **self.repro,
             **self.answer_outputs(),
             **self.answer_verified(),
         }

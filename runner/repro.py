@@ -1,0 +1,106 @@
+"""The repro bundle of a reduced model: the values that make it fail, for someone without the original.
+
+A reduced subgraph's inputs are internal tensors of the original model, so ``reduced.onnx`` alone
+cannot be run on the values that fail (feeding it the original inputs by position fills the wrong
+tensors). Beside it, reduce writes ``reduced_inputs.json`` (the values of its inputs, computed from
+the original model on the run's samples) and, with ``checker=compare``, ``reduced_golden.json`` (the
+golden values of its outputs that the check compared against), in Polygraphy's JSON, so that
+``polygraphy run reduced.onnx --onnxrt --load-inputs reduced_inputs.json --load-outputs
+reduced_golden.json`` reproduces the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from runner.errors import MissingExtraError, ModelError
+from runner.graph.activations import run_tensors
+from runner.samples import save_golden_samples, save_input_samples
+
+log = logging.getLogger(__name__)
+
+Sample = Dict[str, np.ndarray]
+
+
+def bundle_paths(output: Path) -> Dict[str, Path]:
+    """Where the bundle of ``output`` goes: ``<stem>_inputs.json`` and ``<stem>_golden.json`` beside it."""
+    return {
+        "repro_inputs": output.with_name(f"{output.stem}_inputs.json"),
+        "repro_golden": output.with_name(f"{output.stem}_golden.json"),
+    }
+
+
+def values_of(
+    model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
+) -> List[Sample]:
+    """The values of the tensors ``names`` (graph inputs or node outputs of ``model``) for each sample,
+    from one ONNX Runtime run per sample.
+
+    Raises:
+        ModelError: ONNX Runtime cannot run the model.
+    """
+    inputs = {i.name for i in model.graph.input}
+    computed = [n for n in names if n not in inputs]
+    out = []
+    for feeds in samples:
+        got = run_tensors(model, feeds, computed) if computed else {}
+        out.append({n: np.asarray(feeds[n] if n in inputs else got[n]) for n in names})
+    return out
+
+
+def write_bundle(
+    output: Path,
+    reduced: onnx.ModelProto,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    original: Optional[onnx.ModelProto] = None,
+) -> Dict[str, str]:
+    """Write the repro bundle of the reduced model written at ``output``.
+
+    Args:
+        output: the reduced model's path.
+        reduced: the reduced model (its graph inputs and outputs name the tensors).
+        samples: per sample, values by tensor name: the compare checker's (inputs and golden values
+            of every tensor), or the run's input feeds, whose other tensors are then computed from
+            ``original``.
+        original: the original model, to compute tensors ``samples`` lack; None: take them as given.
+
+    Returns:
+        ``{"repro_inputs": path, "repro_golden": path}`` for the files written, each under the first
+        free name (``reduced_inputs_1.json`` when one is there: nothing is overwritten; golden only when
+        every output's value is known without computing it, i.e. from the compare checker); empty
+        when the bundle cannot be made (logged: polygraphy missing, or the original does not run).
+    """
+    from runner.artifacts import remove_partial
+    from runner.outputs import reserve
+
+    names_in = [i.name for i in reduced.graph.input]
+    names_out = [o.name for o in reduced.graph.output]
+    paths = bundle_paths(output)
+    have_golden = all(all(n in s for n in names_out) for s in samples)
+    written: Dict[str, str] = {}
+    try:
+        if all(all(n in s for n in names_in) for s in samples):
+            inputs = [{n: np.asarray(s[n]) for n in names_in} for s in samples]
+        elif original is not None:
+            inputs = values_of(original, samples, names_in)
+        else:
+            return {}
+        target = reserve(paths["repro_inputs"])  # a free name: nothing there is ever overwritten
+        written["repro_inputs"] = str(target)
+        save_input_samples(target, inputs)
+        if have_golden:
+            target = reserve(paths["repro_golden"])
+            written["repro_golden"] = str(target)
+            save_golden_samples(target, [{n: np.asarray(s[n]) for n in names_out} for s in samples])
+    except (MissingExtraError, ModelError, OSError) as e:
+        for made in written.values():
+            remove_partial(Path(made))
+        log.warning("No repro bundle beside %s: %s", output, e)
+        return {}
+    log.info("Wrote the repro bundle beside %s: %s", output.name, ", ".join(Path(p).name for p in written.values()))
+    return written

@@ -1,0 +1,53 @@
+"""The repro bundle: reduced.onnx with the values that make it fail, reproducible through Polygraphy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.helpers.models import DETECTOR, need
+
+
+def _perturbed_detector(path: Path, conv: str = "p2o.Conv.61") -> Path:
+    """The detector with one Conv's weight multiplied by -4 (its weight is a Constant node)."""
+    model = onnx.load(str(need(DETECTOR)))
+    node = next(n for n in model.graph.node if n.name == conv)
+    weight = next(n for n in model.graph.node if node.input[1] in n.output).attribute[0].t
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * -4.0, weight.name))
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.slow
+def test_the_bundle_of_a_reduced_detector_reproduces_the_failure_through_polygraphy(run, tmp_path):
+    x = tmp_path / "x.npz"
+    np.savez(x, x=np.random.default_rng(0).random((1, 3, 64, 64)).astype(np.float32))
+    golden = tmp_path / "golden.json"
+    clean = run(
+        "mode=repeat", "until=1", f"model={need(DETECTOR)}", "checker=compare", f"inputs={x}", f"save_golden={golden}"
+    )
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    model = _perturbed_detector(tmp_path / "perturbed.onnx")
+    out = tmp_path / "reduced.onnx"
+    r = run("mode=reduce", f"model={model}", "checker=compare", f"golden={golden}", f"inputs={x}", f"output={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert [n["name"] for n in s["reduced_nodes"]] == ["p2o.Conv.61"]
+    assert s["repro_inputs"] == str(tmp_path / "reduced_inputs.json") and s["repro_golden"] == str(
+        tmp_path / "reduced_golden.json"
+    )
+    polygraphy = str(Path(sys.executable).parent / "polygraphy")
+    base = [polygraphy, "run", str(out), "--onnxrt", "--load-inputs", s["repro_inputs"]]
+    runs = subprocess.run(base, capture_output=True, text=True, timeout=300)
+    assert runs.returncode == 0, "the inputs feed the reduced model: " + runs.stdout[-2000:] + runs.stderr[-2000:]
+    fails = subprocess.run([*base, "--load-outputs", s["repro_golden"]], capture_output=True, text=True, timeout=300)
+    assert fails.returncode != 0 and "Mismatched outputs" in fails.stdout + fails.stderr, fails.stdout[-2000:]
+    names = [i.name for i in onnx.load(str(out)).graph.input]
+    assert sorted(json.loads(Path(s["repro_inputs"]).read_text())[0]) == sorted(names)
