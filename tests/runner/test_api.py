@@ -51,25 +51,29 @@ def test_a_python_callable_is_the_check_and_group_options_are_dicts(tmp_path, ch
         seen.append(path)
         return "n3" not in {n.name for n in onnx.load(path).graph.node}
 
-    result = api.reduce(
-        chain, fails_with_n3, marker="linear", artifacts={"keep_intermediate": False}, run_dir=tmp_path / "r"
-    )
+    out, artifacts = tmp_path / "reduced.onnx", {"keep_intermediate": True, "dir": str(tmp_path / "art")}
+    result = api.reduce(chain, fails_with_n3, marker="linear", artifacts=artifacts, output=out, run_dir=tmp_path / "r")
     assert result.ok and [n["name"] for n in result.summary["reduced_nodes"]] == ["n3"]
     assert len(seen) == result.summary["checks"]
+    assert len(list((tmp_path / "art" / "intermediate").glob("*.onnx"))) == result.summary["checks"], (
+        "a group as a dict"
+    )
     assert GlobalHydra.instance().is_initialized()
 
 
 def test_errors_come_back_as_on_the_command_line(tmp_path, chain):
-    result = api.reduce(chain, None, seed=-1, overrides=python_check("n3"), run_dir=tmp_path / "r")
+    result = api.reduce(
+        chain, None, seed=-1, overrides=python_check("n3"), output=tmp_path / "x.onnx", run_dir=tmp_path / "r"
+    )
     assert result.exit_code == 2 and not result.ok and result.status.startswith("error: seed=-1")
 
 
 def test_precision_and_layerwise_on_the_classifier(tmp_path):
     model = need(CLASSIFIER)
     shapes = {"x": [1, 3, 48, 192]}
-    p = api.precision(
-        model, "compare", model_input_shapes=shapes, checker={"backend": "fp16_emulation"}, run_dir=tmp_path / "p"
-    )
+    emulated = {"backend": "fp16_emulation"}
+    out = tmp_path / "mixed.onnx"
+    p = api.precision(model, "compare", model_input_shapes=shapes, checker=emulated, output=out, run_dir=tmp_path / "p")
     assert p.ok and p.summary["answer_verified"]["passed"]
     lw = api.layerwise(model, model_input_shapes=shapes, layerwise={"plot": False}, run_dir=tmp_path / "l")
     assert lw.ok and lw.summary["nodes"] > 200
