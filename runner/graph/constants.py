@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Set
-
 import onnx
 from onnx import TensorProto
+
+from runner.graph.isolate import outer_reads
 
 
 def is_tensor_constant(node: onnx.NodeProto) -> bool:
@@ -69,7 +69,7 @@ def fold_weight_identities(model: onnx.ModelProto, in_place: bool = False) -> on
     g = out.graph
     inits = {i.name for i in g.initializer}
     outputs = {o.name for o in g.output}
-    inner = body_reads(g)
+    inner = outer_reads(g)
     forward = {
         n.output[0]: n.input[0]
         for n in g.node
@@ -89,17 +89,3 @@ def fold_weight_identities(model: onnx.ModelProto, in_place: bool = False) -> on
     del g.value_info[:]
     g.value_info.extend(kept_vi)
     return out
-
-
-def body_reads(graph: onnx.GraphProto) -> Set[str]:
-    """Tensor names read by nodes inside the bodies of ``graph``'s nodes, at any depth."""
-    reads: Set[str] = set()
-    stack = [a.g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    stack += [s for n in graph.node for a in n.attribute for s in a.graphs]
-    while stack:
-        body = stack.pop()
-        for node in body.node:
-            reads.update(node.input)
-            stack += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-            stack += [s for a in node.attribute for s in a.graphs]
-    return reads

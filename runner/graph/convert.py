@@ -34,7 +34,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
-from runner.graph.constants import body_reads, constants_to_initializers
+from runner.graph.constants import constants_to_initializers
+from runner.graph.isolate import bodies, outer_reads
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
 from runner.graph.toposort import sort_topology
 
@@ -104,7 +105,7 @@ def ops_without(model: onnx.ModelProto, low: str) -> List[str]:
     while graphs:  # bodies of If/Loop/Scan too
         graph = graphs.pop()
         ops.update(n.op_type for n in graph.node if n.domain in ("", "ai.onnx"))
-        graphs.extend(body for n in graph.node for body in _bodies(n))
+        graphs.extend(body for n in graph.node for body in bodies(n))
     for op in sorted(ops):
         try:
             schema = onnx.defs.get_schema(op, opset)
@@ -168,7 +169,7 @@ def bypass_round_trips(model: onnx.ModelProto) -> int:
     types.update({i.name: i.data_type for i in g.initializer})
     producer = {o: n for n in g.node for o in n.output}
     outputs = {o.name for o in g.output}
-    inner = body_reads(g)
+    inner = outer_reads(g)
 
     def cast_to(node: onnx.NodeProto) -> int:
         return next((a.i for a in node.attribute if a.name == "to"), TensorProto.UNDEFINED)
@@ -203,12 +204,6 @@ def bypass_round_trips(model: onnx.ModelProto) -> int:
             g.node.remove(n)
 
 
-def _bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
-    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
-        g for a in node.attribute for g in a.graphs
-    ]
-
-
 def home_stray_casts(model: onnx.ModelProto) -> int:
     """Move top-level Casts that read a tensor made inside a body (If/Loop/Scan) into that body, in
     place; return how many moved. The converter appends the Casts around a node it keeps in fp32 to
@@ -217,7 +212,7 @@ def home_stray_casts(model: onnx.ModelProto) -> int:
 
     def index(graph: onnx.GraphProto) -> None:
         for node in graph.node:
-            for body in _bodies(node):
+            for body in bodies(node):
                 for inner in body.node:
                     for out in inner.output:
                         home[out] = body
@@ -434,7 +429,7 @@ def prepare(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
     from runner.graph.constants import fold_weight_identities
 
     target = low_precision(low)
-    flow = any(_bodies(n) for n in model.graph.node)
+    flow = any(bodies(n) for n in model.graph.node)
     model = raise_opset(model, target.control_flow_opset if flow else target.min_opset, f"{low} tensors")
     return fold_weight_identities(constants_to_initializers(name_nodes(model)), in_place=True)
 

@@ -24,14 +24,16 @@ from onnx import helper
 REF_SUFFIX = "::ref"
 
 
-def _bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
+def bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
+    """The graphs a node holds: If branches, Loop and Scan bodies."""
     return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
         g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs
     ]
 
 
-def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return bool(_bodies(node))
+def has_body(node: onnx.NodeProto) -> bool:
+    """Whether a node holds a graph (If, Loop, Scan)."""
+    return bool(bodies(node))
 
 
 def outer_scope_inputs(node: onnx.NodeProto) -> List[str]:
@@ -44,13 +46,18 @@ def outer_scope_inputs(node: onnx.NodeProto) -> List[str]:
             for name in n.input:
                 if name and name not in local:
                     reads.add(name)
-            for body in _bodies(n):
+            for body in bodies(n):
                 walk(body, local)
             local |= set(n.output)
 
-    for body in _bodies(node):
+    for body in bodies(node):
         walk(body, set())
     return sorted(reads)
+
+
+def outer_reads(graph: onnx.GraphProto) -> Set[str]:
+    """The tensors of ``graph`` that the bodies of its nodes read (``outer_scope_inputs`` of each)."""
+    return {name for node in graph.node if has_body(node) for name in outer_scope_inputs(node)}
 
 
 def weight_names(model: onnx.ModelProto) -> Set[str]:
@@ -68,8 +75,8 @@ def isolated_groups(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> 
     Returns:
         The groups, each in the order of ``nodes``; empty groups are left out.
     """
-    plain = [n for n in nodes if n.op_type != "Constant" and not _has_subgraph(n)]
-    nested = [n for n in nodes if n.op_type != "Constant" and _has_subgraph(n)]
+    plain = [n for n in nodes if n.op_type != "Constant" and not has_body(n)]
+    nested = [n for n in nodes if n.op_type != "Constant" and has_body(n)]
     groups: List[List[onnx.NodeProto]] = [plain] if plain else []
     while nested:
         produced: Set[str] = set()
@@ -117,7 +124,7 @@ def isolated_model(
     for node in nodes:
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
-        nested = _has_subgraph(node)
+        nested = has_body(node)
         reads = list(node.input) + (outer_scope_inputs(node) if nested else [])
         for name in reads:
             if not name:
@@ -135,7 +142,7 @@ def isolated_model(
         out_nodes.append(copy)
         outputs.extend(o for o in node.output if o)
     used_inits = {n for node in out_nodes for n in node.input} | {
-        n for node in out_nodes if _has_subgraph(node) for n in outer_scope_inputs(node)
+        n for node in out_nodes if has_body(node) for n in outer_scope_inputs(node)
     }
     graph = helper.make_graph(
         list(used_consts.values()) + out_nodes,

@@ -26,7 +26,7 @@ def _sort_graph_nodes(graph: onnx.GraphProto) -> None:
     Raises:
         ValueError: when nodes still await tensors and none is ready (a cycle).
     """
-    from runner.graph.isolate import outer_scope_inputs
+    from runner.graph.isolate import has_body, outer_scope_inputs
 
     nodes = list(graph.node)
     awaited: Set[str] = {name for node in nodes for name in node.output}
@@ -34,7 +34,7 @@ def _sort_graph_nodes(graph: onnx.GraphProto) -> None:
     waiting: Dict[str, List[int]] = {}
     ready: List[int] = []
     for position, node in enumerate(nodes):
-        reads = set(node.input) | (set(outer_scope_inputs(node)) if _has_body(node) else set())
+        reads = set(node.input) | (set(outer_scope_inputs(node)) if has_body(node) else set())
         names = {name for name in reads if name in awaited}
         blockers.append(len(names))
         for name in names:
@@ -61,10 +61,6 @@ def _sort_graph_nodes(graph: onnx.GraphProto) -> None:
     if order != list(range(len(nodes))):
         del graph.node[:]
         graph.node.extend(nodes[p] for p in order)
-
-
-def _has_body(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
 def sort_topology(graph: onnx.GraphProto) -> None:

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import onnx
 
-from runner.graph.isolate import outer_scope_inputs
+from runner.graph.isolate import has_body, outer_scope_inputs
 
 
 def trace(model: onnx.ModelProto, judged: Set[str], diverging: Set[str]) -> Tuple[Set[str], Dict[str, Optional[str]]]:
@@ -50,7 +50,7 @@ class _Paths:
                     producer[out] = i
         reads: List[Set[int]] = []
         for node in nodes:
-            names = set(node.input) | (set(outer_scope_inputs(node)) if _has_body(node) else set())
+            names = set(node.input) | (set(outer_scope_inputs(node)) if has_body(node) else set())
             reads.append({producer[n] for n in names if n in producer})
         consumers: List[List[int]] = [[] for _ in nodes]
         for i, sources in enumerate(reads):
@@ -90,7 +90,3 @@ class _Paths:
                     (nxt if div[c] else found).append(c)
             frontier = nxt
         return nodes[min(found)].name if found else None
-
-
-def _has_body(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
