@@ -312,8 +312,8 @@ class OnnxSearchStrategy(RoundStrategy):
     # -- the answer, written and verified ----------------------------------------------------
 
     def write_answer(self) -> Dict[str, Any]:
-        """Write the final model to ``output`` (checked with onnx.checker) and try loading it in ONNX
-        Runtime on CPU; return what ``answer_verified`` reports of the file.
+        """Write the final model to ``output`` (checked with onnx.checker) and, with ``answer_cpu_load``,
+        try loading it in ONNX Runtime on CPU; return what ``answer_verified`` reports of the file.
 
         Raises:
             ModelError: the written file does not pass onnx.checker.
@@ -324,8 +324,11 @@ class OnnxSearchStrategy(RoundStrategy):
         save_model(self.output_model(self.final), self.output, **self.save_opts)
         check_saved(self.output)
         log.info("Wrote %s (%s); checking it as written", self.output, self.size(self.final))
+        facts: Dict[str, Any] = {"output": str(self.output)}
+        if not self.answer_cpu_load:  # a model the tool did not convert: never loaded in this process
+            return facts
         loads = loads_on_cpu(self.output)
-        facts: Dict[str, Any] = {"output": str(self.output), "loads_on_cpu": loads is None}
+        facts["loads_on_cpu"] = loads is None
         if loads is not None:
             facts["cpu_error"] = loads
             if self.answer_must_load_on_cpu and not loads.startswith("no CPU kernel"):
@@ -338,7 +341,10 @@ class OnnxSearchStrategy(RoundStrategy):
 
     #: whether the written answer is checked again (False where the answer is no checkable model)
     verify_answer = True
-    #: whether the written answer must load in ONNX Runtime on CPU (a model the tool converted)
+    #: whether the written answer is loaded in ONNX Runtime on CPU (``loads_on_cpu``): only a model the
+    #: tool converted; a reduced model may be the very one that crashes a backend, so it is never loaded here
+    answer_cpu_load = False
+    #: whether it must load (a failure other than a missing kernel stops the run)
     answer_must_load_on_cpu = False
 
     def _answer_candidate(self) -> Candidate:

@@ -141,6 +141,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.converter = Converter(model, low) if not weak_typing else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
+        self.answer_cpu_load = True  # a model the tool converted
         self.answer_must_load_on_cpu = low == "float16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
         self.validator = Validator(model)
         self.marker_name = marker_name(marker)

@@ -31,7 +31,7 @@ from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, candidate
 from runner.context import RunContext
-from runner.errors import ConfigError, NothingToDoError, RunnerError
+from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.subgraph import GraphIndex
@@ -141,8 +141,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             ctx: the run context (model, input shapes, feeds).
             marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
                 external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
-            checker: the run's checker; with ``checker=compare`` its golden values go into the repro
-                bundle (``runner.repro``).
+            checker: the run's checker; with ``checker=compare`` its input and golden values make the
+                repro bundle (``runner.repro``); other checkers get none.
                 With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
                 more, the weights are written once to ``<run dir>/weights.bin`` (``weights_N.bin``
                 when a file there or the model's own files have that name) and candidates
@@ -168,7 +168,9 @@ class ReduceStrategy(OnnxSearchStrategy):
             ctx.model_files,
             ctx.model,
             weights,
-            lambda: checker.samples if isinstance(checker, CompareChecker) else ctx.samples,
+            # the compare checker's values are the check's own; another check decides on its own data, and
+            # running the original here could meet the very backend crash being reduced
+            (lambda: checker.samples) if isinstance(checker, CompareChecker) else None,
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -327,16 +329,12 @@ class ReduceStrategy(OnnxSearchStrategy):
         return min(larger, key=lambda p: p[0])[1] if larger else None
 
     def finish(self) -> None:
-        """Write the reduced model (checked with onnx.checker), its repro bundle (``runner.repro``)
-        and the min-good model if asked."""
+        """Write the reduced model (checked with onnx.checker), its repro bundle with ``checker=compare``
+        (``runner.repro``) and the min-good model if asked."""
         super().finish()
         if self.bundle_samples is not None:
-            try:
-                samples = self.bundle_samples()
-            except RunnerError as e:  # inputs that cannot be made (no shapes): no bundle, not no answer
-                log.warning("No repro bundle beside %s: %s", self.output, e)
-            else:
-                self.repro = write_bundle(self.output, load_model(self.output, "output"), samples, self.source_model)
+            reduced = load_model(self.output, "output")
+            self.repro = write_bundle(self.output, reduced, self.bundle_samples(), self.source_model)
         if self.min_good is not None:
             good = self._min_good_set()
             if good is None:
