@@ -1,0 +1,181 @@
+"""Repairs of what ONNX Runtime's float16 converter writes, so that kept nodes really stay fp32.
+
+Each function edits a converted model in place (``runner.graph.convert.Converter`` calls them in
+order): kept nodes get fp32 copies of weights they share with converted nodes, Casts the
+converter appended for nodes inside If bodies move into those bodies, fp32 -> fp16 -> fp32 round
+trips are bypassed, weights keep the type exporters declared for them, and for bf16 every fp16
+type becomes bf16 with weights made again from their fp32 values.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Set
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from runner.graph.isolate import bodies, outer_reads
+from runner.graph.precisions import LOW_TYPES
+
+
+def fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_ops: Set[str]) -> None:
+    """Give kept nodes their own fp32 copy of each float weight a converted node also reads, in place
+    (the converter would convert a shared weight once and feed kept nodes its rounded values)."""
+    g = model.graph
+    floats = {i.name: i for i in g.initializer if i.data_type == TensorProto.FLOAT}
+    if not floats:
+        return
+    stays = [n.name in kept or n.op_type in blocked_ops for n in g.node]
+    readers: Dict[str, Set[bool]] = {}
+    for node, fp32 in zip(g.node, stays):
+        for name in node.input:
+            if name in floats:
+                readers.setdefault(name, set()).add(fp32)
+    shared = {name for name, kinds in readers.items() if kinds == {True, False}}
+    taken = {i.name for i in g.initializer} | {o for n in g.node for o in n.output} | {i.name for i in g.input}
+    copies: Dict[str, str] = {}
+    for name in sorted(shared):
+        copy_name = f"{name}_fp32"
+        while copy_name in taken:
+            copy_name += "_"
+        taken.add(copy_name)
+        copy = TensorProto()
+        copy.CopyFrom(floats[name])
+        copy.name = copy_name
+        g.initializer.append(copy)
+        copies[name] = copy_name
+    for node, fp32 in zip(g.node, stays):
+        if fp32:
+            for i, name in enumerate(node.input):
+                if name in copies:
+                    node.input[i] = copies[name]
+
+
+def bypass_round_trips(model: onnx.ModelProto) -> int:
+    """Bypass ``fp32 -> Cast(low) -> Cast(fp32)`` chains of the top-level graph in place; return how
+    many were bypassed.
+
+    Consumers of the second Cast read the fp32 tensor directly; a second Cast that is a graph
+    output reads the fp32 tensor itself (a Cast to the type it has: no rounding). Casts left
+    without readers are removed. Types come from the model's declarations (the converter declares
+    every tensor it touches); a tensor read inside a body is never rewired.
+    """
+    g = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info)}
+    types.update({i.name: i.data_type for i in g.initializer})
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+    inner = outer_reads(g)
+
+    def cast_to(node: onnx.NodeProto) -> int:
+        return next((a.i for a in node.attribute if a.name == "to"), TensorProto.UNDEFINED)
+
+    replace: Dict[str, str] = {}
+    bypassed = 0
+    for node in g.node:
+        if node.op_type != "Cast" or cast_to(node) != TensorProto.FLOAT:
+            continue
+        first = producer.get(node.input[0])
+        if first is None or first.op_type != "Cast" or cast_to(first) not in LOW_TYPES:
+            continue
+        source = first.input[0]
+        if types.get(source) != TensorProto.FLOAT:
+            continue
+        if node.output[0] in outputs:
+            node.input[0] = source
+            bypassed += 1
+        elif node.output[0] not in inner:
+            replace[node.output[0]] = source
+            bypassed += 1
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name in replace:
+                node.input[i] = replace[name]
+    while True:  # drop Casts nobody reads any more
+        used = {i for n in g.node for i in n.input} | outputs | inner
+        dead = [n for n in g.node if n.op_type == "Cast" and n.output[0] not in used]
+        if not dead:
+            return bypassed
+        for n in dead:
+            g.node.remove(n)
+
+
+def home_stray_casts(model: onnx.ModelProto) -> int:
+    """Move top-level Casts that read a tensor made inside a body (If/Loop/Scan) into that body, in
+    place; return how many moved. The converter appends the Casts around a node it keeps in fp32 to
+    the top-level graph, also when the node lives in a body (an op on its block list inside an If)."""
+    home: Dict[str, onnx.GraphProto] = {}
+
+    def index(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for body in bodies(node):
+                for inner in body.node:
+                    for out in inner.output:
+                        home[out] = body
+                home.update({i.name: body for i in body.input})
+                index(body)
+
+    index(model.graph)
+    top = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
+    top |= {i.name for i in model.graph.initializer}
+    moved = [n for n in model.graph.node if n.op_type == "Cast" and n.input[0] not in top and n.input[0] in home]
+    for cast in moved:
+        model.graph.node.remove(cast)
+        home[cast.input[0]].node.append(cast)
+        home[cast.output[0]] = home[cast.input[0]]
+    return len(moved)
+
+
+def declare_weights_as_stored(graph: onnx.GraphProto) -> None:
+    """Make ``value_info`` entries of initializers (exporters declare them) give the type the
+    initializer has, in place: the converter retypes every declared float tensor, also weights
+    it leaves fp32 because only kept nodes read them."""
+    stored = {i.name: i.data_type for i in graph.initializer}
+    for vi in graph.value_info:
+        if vi.name in stored and vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.elem_type = stored[vi.name]
+
+
+def _bf16_tensor(values: np.ndarray, name: str) -> TensorProto:
+    """fp32 values as a bfloat16 TensorProto, rounded to nearest even."""
+    u32 = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    bits = (u32 + 0x7FFF + ((u32 >> 16) & 1)) >> 16
+    t = TensorProto(name=name, data_type=TensorProto.BFLOAT16, dims=list(values.shape))
+    t.raw_data = bits.astype(np.uint16).tobytes()
+    return t
+
+
+def retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
+    """Turn every fp16 type of ``converted`` into bf16, taking values from ``original``'s fp32 data."""
+    originals = {t.name: t for t in original.graph.initializer}
+
+    def fp32_values(init: TensorProto) -> np.ndarray:
+        source = originals.get(init.name)
+        if source is not None and source.data_type == TensorProto.FLOAT:
+            return numpy_helper.to_array(source)
+        return numpy_helper.to_array(init).astype(np.float32)
+
+    def fix_graph(g: onnx.GraphProto) -> None:
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
+                vi.type.tensor_type.elem_type = TensorProto.BFLOAT16
+        for i, init in enumerate(g.initializer):
+            if init.data_type == TensorProto.FLOAT16:
+                g.initializer[i].CopyFrom(_bf16_tensor(fp32_values(init), init.name))
+        for node in g.node:
+            for attr in node.attribute:
+                if (
+                    attr.name in ("to", "dtype")
+                    and attr.type == onnx.AttributeProto.INT
+                    and attr.i == TensorProto.FLOAT16
+                ):
+                    attr.i = TensorProto.BFLOAT16
+                if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
+                    attr.t.CopyFrom(_bf16_tensor(numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    fix_graph(attr.g)
+                for sub in attr.graphs:
+                    fix_graph(sub)
+
+    fix_graph(converted.graph)
