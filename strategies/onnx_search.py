@@ -24,9 +24,9 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 import onnx
 
 from runner.candidates import Candidate, Verdict
-from runner.errors import AnswerNotVerifiedError
-from runner.graph.load import check_saved, load_model, save_model
+from runner.graph.load import save_model
 from runner.graph.validate import Validator
+from strategies.answer_check import WrittenAnswer, save_checked
 from strategies.base import RoundStrategy
 from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
@@ -105,7 +105,7 @@ class OnnxSearchStrategy(RoundStrategy):
         self._ahead_bytes = 0
         #: validates every candidate model before it is checked (set by the mode from its source model)
         self.validator: Optional[Validator] = None
-        self._answer: Optional[Dict[str, Any]] = None  # the written answer's facts, once written
+        self._answer: Optional[WrittenAnswer] = None  # the written answer, once written
         self._passed = False  # some check passed (an answer resting on none is never written)
 
     # -- what a mode defines ----------------------------------------------------------------
@@ -218,10 +218,8 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._gate_units.append(self._made)  # None: a gate whose candidate is no unit set (reduce's original)
             if self.final is not None:
                 if not made and self.verify_answer and self._answer is None and (self._passed or not self.needs_pass):
-                    self._answer = self.write_answer()
-                    self.gates.append(
-                        Gate(self._answer_candidate, self.hit_on_pass, self._answer_failed, self._answer_held)
-                    )
+                    answer = self._write_answer(self.final)
+                    self.gates.append(Gate(self._answer_candidate, self.hit_on_pass, answer.failed, answer.held))
                     continue
                 return made
             sets = self.search.propose(k - len(made)) if len(made) < k else []
@@ -311,34 +309,6 @@ class OnnxSearchStrategy(RoundStrategy):
 
     # -- the answer, written and verified ----------------------------------------------------
 
-    def write_answer(self) -> Dict[str, Any]:
-        """Write the final model to ``output`` (checked with onnx.checker) and, with ``answer_cpu_load``,
-        try loading it in ONNX Runtime on CPU; return what ``answer_verified`` reports of the file.
-
-        Raises:
-            ModelError: the written file does not pass onnx.checker.
-            AnswerNotVerifiedError: ``answer_must_load_on_cpu`` and ONNX Runtime refuses the file
-                for a reason other than a missing kernel.
-        """
-        assert self.final is not None
-        save_model(self.output_model(self.final), self.output, **self.save_opts)
-        check_saved(self.output)
-        log.info("Wrote %s (%s); checking it as written", self.output, self.size(self.final))
-        facts: Dict[str, Any] = {"output": str(self.output)}
-        if not self.answer_cpu_load:  # a model the tool did not convert: never loaded in this process
-            return facts
-        loads = loads_on_cpu(self.output)
-        facts["loads_on_cpu"] = loads is None
-        if loads is not None:
-            facts["cpu_error"] = loads
-            if self.answer_must_load_on_cpu and not loads.startswith("no CPU kernel"):
-                raise AnswerNotVerifiedError(
-                    f"{self.output} was written but ONNX Runtime on CPU cannot load it ({loads}); the run cannot stand "
-                    "behind it: please report this with the model",
-                    {**facts, "passed": False},
-                )
-        return facts
-
     #: whether the written answer is checked again (False where the answer is no checkable model)
     verify_answer = True
     #: whether the written answer is loaded in ONNX Runtime on CPU (``loads_on_cpu``): only a model the
@@ -347,80 +317,33 @@ class OnnxSearchStrategy(RoundStrategy):
     #: whether it must load (a failure other than a missing kernel stops the run)
     answer_must_load_on_cpu = False
 
+    def _write_answer(self, units: Units) -> WrittenAnswer:
+        """Write the answer of ``units`` to ``output`` (``WrittenAnswer.write``) and keep it for its check.
+
+        Raises:
+            ModelError: the file does not pass onnx.checker. AnswerNotVerifiedError: it must load in
+                ONNX Runtime on CPU and does not.
+        """
+        self._answer = WrittenAnswer(
+            self.output, self.save_opts, self.hit_on_pass, self.answer_cpu_load, self.answer_must_load_on_cpu
+        )
+        self._answer.write(self.output_model(units), self.size(units))
+        return self._answer
+
     def _answer_candidate(self) -> Candidate:
-        """The written ``output`` as a candidate: loaded back from the file, never reused from a replay."""
-        assert self.final is not None
-        units, output, opts = self.final, self.output, self.save_opts
-        written = functools.cache(lambda: load_model(output, "output"))
-
-        def write(path: Path) -> None:
-            save_model(written(), path, **opts)
-
+        """The written ``output`` as a candidate (``WrittenAnswer.candidate``)."""
+        assert self.final is not None and self._answer is not None
         self._made = None  # its statistics go to answer_verified, not to the unit set's
-        return Candidate(
-            f"{self.key(units)}:answer",
-            f"the answer as written ({output.name}): {self.size(units)}",
-            write,
-            {**self.info(units), "answer": str(output)},
-            payload=self.payload_of_answer(written),
-            as_typed=self.as_typed,
-            reuse=False,
-        )
-
-    def payload_of_answer(self, written: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
-        """What in-process checkers run of the written answer (default: the model read back)."""
-        return written
-
-    def _answer_held(self, verdict: Verdict) -> None:
-        assert self._answer is not None
-        self._answer.update(self._verdict_facts(verdict), passed=True)
-        log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
-
-    def _answer_failed(self, verdict: Verdict) -> None:
-        assert self._answer is not None
-        facts = {**self._answer, **self._verdict_facts(verdict), "passed": False}
-        found, got = ("passes", "fails") if self.hit_on_pass else ("fails", "passes")
-        raise AnswerNotVerifiedError(
-            f"{self.output} as written {got} the check ({verdict.reason or 'no reason given'}), though the search "
-            f"found its candidate {found}: the check is not deterministic, a replayed verdict was wrong, or writing "
-            "the answer changed it; the run cannot stand behind this answer",
-            facts,
-        )
-
-    @staticmethod
-    def _verdict_facts(verdict: Verdict) -> Dict[str, Any]:
-        facts: Dict[str, Any] = {"check_passed": verdict.passed, "reason": verdict.reason}
-        if "outputs" in verdict.details:
-            facts["outputs"] = verdict.details["outputs"]
-        if verdict.error:
-            facts["error"] = verdict.error
-        return facts
+        units = self.final
+        return self._answer.candidate(self.key(units), self.size(units), self.info(units), self.as_typed)
 
     def answer_verified(self) -> Dict[str, Any]:
         """``{"answer_verified": ...}`` for ``summary.json`` once the written answer was checked."""
-        return {"answer_verified": self._answer} if self._answer is not None and "passed" in self._answer else {}
+        found = self._answer.summary() if self._answer is not None else None
+        return {"answer_verified": found} if found is not None else {}
 
     def finish(self) -> None:
         """Write the final model when the answer check did not already (``verify_answer`` off)."""
         assert self.final is not None
         if self._answer is None:
-            save_model(self.output_model(self.final), self.output, **self.save_opts)
-            check_saved(self.output)
-            log.info("Wrote %s (%s)", self.output, self.size(self.final))
-
-
-def loads_on_cpu(path: Path) -> Optional[str]:
-    """None when ONNX Runtime on CPU creates a session for the model file at ``path``, else why not
-    (starting "no CPU kernel" when only a kernel is missing, e.g. bfloat16 ops)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        first = " ".join(str(e).split())[:300]
-        if type(e).__name__ == "NotImplemented" or "NOT_IMPLEMENTED" in first:
-            return f"no CPU kernel: {first}"
-        return first
-    return None
+            save_checked(self.output_model(self.final), self.output, self.save_opts, self.size(self.final))

@@ -187,3 +187,20 @@ def check_saved(path: str | Path) -> None:
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"{path} does not pass onnx.checker: {first}") from None
+
+
+def loads_on_cpu(path: Path) -> Optional[str]:
+    """None when ONNX Runtime on CPU creates a session for the model file at ``path``, else why not
+    (starting "no CPU kernel" when only a kernel is missing, e.g. bfloat16 ops)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        first = " ".join(str(e).split())[:300]
+        if type(e).__name__ == "NotImplemented" or "NOT_IMPLEMENTED" in first:
+            return f"no CPU kernel: {first}"
+        return first
+    return None

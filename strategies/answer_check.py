@@ -1,0 +1,134 @@
+"""A search's answer, written to ``output=`` and checked once more as written.
+
+The file a user deploys or hands on is the one to check, not the in-memory candidate the search
+judged: ``WrittenAnswer`` writes it, loads it back for a last check that is never taken from a
+replay (``Candidate.reuse=False``), and holds what ``summary.json`` reports as
+``answer_verified``. A verdict other than the one the search found for it raises
+``AnswerNotVerifiedError`` (exit 3).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import onnx
+
+from runner.candidates import Candidate, Verdict
+from runner.errors import AnswerNotVerifiedError
+from runner.graph.load import check_saved, load_model, loads_on_cpu, save_model
+
+log = logging.getLogger(__name__)
+
+
+def save_checked(model: onnx.ModelProto, path: Path, save_opts: Dict[str, Any], size: str) -> None:
+    """Write a search's final model (``save_model``) and check the file with onnx.checker.
+
+    Raises:
+        ArtifactError: the file cannot be written. ModelError: it does not pass onnx.checker.
+    """
+    save_model(model, path, **save_opts)
+    check_saved(path)
+    log.info("Wrote %s (%s)", path, size)
+
+
+class WrittenAnswer:
+    """The written answer of one search and the check of it as written.
+
+    Args:
+        output: where the answer is written.
+        save_opts: ``external_data`` and ``threshold`` for ``save_model``.
+        expect_pass: the verdict the search found for the answer (precision: pass; reduce: fail).
+        cpu_load: load the file in ONNX Runtime on CPU (only a model the tool converted: a reduced
+            model may be the very one that crashes a backend, and is never loaded in this process).
+        must_load: a CPU load failure other than a missing kernel stops the run.
+
+    Attributes:
+        facts: ``answer_verified`` for ``summary.json`` (``passed`` once the check has a verdict).
+    """
+
+    def __init__(self, output: Path, save_opts: Dict[str, Any], expect_pass: bool, cpu_load: bool, must_load: bool):
+        self.output, self.save_opts, self.expect_pass = output, save_opts, expect_pass
+        self.cpu_load, self.must_load = cpu_load, must_load
+        self.facts: Dict[str, Any] = {"output": str(output)}
+
+    def write(self, model: onnx.ModelProto, size: str) -> None:
+        """Write ``model`` to ``output`` (checked with onnx.checker) and, with ``cpu_load``, try
+        loading the file in ONNX Runtime on CPU.
+
+        Raises:
+            ModelError: the written file does not pass onnx.checker.
+            AnswerNotVerifiedError: ``must_load`` and ONNX Runtime refuses the file for a reason
+                other than a missing kernel.
+        """
+        save_checked(model, self.output, self.save_opts, size + "; checking it as written")
+        if not self.cpu_load:
+            return
+        loads = loads_on_cpu(self.output)
+        self.facts["loads_on_cpu"] = loads is None
+        if loads is not None:
+            self.facts["cpu_error"] = loads
+            if self.must_load and not loads.startswith("no CPU kernel"):
+                raise AnswerNotVerifiedError(
+                    f"{self.output} was written but ONNX Runtime on CPU cannot load it ({loads}); the run cannot stand "
+                    "behind it: please report this with the model",
+                    {**self.facts, "passed": False},
+                )
+
+    def candidate(self, key: str, size: str, info: Dict[str, Any], as_typed: bool) -> Candidate:
+        """The written file as a candidate: loaded back, never reused from a replay.
+
+        Args:
+            key: the answer's unit set key (``:answer`` is added).
+            size: the answer's size for the label. info: its facts. as_typed: as the mode's candidates.
+        """
+        output, opts = self.output, self.save_opts
+        written = functools.cache(lambda: load_model(output, "output"))
+
+        def write(path: Path) -> None:
+            save_model(written(), path, **opts)
+
+        return Candidate(
+            f"{key}:answer",
+            f"the answer as written ({output.name}): {size}",
+            write,
+            {**info, "answer": str(output)},
+            payload=written,
+            as_typed=as_typed,
+            reuse=False,
+        )
+
+    def held(self, verdict: Verdict) -> None:
+        """The check gave the verdict the search found: record it."""
+        self.facts.update(_verdict_facts(verdict), passed=True)
+        log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
+
+    def failed(self, verdict: Verdict) -> None:
+        """The check gave the other verdict.
+
+        Raises:
+            AnswerNotVerifiedError: always, with the facts.
+        """
+        facts = {**self.facts, **_verdict_facts(verdict), "passed": False}
+        found, got = ("passes", "fails") if self.expect_pass else ("fails", "passes")
+        raise AnswerNotVerifiedError(
+            f"{self.output} as written {got} the check ({verdict.reason or 'no reason given'}), though the search "
+            f"found its candidate {found}: the check is not deterministic, a replayed verdict was wrong, or writing "
+            "the answer changed it; the run cannot stand behind this answer",
+            facts,
+        )
+
+    def summary(self) -> Optional[Dict[str, Any]]:
+        """``answer_verified`` once the check has its verdict, else None."""
+        return self.facts if "passed" in self.facts else None
+
+
+def _verdict_facts(verdict: Verdict) -> Dict[str, Any]:
+    facts: Dict[str, Any] = {"check_passed": verdict.passed, "reason": verdict.reason}
+    if "outputs" in verdict.details:
+        facts["outputs"] = verdict.details["outputs"]
+    if verdict.error:
+        facts["error"] = verdict.error
+    return facts
