@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import sys
@@ -116,11 +115,9 @@ def _build_executor(cfg: DictConfig) -> Executor:
     """
     options = executor_classes()
     name = cfg.executor.name
-    check_option_keys("executor", name, group_keys("executor", _overrides()), options)
-    cls = options[name]
-    takes = inspect.signature(cls).parameters
+    takes = check_option_keys("executor", name, group_keys("executor", _overrides()), options)
     try:
-        executor: Executor = cls(**{k: plain(v) for k, v in cfg.executor.items() if k in takes})
+        executor: Executor = options[name](**{k: plain(v) for k, v in cfg.executor.items() if k in takes})
     except Exception as e:
         _raise_cause(e)
     return executor

@@ -230,8 +230,9 @@ def group_keys(group: str, overrides: Iterable[str]) -> List[str]:
     return _keys_after(group + ".", overrides)
 
 
-def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> None:
-    """Check that every key of ``group`` the user set is a parameter of the chosen option's class.
+def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> List[str]:
+    """Check that every key of ``group`` the user set is a parameter of the chosen option's class, and
+    return those parameters (the keys to build it with).
 
     Args:
         group: the config group, e.g. "executor".
@@ -254,6 +255,7 @@ def check_option_keys(group: str, option: str, keys: Iterable[str], options: Map
         users = [name for name, cls in options.items() if key in takes(cls)]
         where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
         raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
+    return takes(options[option])
 
 
 def group_targets(group: str) -> Dict[str, str]:
