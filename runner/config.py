@@ -103,19 +103,23 @@ class CompareCheckerConf:
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
+    # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored)
+    provider_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
 class ExecutorConf:
     """Where checks run (``runner/executors/``): ``serial`` (one at a time), ``local`` (``workers``
-    at once on this machine, one GPU each from ``gpus``) or ``dask`` (tasks on the cluster at ``address``)."""
+    threads on this machine, one GPU each from ``gpus``), ``processes`` (worker processes on this
+    machine, ``per_gpu`` pinned to each GPU of ``gpus``) or ``dask`` (tasks on the cluster at ``address``)."""
 
     _target_: str = MISSING
     name: str = MISSING
     workers: Optional[int] = None  # checks at once; local: len(gpus) or 2; dask: the cluster's worker threads
     gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
     address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
-    timeout_s: float = 30.0  # dask: seconds to wait for the scheduler
+    timeout_s: float = 30.0  # dask: seconds to wait for the scheduler; processes: for the workers to start
+    per_gpu: int = 1  # processes: worker processes per GPU of gpus
     lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
 
 

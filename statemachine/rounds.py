@@ -101,7 +101,8 @@ class RoundChecks:
             for pending in todo:
                 shipped = self.executor.ship(pending.candidate)
                 args = (self.checker, pending.artifact, pending.iteration, shipped, pending.slot)
-                futures[self.executor.submit(run_check, *args)] = pending
+                assert pending.slot is not None
+                futures[self.executor.submit(run_check, *args, worker=pending.slot.worker)] = pending
                 if progress is not None:
                     progress(len(futures))
             running = set(futures)
@@ -121,7 +122,7 @@ class RoundChecks:
             for future, pending in futures.items():  # the ones that ended beside the one that stopped the run
                 if future.done() and pending.verdict is None and not pending.cancelled:
                     try:
-                        pending.verdict = future.result()
+                        pending.verdict = self.executor.result(future, pending.iteration)
                     except BaseException:
                         pending.cancelled = True
             self._cancel({f for f in futures if not f.done()}, futures, "the run stops")
@@ -130,7 +131,7 @@ class RoundChecks:
     def _finished(self, pending: Pending, future: Any) -> None:
         """Take a finished check's verdict (or note it was cancelled); raise what the check raised."""
         try:
-            pending.verdict = future.result()
+            pending.verdict = self.executor.result(future, pending.iteration)
         except CheckCancelled:
             pending.cancelled = True
             return

@@ -93,7 +93,7 @@ class BuildStrategy(UntilStrategy):
             from runner.trt.execute import use_device
 
             running = slot.current()
-            use_device(running.gpu)  # build on the slot's GPU, where its check runs the engine
+            use_device(running.device)  # build on the slot's GPU, where its check runs the engine
             worker = running.worker
             builder = self.builders.get(worker)
             if builder is None:

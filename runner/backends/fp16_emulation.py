@@ -8,7 +8,7 @@ values, since numpy has no bfloat16 type of its own.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -25,12 +25,18 @@ class EmulationBackend(Backend):
         providers: ONNX Runtime providers for the fp32 run.
         graph_optimization_level: as for the onnxruntime backend; "all" may fuse a rounding Cast
             away in rare patterns, so "disable" is used unless set otherwise.
+        provider_options: as for the onnxruntime backend.
     """
 
     name = "fp16_emulation"
 
-    def __init__(self, providers: Sequence[str] = ("CPUExecutionProvider",), graph_optimization_level: str = "disable"):
-        self.ort = OnnxRuntimeBackend(providers, graph_optimization_level)
+    def __init__(
+        self,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+        graph_optimization_level: str = "disable",
+        provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    ):
+        self.ort = OnnxRuntimeBackend(providers, graph_optimization_level, provider_options=provider_options)
         self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
 
     def prepare(self, model: onnx.ModelProto, key: Optional[str]) -> Tuple[onnx.ModelProto, List[str], List[str]]:

@@ -41,9 +41,13 @@ class OnnxRuntimeBackend(Backend):
         providers: execution providers in priority order, e.g. ``["CPUExecutionProvider"]``.
         graph_optimization_level: disable, basic, extended or all.
         cache_size: how many sessions to keep (keyed by model key).
+        provider_options: ``{provider: {option: value}}``, ONNX Runtime's provider options (e.g.
+            ``{"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}``); options of a
+            provider not in ``providers`` are unused. Values are passed as strings.
 
     Raises:
-        ConfigError: for an unknown optimization level or an unavailable provider.
+        ConfigError: for an unknown optimization level, an unavailable provider, or provider
+            options named for a provider ONNX Runtime does not know.
     """
 
     name = "onnxruntime"
@@ -53,6 +57,7 @@ class OnnxRuntimeBackend(Backend):
         providers: Sequence[str] = ("CPUExecutionProvider",),
         graph_optimization_level: str = "all",
         cache_size: int = 4,
+        provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ):
         if graph_optimization_level not in LEVELS:
             raise ConfigError(
@@ -64,6 +69,13 @@ class OnnxRuntimeBackend(Backend):
                 f"ONNX Runtime providers {missing} are not available here ({ort.get_available_providers()}); "
                 "fix checker.providers"
             )
+        unknown = sorted(set(provider_options or {}) - set(ort.get_all_providers()))
+        if unknown:
+            raise ConfigError(
+                f"checker.provider_options names {unknown}, which ONNX Runtime does not know; "
+                "use provider names such as CUDAExecutionProvider"
+            )
+        self.options = {p: {str(k): str(v) for k, v in (o or {}).items()} for p, o in (provider_options or {}).items()}
         self.providers = list(providers)
         self.level = LEVELS[graph_optimization_level]
         self.cache_size = cache_size
@@ -81,16 +93,20 @@ class OnnxRuntimeBackend(Backend):
         self._lock = threading.Lock()
 
     def providers_for(self, gpu: Optional[str]) -> List[Any]:
-        """The providers a session gets in a check on GPU ``gpu`` (the running check's slot, from
-        ``executor.gpus``; None: as configured): each GPU provider with ``device_id=gpu``, as ONNX
-        Runtime numbers this process's GPUs."""
-        if gpu is None:
-            return list(self.providers)
-        return [(p, {"device_id": str(gpu)}) if p in GPU_PROVIDERS else p for p in self.providers]
+        """The providers a session gets in a check on GPU ``gpu`` (the running check's device, as
+        ONNX Runtime numbers this process's GPUs; None: as configured): ``(name, options)`` pairs,
+        each GPU provider with ``device_id=gpu`` added to its ``provider_options``."""
+        chosen = []
+        for p in self.providers:
+            options = dict(self.options.get(p, {}))
+            if gpu is not None and p in GPU_PROVIDERS:
+                options["device_id"] = str(gpu)
+            chosen.append((p, options) if options else p)
+        return chosen
 
     def session(self, model: onnx.ModelProto, key: Optional[str]) -> ort.InferenceSession:
         """A (cached) session for ``model`` on the running check's GPU; safe to call from several threads."""
-        gpu = current().gpu if any(p in GPU_PROVIDERS for p in self.providers) else None
+        gpu = current().device if any(p in GPU_PROVIDERS for p in self.providers) else None
         if key is not None and gpu is not None:
             key = f"{key}@gpu{gpu}"  # a session lives on one device
         with self._lock:

@@ -50,7 +50,7 @@ class TensorRTBackend(Backend):
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
         from runner.trt.execute import run_engine, use_device
 
-        use_device(current().gpu)  # a parallel check builds and runs on its slot's GPU
+        use_device(current().device)  # a parallel check builds and runs on its slot's GPU
         wanted = None if outputs is None else list(outputs)
         ident = None if key is None else f"{key}:{','.join(wanted or [])}"
         cached = self._engine  # read once: checks on other threads replace it

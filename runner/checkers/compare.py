@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -99,6 +99,8 @@ class CompareChecker(Checker):
             ``as_typed`` (precision mode) run as they are.
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
+        provider_options: ``{provider: {option: value}}`` for the candidate backend's ONNX Runtime
+            providers (see ``runner.backends.onnxruntime.OnnxRuntimeBackend``).
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
@@ -119,6 +121,7 @@ class CompareChecker(Checker):
         error_quantile: float = 0.5,
         on_error: str = "fail",
         low_precision: Optional[str] = None,
+        provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ):
         implied = emulated_by(backend)
         self.low = low_precision or (implied.name if implied is not None else None)
@@ -131,7 +134,10 @@ class CompareChecker(Checker):
         self._warned_error = False
         self.rule = Tolerances(plain(atol), plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
         self.backend: Backend = make_backend(
-            backend, providers=list(providers), graph_optimization_level=graph_optimization_level
+            backend,
+            providers=list(providers),
+            graph_optimization_level=graph_optimization_level,
+            provider_options=provider_options,
         )
         self.backend_name = backend
         self.reference_name = reference

@@ -98,8 +98,8 @@ class Executor(abc.ABC):
         return candidate
 
     @abc.abstractmethod
-    def submit(self, fn: Callable[..., Verdict], *args: Any) -> Any:
-        """Start ``fn(*args)``; return its future."""
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
+        """Start ``fn(*args)`` for the check of slot ``worker`` (0-based); return its future."""
 
     def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
         """Wait up to ``timeout_s`` seconds for the first of ``futures`` to end: ``(done, not_done)``."""
@@ -107,6 +107,10 @@ class Executor(abc.ABC):
             list(futures), timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED
         )
         return set(done), set(not_done)
+
+    def result(self, future: Any, iteration: int) -> Verdict:
+        """The verdict of a finished check of ``iteration``; raises what the check raised."""
+        return future.result()
 
     def cancel(self, future: Any) -> None:
         """Drop a future that has not started (a started check stops by its cancel flag)."""

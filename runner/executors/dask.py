@@ -35,6 +35,19 @@ class Shipped:
         return self.model
 
 
+def import_distributed(option: str) -> Any:
+    """The ``distributed`` module.
+
+    Raises:
+        MissingExtraError: it is not installed (the ``dask`` extra), naming ``option``.
+    """
+    try:
+        import distributed
+    except ImportError:
+        raise MissingExtraError("distributed", "dask", option) from None
+    return distributed
+
+
 class DaskExecutor(Executor):
     """Connects to the scheduler at ``address``; ``workers`` checks at once (default: every worker
     thread of the cluster).
@@ -62,29 +75,45 @@ class DaskExecutor(Executor):
         timeout_s: float = 30.0,
         lookahead: bool = True,
     ):
-        try:
-            import distributed
-        except ImportError:
-            raise MissingExtraError("distributed", "dask", "executor=dask") from None
+        distributed = import_distributed("executor=dask")
         if not address:
             raise ConfigError("executor=dask needs executor.address=tcp://HOST:8786 (the Dask scheduler's address)")
-        self.distributed = distributed
         try:
-            self.client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
+            client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
             raise ConfigError(
                 f"executor.address={address}: cannot reach a Dask scheduler ({str(e).splitlines()[0][:200]}); "
                 "start one (dask scheduler; dask worker ADDRESS) or fix the address"
             ) from None
-        threads = sum(self.client.nthreads().values())
+        self._attach(distributed, client, workers, gpus, lookahead, f"Dask cluster at {address}")
+
+    def _attach(
+        self,
+        distributed: Any,
+        client: Any,
+        workers: Optional[int],
+        gpus: Optional[Sequence[Any]],
+        lookahead: bool,
+        what: str,
+    ) -> None:
+        """Take ``client`` (connected) as this executor's; ``workers`` defaults to the cluster's threads.
+
+        Raises:
+            ConfigError: the cluster has no workers (the client is closed), or as ``Executor``'s.
+        """
+        self.distributed = distributed
+        self.client = client
+        threads = sum(client.nthreads().values())
         if threads == 0:
-            self.client.close()
-            raise ConfigError(
-                f"executor.address={address}: the Dask cluster has no workers; start some with dask worker"
-            )
-        super().__init__(workers if workers is not None else threads, gpus, lookahead)
+            self.close()
+            raise ConfigError(f"{what}: the Dask cluster has no workers; start some with dask worker")
+        try:
+            super().__init__(workers if workers is not None else threads, gpus, lookahead)
+        except ConfigError:
+            self.close()
+            raise
         self.run_id = uuid.uuid4().hex[:12]
-        log.info("Dask cluster at %s: %d worker threads, %d checks at once", address, threads, self.workers)
+        log.info("%s: %d worker threads, %d checks at once", what, threads, self.workers)
 
     def cancel_flag(self, iteration: int) -> Any:
         """A ``distributed.Event`` named after this run and the iteration."""
@@ -104,8 +133,8 @@ class DaskExecutor(Executor):
         payload = Shipped(candidate.payload()) if candidate.payload is not None else None
         return dataclasses.replace(candidate, write=None, payload=payload)
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any) -> Any:
-        """Submit ``fn(*args)`` as a task (never cached: ``pure=False``)."""
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
+        """Submit ``fn(*args)`` as a task (never cached: ``pure=False``) on any worker."""
         return self.client.submit(fn, *args, pure=False)
 
     def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:

@@ -34,8 +34,8 @@ class LocalExecutor(Executor):
         """A ``threading.Event``."""
         return threading.Event()
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any) -> concurrent.futures.Future:
-        """Run ``fn(*args)`` on a pool thread."""
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` on a pool thread (any: the slot carries the GPU)."""
         return self.pool.submit(fn, *args)
 
     def close(self) -> None:

@@ -35,17 +35,29 @@ class Slot:
         cancel: set to cancel the check; None when it cannot be cancelled (a serial check, which
             Ctrl-C interrupts directly).
         poll_s: seconds between looks at ``cancel`` while a command runs.
+        pinned: the check runs in a worker process that sees only ``gpu`` (its
+            ``CUDA_VISIBLE_DEVICES`` was set when it started: ``executor=processes``).
     """
 
     worker: int = 0
     gpu: Optional[str] = None
     cancel: Optional[CancelFlag] = field(default=None, compare=False)
     poll_s: float = 0.1
+    pinned: bool = False
+
+    @property
+    def device(self) -> Optional[str]:
+        """The check's GPU as the process running it numbers its GPUs (an execution provider's
+        ``device_id``): ``gpu``, or "0" in a pinned worker; None without a GPU."""
+        if self.gpu is None:
+            return None
+        return "0" if self.pinned else self.gpu
 
     def env(self) -> Dict[str, str]:
-        """The environment a check's command gets: ``RUNNER_WORKER`` and, with a GPU, ``CUDA_VISIBLE_DEVICES``."""
+        """The environment a check's command gets: ``RUNNER_WORKER`` and, with a GPU, ``CUDA_VISIBLE_DEVICES``
+        (a pinned worker's command inherits its process's)."""
         env = {"RUNNER_WORKER": str(self.worker)}
-        if self.gpu is not None:
+        if self.gpu is not None and not self.pinned:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu
         return env
 

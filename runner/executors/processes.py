@@ -1,0 +1,222 @@
+"""``executor=processes``: checks in worker processes on this machine, one (or ``per_gpu``) per GPU.
+
+In-process checks (``checker=compare`` on ONNX Runtime's CUDA execution provider) spend their time
+in Python: converting, serializing, building a session. Threads of one process share the
+interpreter for that, so ``executor=local`` runs them no faster than one at a time; worker
+processes do not. Each worker is pinned to its GPU (``CUDA_VISIBLE_DEVICES`` is set before it
+imports ONNX Runtime) and keeps the checker it received once, with its golden values and cached
+sessions, between checks.
+
+The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes (one thread each)
+with the scheduler in this process, driven exactly as ``executor=dask`` drives a cluster
+elsewhere. The check of slot ``i`` always runs on worker ``i``, so its GPU and ``{worker}`` match.
+A worker process that dies in a check (a crash in the backend) is not given the check again: the
+run stops with an error naming the iteration, instead of a verdict the check never gave.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from typing import Any, Callable, List, Optional, Sequence
+
+from runner.candidates import Verdict
+from runner.errors import CheckError, ConfigError
+from runner.executors.base import Executor
+from runner.executors.dask import DaskExecutor, import_distributed
+from runner.executors.slot import Slot
+
+log = logging.getLogger(__name__)
+
+
+def visible_gpu(gpu: str) -> str:
+    """GPU ``gpu`` as this process numbers it, in the numbering its children get from
+    ``CUDA_VISIBLE_DEVICES``: this process's own list maps it (``CUDA_VISIBLE_DEVICES=2,3``: GPU 0
+    is "2"); without one, ``gpu`` itself.
+
+    Raises:
+        ConfigError: ``gpu`` is a number past this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible or not gpu.isdigit():
+        return gpu
+    if int(gpu) >= len(visible):
+        raise ConfigError(
+            f"executor.gpus names GPU {gpu}, but this process sees {len(visible)} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ['CUDA_VISIBLE_DEVICES']}); number GPUs from 0 as ONNX Runtime here does"
+        )
+    return visible[int(gpu)]
+
+
+class ProcessExecutor(DaskExecutor):
+    """Starts ``workers`` worker processes (a Dask ``SpecCluster`` of its own, started in a
+    background thread while the run prepares) and runs one check at a time on each; closes them
+    when the run ends, on an error or on Ctrl-C.
+
+    Args:
+        workers: worker processes; with ``gpus`` it must be ``len(gpus) * per_gpu`` (the default),
+            without them the default is 2.
+        gpus: GPU ids as this process numbers them; each gets ``per_gpu`` workers pinned to it.
+        per_gpu: workers per GPU (>= 1): two let one worker convert and build its session while
+            the other's model runs.
+        lookahead: as ``Executor``'s.
+        timeout_s: seconds to wait for the workers to start.
+
+    Raises:
+        MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
+        ConfigError: ``per_gpu`` < 1, or ``workers`` disagreeing with ``gpus`` and ``per_gpu``;
+            from the first use of ``client`` (the round's first check), workers that did not start
+            within ``timeout_s``.
+    """
+
+    name = "processes"
+
+    def __init__(
+        self,
+        workers: Optional[int] = None,
+        gpus: Optional[Sequence[Any]] = None,
+        per_gpu: int = 1,
+        lookahead: bool = True,
+        timeout_s: float = 60.0,
+    ):
+        distributed = import_distributed("executor=processes")
+        if int(per_gpu) < 1:
+            raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
+        listed = [str(g) for g in (gpus or [])]
+        pinned: List[Optional[str]] = [g for g in listed for _ in range(int(per_gpu))]
+        if listed and workers is not None and int(workers) != len(pinned):
+            raise ConfigError(
+                f"executor.workers={workers} with {len(listed)} GPUs and executor.per_gpu={per_gpu}: "
+                f"executor=processes starts {len(pinned)} workers; drop executor.workers or set executor.per_gpu"
+            )
+        count = len(pinned) if listed else int(workers if workers is not None else 2)
+        if count < 1:
+            raise ConfigError(f"executor.workers={workers} must be 1 or more worker processes")
+        if not listed:
+            pinned = [None] * count
+        self.names = [f"check-{i}" for i in range(count)]
+        self.specs = {
+            name: {
+                "cls": distributed.Nanny,
+                "options": {
+                    "nthreads": 1,
+                    "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
+                    "env": {"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {},
+                    "silence_logs": logging.ERROR,
+                    "dashboard": False,
+                },
+            }
+            for name, gpu in zip(self.names, pinned)
+        }
+        if not log.isEnabledFor(logging.DEBUG):  # verbose=true keeps Dask's own log of its workers
+            logging.getLogger("distributed").setLevel(logging.WARNING)
+        self.distributed = distributed
+        self.timeout_s = float(timeout_s)
+        self.cluster: Any = None
+        self._client: Any = None
+        self._failed: Optional[BaseException] = None
+        Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
+        self.run_id = uuid.uuid4().hex[:12]
+        # the workers start while the runner loads the model and computes golden values
+        self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
+        self._starting.start()
+        where = f" on GPUs {listed}, {per_gpu} each" if listed else ""
+        log.info("Starting %d worker processes%s", count, where)
+
+    def _start(self) -> None:
+        """Start the cluster, connect, wait for every worker and import what checks need there
+        (in the background thread; an error is kept for ``client`` to raise)."""
+        try:
+            # allowed_failures=0: a check that kills its worker is not run again on the restarted one
+            scheduler = {
+                "cls": self.distributed.Scheduler,
+                "options": {
+                    "dashboard": False,
+                    "dashboard_address": "127.0.0.1:0",  # never 8787, which another cluster may hold
+                    "allowed_failures": 0,
+                    "host": "127.0.0.1",
+                },
+            }
+            self.cluster = self.distributed.SpecCluster(
+                workers=self.specs, scheduler=scheduler, silence_logs=logging.ERROR
+            )
+            self._client = self.distributed.Client(self.cluster, set_as_default=False)
+            self._client.wait_for_workers(len(self.names), timeout=self.timeout_s)
+            self._client.run(_warm)
+        except BaseException as e:  # raised in the runner's thread by the next use of the client
+            self._failed = e
+
+    @property
+    def client(self) -> Any:
+        """The cluster's client, once every worker has started.
+
+        Raises:
+            ConfigError: the workers did not start (within ``timeout_s``, or at all).
+        """
+        self._starting.join()
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            self.close()
+            if isinstance(failed, TimeoutError):
+                raise ConfigError(
+                    f"executor=processes: {self.workers} worker processes did not start within {self.timeout_s:g} s; "
+                    "raise executor.timeout_s or start fewer (executor.workers, executor.per_gpu)"
+                ) from None
+            raise ConfigError(
+                f"executor=processes: the worker processes could not start ({type(failed).__name__}: "
+                f"{str(failed).splitlines()[0] if str(failed) else ''}); run with verbose=true for Dask's log"
+            ) from failed
+        return self._client
+
+    @client.setter
+    def client(self, value: Any) -> None:
+        self._client = value
+
+    def slot(self, worker: int, iteration: int) -> Slot:
+        """As ``Executor.slot``, pinned: the worker process sees only the slot's GPU."""
+        slot = super().slot(worker, iteration)
+        slot.pinned = slot.gpu is not None
+        return slot
+
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
+        """Submit ``fn(*args)`` to worker process ``worker`` and no other (its GPU is the slot's)."""
+        return self.client.submit(
+            fn, *args, pure=False, workers=[self.names[worker]], allow_other_workers=False
+        )
+
+    def result(self, future: Any, iteration: int) -> Verdict:
+        """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.
+
+        Raises:
+            CheckError: the check's worker process died (a crash in the backend, or killed).
+        """
+        try:
+            return future.result()
+        except self.distributed.KilledWorker:
+            raise CheckError(
+                f"iteration {iteration}: the check's worker process died (a crash in the backend, or killed); "
+                "reduce the crash with a command check (checker=command) that runs the backend in its own process"
+            ) from None
+
+    def close(self) -> None:
+        """Close the connection and stop every worker process and the scheduler (once they have
+        started: a close during start-up waits for it)."""
+        self._starting.join()
+        try:
+            if self._client is not None:
+                self._client.close()
+        finally:
+            self._client = None
+            if self.cluster is not None:
+                self.cluster.close()
+                self.cluster = None
+
+
+def _warm() -> None:
+    """Import what a check needs in a worker process (ONNX Runtime, the checkers), before the first check."""
+    import onnxruntime  # noqa: F401
+
+    import runner.checkers.compare
+    import runner.executors.base  # noqa: F401

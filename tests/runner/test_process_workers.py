@@ -1,0 +1,158 @@
+"""``executor=processes`` (issue 24): checks in worker processes of a Dask cluster the run starts
+itself. On CPU, with the compare checker: the serial answer, each check on the worker of its slot,
+no worker process left after Ctrl-C, and a stopped run resumes to the same answer."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from runner.errors import ConfigError
+from runner.executors.processes import ProcessExecutor, visible_gpu
+from tests.helpers.cli import alive
+from tests.helpers.graphs import GRAPHS
+from tests.runner.test_executors import _start, _wait_for
+
+pytest.importorskip("distributed")
+
+PROCESSES = ["executor=processes", "executor.workers=2"]
+COMPARE = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=1e-3", "checker.rtol=1e-2"]
+
+#: a python check that notes its worker process, sleeps as long as ``delay`` says, then passes
+#: while the model lacks the named nodes (a reduce's check)
+SLOW_CHECK = """
+import os, pathlib, time
+import onnx
+
+def check(path, pids, delay, *names):
+    n = os.environ.get("RUNNER_ITERATION") or str(time.monotonic_ns())
+    pathlib.Path(pids, "pid" + n).write_text(str(os.getpid()))
+    time.sleep(float(pathlib.Path(delay).read_text()))
+    present = {node.name for node in onnx.load(path, load_external_data=False).graph.node}
+    return not set(names) <= present
+"""
+
+
+def _planted(tmp_path, name="two_branches"):
+    model, needed, scale = GRAPHS[name]()
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=(scale * (1 + np.random.default_rng(0).random((1, 8)))).astype(np.float32))
+    return path, inputs, needed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("marker", ["bisect", "minimal"])
+def test_compare_checks_in_worker_processes_give_the_serial_answer(run, tmp_path, marker):
+    path, inputs, needed = _planted(tmp_path)
+    args = ["mode=precision", f"model={path}", f"inputs={inputs}", f"marker={marker}", *COMPARE]
+    serial = run(*args)
+    parallel = run(*args, *PROCESSES)
+    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr[-3000:]
+    assert parallel.summary["kept_nodes"] == serial.summary["kept_nodes"]
+    if marker == "minimal":
+        assert sorted(n["name"] for n in parallel.summary["kept_nodes"]) == sorted(needed)
+    assert parallel.summary["executor"] == "processes" and parallel.summary["workers"] == 2
+    assert parallel.summary["answer_verified"]["check_passed"] is True
+    assert parallel.summary["rounds"] <= serial.summary["rounds"]
+
+
+def test_each_check_runs_on_the_worker_of_its_slot(tmp_path):
+    """Slot i's check runs in worker process i (the one pinned to slot i's GPU), and a worker keeps
+    the checker it was sent between checks."""
+    executor = ProcessExecutor(workers=2)
+    try:
+        pids = [executor.submit(_pid, worker=w).result(timeout=60) for w in (0, 1, 0, 1)]
+        assert pids[0] == pids[2] and pids[1] == pids[3] and pids[0] != pids[1]
+        shared = executor.share(_Counter())
+        counts = [executor.submit(_count, shared, worker=0).result(timeout=60) for _ in range(3)]
+        assert counts == [1, 2, 3], "the worker keeps one checker object between checks"
+    finally:
+        executor.close()
+    assert not any(alive(pid) for pid in set(pids)), "close() stops the worker processes"
+
+
+def test_process_executor_options_are_checked():
+    with pytest.raises(ConfigError, match="per_gpu=0"):
+        ProcessExecutor(per_gpu=0)
+    with pytest.raises(ConfigError, match="starts 4 workers"):
+        ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
+
+
+def test_gpus_are_numbered_as_this_process_sees_them(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert visible_gpu("0") == "2" and visible_gpu("1") == "3"
+    with pytest.raises(ConfigError, match="sees 2"):
+        visible_gpu("2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert visible_gpu("1") == "1"
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chain, monkeypatch):
+    (tmp_path / "slowcheck.py").write_text(SLOW_CHECK)
+    monkeypatch.syspath_prepend(str(tmp_path))  # python -m runner finds it in its working directory
+    pids, delay = tmp_path / "pids", tmp_path / "delay"
+    pids.mkdir()
+    check = ["checker=python", "checker.target=slowcheck.check", f"checker.args=[{pids},{delay},n2,n5]"]
+    reduce = ["mode=reduce", f"model={chain}", *check, *PROCESSES]
+    delay.write_text("0")
+    full = run(*reduce)
+    assert full.returncode == 0, full.stderr[-3000:]
+    assert [n["name"] for n in full.summary["reduced_nodes"]] == ["n2", "n5"]
+    for p in pids.glob("pid*"):
+        p.unlink()
+
+    # Ctrl-C while the workers sleep in their checks
+    delay.write_text("30")
+    stopped = tmp_path / "interrupted"
+    proc = _start(tmp_path, stopped, *reduce)
+    _wait_for(lambda: len(list(pids.glob("pid*"))) >= 2, proc)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "interrupted"
+    workers = {int(p.read_text()) for p in pids.glob("pid*")}
+    assert workers and not any(alive(pid) for pid in workers), "no worker process is left behind"
+
+    # a run stopped after some checks resumes from its replay to the same answer
+    for p in pids.glob("pid*"):
+        p.unlink()
+    delay.write_text("0.3")
+    second = tmp_path / "stopped"
+    proc = _start(tmp_path, second, *reduce)
+    replay = second / "replay.json"
+    _wait_for(lambda: replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 3, proc)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    done = len(json.loads(replay.read_text())["iterations"])
+    delay.write_text("0")
+    resumed = run(*reduce, f"replay.load={replay}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.summary["reduced_nodes"] == full.summary["reduced_nodes"]
+    assert resumed.summary["reused"] >= min(done, 1)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+class _Counter:
+    """Counts the calls it receives: the stand-in for a checker's state kept between checks."""
+
+    def __init__(self):
+        self.n = 0
+
+
+def _count(counter: _Counter) -> int:
+    counter.n += 1
+    return counter.n
