@@ -182,9 +182,7 @@ class ProcessExecutor(DaskExecutor):
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
         """Submit ``fn(*args)`` to worker process ``worker`` and no other (its GPU is the slot's)."""
-        return self.client.submit(
-            fn, *args, pure=False, workers=[self.names[worker]], allow_other_workers=False
-        )
+        return self.client.submit(fn, *args, pure=False, workers=[self.names[worker]], allow_other_workers=False)
 
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.
