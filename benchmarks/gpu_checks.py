@@ -45,6 +45,8 @@ CONFIGS = [
     ("cudnn default", {"cudnn_conv_algo_search": "DEFAULT"}, "all"),
     ("cudnn heuristic, basic", {"cudnn_conv_algo_search": "HEURISTIC"}, "basic"),
     ("cudnn heuristic, disable", {"cudnn_conv_algo_search": "HEURISTIC"}, "disable"),
+    ("cudnn default, no tf32 (default)", {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}, "all"),
+    ("cudnn default, no tf32, basic", {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}, "basic"),
 ]
 
 
@@ -154,7 +156,19 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str) -
             wall, proc = timed(cmd, work, {})
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
-                rows.append({"mode": mode, "executor": label, "wall_s": None, "error": proc.returncode})
+                last = (proc.stderr.strip().splitlines() or [""])[-1][:80]
+                rows.append(
+                    dict(
+                        mode=mode,
+                        executor=label,
+                        wall_s=round(wall, 1),
+                        run_s=None,
+                        run_ratio=None,
+                        checks=None,
+                        rounds=None,
+                        answer=f"exit {proc.returncode}: {last}",
+                    )
+                )
                 continue
             s = json.loads((run_dir / "summary.json").read_text())
             names = [n["name"] for n in s.get("kept_nodes", s.get("reduced_nodes", []))]

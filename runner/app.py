@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import onnx
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -21,8 +22,15 @@ from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.config import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, plain, set_keys
 from runner.context import RunContext
-from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, ConfigError, RunnerError
+from runner.errors import (
+    AnswerNotVerifiedError,
+    CheckNeverPassedError,
+    ConfigError,
+    InvalidCandidateError,
+    RunnerError,
+)
 from runner.executors.base import Executor, executor_classes
+from runner.graph.load import save_model
 from runner.identity import run_identity
 from runner.inputs import files_read
 from runner.jsonio import write_json_atomic
@@ -190,6 +198,20 @@ def _say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
 
+def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> str:
+    """Save the invalid model the tool built into the run directory, for the defect report; the
+    words to add to the error ("" when there is none to save or it cannot be written)."""
+    if not isinstance(error.model, onnx.ModelProto) or directory is None:
+        return ""
+    path = directory / "invalid_candidate.onnx"
+    try:
+        save_model(error.model, path)
+    except Exception as e:  # the report must not hide the error itself
+        log.warning("Could not save the invalid model to %s: %s", path, e)
+        return ""
+    return f" (saved as {path})"
+
+
 def run(cfg: DictConfig) -> int:
     """Run one job described by ``cfg``; never raises for user errors.
 
@@ -281,6 +303,11 @@ def run(cfg: DictConfig) -> int:
         except CheckNeverPassedError as e:
             summary.update(status=e.status, error=str(e), check_output_tail=e.tail)
             _say(f"error: {e.status}: {e}" + (f"\nlast check's output:\n{e.tail.rstrip()}" if e.tail.strip() else ""))
+            code = e.exit_code
+        except InvalidCandidateError as e:
+            message = f"{e}{_save_invalid(e, directory)}"
+            _say(f"error: {message}")
+            summary["status"] = f"error: {message}"
             code = e.exit_code
         except RunnerError as e:
             if cfg.verbose:

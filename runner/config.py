@@ -103,8 +103,12 @@ class CompareCheckerConf:
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
-    # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored)
-    provider_options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored).
+    # CUDA: cuDNN's default convolution algorithm instead of an exhaustive search per new session (18x
+    # cheaper checks on the detector, benchmarks/gpu_checks.py), and no TF32, so fp32 means fp32
+    provider_options: Dict[str, Dict[str, Any]] = field(
+        default_factory=lambda: {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": 0}}
+    )
 
 
 @dataclass

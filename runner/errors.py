@@ -27,7 +27,16 @@ class ShapeError(ModelError):
 
 class InvalidCandidateError(RunnerError):
     """A model the tool built (a conversion, a mixed-precision or reduced candidate) is invalid: the
-    tool's own defect. The run stops before checking it, and no verdict is recorded for it."""
+    tool's own defect. The run stops before checking it, and no verdict is recorded for it.
+
+    Attributes:
+        model: the invalid model (an ``onnx.ModelProto``), for the defect report; None when the
+            conversion failed before making one.
+    """
+
+    def __init__(self, message: str, model: object = None):
+        super().__init__(message)
+        self.model = model
 
 
 class CheckStartError(RunnerError):

@@ -163,7 +163,8 @@ class Validator:
         if problem is not None and problem != self.inherited:
             raise InvalidCandidateError(
                 f"{step} made an invalid model at {culprit(model, problem)}: {problem[:300]}; this is a defect of "
-                "the tool, not of your model: please report it with the model (no verdict was recorded for it)"
+                "the tool, not of your model: please report it with the model (no verdict was recorded for it)",
+                model,
             )
         return model
 
