@@ -1,7 +1,8 @@
 """Repairs of what ONNX Runtime's float16 converter writes, so that kept nodes really stay fp32.
 
 Each function edits a converted model in place (``runner.graph.convert.Converter`` calls them in
-order): kept nodes get fp32 copies of weights they share with converted nodes, Casts the
+order): kept nodes get fp32 copies of weights they share with converted nodes, duplicate Casts
+an older converter wrote go, Casts the
 converter appended for nodes inside If bodies move into those bodies, fp32 -> fp16 -> fp32 round
 trips are bypassed, weights keep the type exporters declared for them, and for bf16 every fp16
 type becomes bf16 with weights made again from their fp32 values.
@@ -99,6 +100,26 @@ def bypass_round_trips(model: onnx.ModelProto) -> int:
             return bypassed
         for n in dead:
             g.node.remove(n)
+
+
+def drop_duplicate_casts(graph: onnx.GraphProto) -> int:
+    """Remove the second and later of identical Cast nodes (same input, output, name and target
+    type), in place; return how many went. ONNX Runtime's float16 converter before 1.32 gives each
+    reader of a tensor kept in fp32 its own ``<tensor>_cast_to_fp32`` Cast, all writing the same
+    name: a graph no longer in SSA form (seen on the detector with onnxruntime-gpu 1.31.1)."""
+    seen: Set[bytes] = set()
+    dropped = [i for i, n in enumerate(graph.node) if n.op_type == "Cast" and _seen_before(n, seen)]
+    for index in reversed(dropped):  # by position: remove() would take the first of the equal nodes
+        del graph.node[index]
+    return len(dropped)
+
+
+def _seen_before(node: onnx.NodeProto, seen: Set[bytes]) -> bool:
+    key = node.SerializeToString(deterministic=True)
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
 
 
 def home_stray_casts(model: onnx.ModelProto) -> int:

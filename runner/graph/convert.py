@@ -37,6 +37,7 @@ from runner.graph.constants import constants_to_initializers
 from runner.graph.conversion_repairs import (
     bypass_round_trips,
     declare_weights_as_stored,
+    drop_duplicate_casts,
     fp32_copies_for_kept,
     home_stray_casts,
     retype_bf16,
@@ -200,6 +201,7 @@ class Converter:
                 )
         except Exception as e:  # the converter raises plain Exceptions, ValueErrors and asserts
             raise ModelError(f"ONNX Runtime's float16 converter could not convert the model: {e}") from None
+        drop_duplicate_casts(converted.graph)
         home_stray_casts(converted)
         bypass_round_trips(converted)
         declare_weights_as_stored(converted.graph)

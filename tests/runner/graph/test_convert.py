@@ -169,3 +169,28 @@ def test_bf16_keeps_ops_whose_schema_has_no_bf16_in_fp32_and_raises_the_opset():
     model.opset_import[0].version = 11
     converted = to_low_precision(model, "bfloat16")
     assert onnx_opset(converted) == 13 and strict_problem(converted) is None
+
+
+def test_duplicate_casts_of_an_older_converter_are_dropped():
+    """onnxruntime < 1.32's converter gives each fp32 reader of an fp16 tensor its own Cast, all
+    named ``<tensor>_cast_to_fp32``: one is kept, the graph is valid again and computes the same."""
+    from runner.graph.conversion_repairs import drop_duplicate_casts
+
+    cast = helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node")
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="to_half"),
+        cast,
+        helper.make_node("Relu", ["h_cast_to_fp32"], ["a"], name="a"),
+        helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node"),
+        helper.make_node("Neg", ["h_cast_to_fp32"], ["b"], name="b"),
+        helper.make_node("Cast", ["h"], ["h_other"], to=TensorProto.FLOAT, name="other"),  # not a duplicate
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "a", "b", "h_other")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [io[0]], io[1:]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    with pytest.raises(onnx.checker.ValidationError, match="SSA"):
+        onnx.checker.check_model(model)
+    assert drop_duplicate_casts(model.graph) == 1
+    onnx.checker.check_model(model)
+    assert [n.name for n in model.graph.node] == ["to_half", "h_cast_to_fp32_node", "a", "b", "other"]
