@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -130,17 +131,24 @@ def executors(gpus: int) -> List[tuple]:
     return rows
 
 
-def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str) -> List[Dict]:
-    """Rows: per mode and executor, wall seconds, checks, rounds, the answer, the ratio to serial."""
+#: the session options of the runs: the defaults (cheap sessions), and ONNX Runtime's own
+#: (cuDNN's exhaustive search per session: checks 16x dearer, as before checker.provider_options)
+SESSIONS = {"cheap": [], "ort defaults": ["checker.provider_options={}"]}
+
+
+def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, sessions: List[str]) -> List[Dict]:
+    """Rows: per mode, session options and executor, wall seconds, checks, rounds, the answer,
+    the ratio to serial."""
     modes = {
         "precision bisect ranked": ["mode=precision", "marker=bisect", "direction=ranked"],
         "reduce": ["mode=reduce", "checker.low_precision=float16"],
     }
-    rows = []
-    for mode, args in modes.items():
+    rows: List[Dict[str, Any]] = []
+    for (mode, args), session in itertools.product(modes.items(), sessions):
         serial_s = None
         for label, overrides in executors(gpus):
-            run_dir = work / f"{mode.split()[0]}_{label.replace(' ', '_').replace(',', '')}"
+            tag = f"{mode.split()[0]}_{session}_{label}".replace(" ", "_").replace(",", "")
+            run_dir = work / tag
             cmd = runner_cmd(
                 *args,
                 f"model={model_path}",
@@ -150,6 +158,7 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str) -
                 f"checker.providers=[{provider}]",
                 *TOLERANCE,
                 *overrides,
+                *SESSIONS[session],
                 f"hydra.run.dir={run_dir}",
                 f"output={run_dir}/answer.onnx",
             )
@@ -160,6 +169,7 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str) -
                 rows.append(
                     dict(
                         mode=mode,
+                        sessions=session,
                         executor=label,
                         wall_s=round(wall, 1),
                         run_s=None,
@@ -176,6 +186,7 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str) -
             rows.append(
                 {
                     "mode": mode,
+                    "sessions": session,
                     "executor": label,
                     "wall_s": round(wall, 1),
                     "run_s": s["wall_s"],
@@ -196,6 +207,7 @@ def main() -> None:
     parser.add_argument("--part", choices=["overhead", "runs", "all"], default="all")
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--checks", type=int, default=6, help="checks per session configuration (overhead)")
+    parser.add_argument("--sessions", nargs="+", choices=list(SESSIONS), default=list(SESSIONS))
     parser.add_argument("--provider", default="CUDAExecutionProvider", help="CPUExecutionProvider: a dry run")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu_checks_"))
@@ -205,7 +217,7 @@ def main() -> None:
         rows = overhead(args.model, inputs, args.checks, args.provider)
         print_rows(f"Per-check cost, detector {args.size}x{args.size}, {args.provider}", rows)
     if args.part in ("runs", "all"):
-        rows = runs(args.model, inputs, args.gpus, work, args.provider)
+        rows = runs(args.model, inputs, args.gpus, work, args.provider, args.sessions)
         print_rows(f"Runs, detector {args.size}x{args.size}, {args.provider}", rows)
 
 

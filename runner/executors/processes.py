@@ -104,7 +104,7 @@ class ProcessExecutor(DaskExecutor):
                     "nthreads": 1,
                     "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
                     "env": {"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {},
-                    "silence_logs": logging.ERROR,
+                    "silence_logs": logging.CRITICAL,  # a worker's lost heartbeat at close is no news
                     "dashboard": False,
                 },
             }
@@ -213,8 +213,27 @@ class ProcessExecutor(DaskExecutor):
 
 
 def _warm() -> None:
-    """Import what a check needs in a worker process (ONNX Runtime, the checkers), before the first check."""
-    import onnxruntime  # noqa: F401
+    """Make a worker process ready before its first check: import what a check needs (ONNX
+    Runtime, the checkers) and, in a worker pinned to a GPU, create the CUDA context and cuDNN's
+    handles with a one-Conv session on ONNX Runtime's CUDA provider (the second or so every new
+    process pays once), while the runner still prepares the run."""
+    import onnxruntime as ort
 
     import runner.checkers.compare
     import runner.executors.base  # noqa: F401
+
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") or "CUDAExecutionProvider" not in ort.get_available_providers():
+        return
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
+    except Exception as e:  # the first check will say what is wrong with the GPU
+        log.debug("Warming CUDA in a worker failed: %s", e)
