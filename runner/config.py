@@ -119,7 +119,8 @@ class ExecutorConf:
 
     _target_: str = MISSING
     name: str = MISSING
-    workers: Optional[int] = None  # checks at once; local: len(gpus) or 2; dask: the cluster's worker threads
+    # checks at once; local: len(gpus) or the cores; processes: len(gpus) * per_gpu or 2; dask: the cluster's threads
+    workers: Optional[int] = None
     gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
     address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
     timeout_s: float = 30.0  # dask: seconds to wait for the scheduler; processes: for the workers to start
