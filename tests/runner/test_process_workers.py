@@ -156,3 +156,13 @@ class _Counter:
 def _count(counter: _Counter) -> int:
     counter.n += 1
     return counter.n
+
+
+@pytest.mark.slow
+def test_a_check_that_kills_its_worker_stops_the_run_without_a_verdict(run, chain):
+    """The worker dies in the check: no verdict is made up and the check is not run again."""
+    r = run("mode=reduce", f"model={chain}", "checker=python", "checker.target=tests.helpers.checks.dies", *PROCESSES)
+    assert r.returncode == 2
+    assert "worker process died" in r.stderr and "iteration 1" in r.stderr
+    replay = r.run_dir / "replay.json"
+    assert not replay.exists() or not json.loads(replay.read_text())["iterations"]
