@@ -142,6 +142,7 @@ class CompareChecker(Checker):
         self.backend_name = backend
         self.reference_name = reference
         self.providers = list(providers)
+        self.provider_options = provider_options
         self.samples: List[Dict[str, np.ndarray]] = []
         self._warned = False
 
@@ -194,7 +195,7 @@ class CompareChecker(Checker):
         ONNX Runtime on its feeds."""
         if self.reference_name == "onnxruntime":
             return ctx.activations if ctx is not None else run_all_tensors(model, feeds)
-        reference = make_backend(self.reference_name, providers=self.providers)
+        reference = make_backend(self.reference_name, providers=self.providers, provider_options=self.provider_options)
         try:
             names = (
                 [o for n in model.graph.node for o in n.output if o]
