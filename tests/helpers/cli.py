@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 HAS_NODES = """
 import sys, onnx
@@ -71,6 +72,23 @@ def start_process(cwd: Path, *args: str, run_dir: Optional[Path] = None) -> subp
         text=True,
         stdin=subprocess.DEVNULL,
     )
+
+
+def wait_for(predicate: Callable[[], bool], proc: subprocess.Popen, limit: float = 60) -> None:
+    """Wait until ``predicate()`` holds, looking every 50 ms; fail the test if the run ``proc``
+    ends first (with its output) or ``limit`` seconds pass."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if predicate():
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the run did not get there")
+
+
+def replay_iterations(replay: Path) -> int:
+    """How many iterations the replay file records so far (0 before it exists)."""
+    return len(json.loads(replay.read_text())["iterations"]) if replay.exists() else 0
 
 
 def alive(pid: int) -> bool:

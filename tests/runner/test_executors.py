@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import onnx
 import pytest
 
 from tests.helpers.checks import python_check
-from tests.helpers.cli import alive, check_cmd, one_line_error, write_script
+from tests.helpers.cli import alive, check_cmd, one_line_error, replay_iterations, start_process, wait_for, write_script
 from tests.helpers.models import overflow_model
 
 LOCAL4 = ["executor=local", "executor.workers=4"]
@@ -162,21 +159,6 @@ sys.exit(1 if {"n2", "n5"} <= names else 0)
 """
 
 
-def _start(tmp_path: Path, run_dir: Path, *args: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "runner", *args, f"hydra.run.dir={run_dir}"]
-    return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-
-
-def _wait_for(predicate, proc: subprocess.Popen, limit: float = 60) -> None:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if predicate():
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError("the run did not get there")
-
-
 @pytest.mark.slow
 def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run, tmp_path, chain):
     script = write_script(tmp_path / "slow.py", SLOW_CHECK)
@@ -193,8 +175,8 @@ def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run,
     # a slow run: the gates round ends, then Ctrl-C while the next round's three checks run
     first = tmp_path / "interrupted"
     delay.write_text("30")
-    proc = _start(tmp_path, first, *reduce, check)
-    _wait_for(lambda: len(list(pids.glob("pid*"))) >= 1, proc)
+    proc = start_process(tmp_path, *reduce, check, run_dir=first)
+    wait_for(lambda: len(list(pids.glob("pid*"))) >= 1, proc)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
@@ -208,12 +190,12 @@ def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run,
     for p in pids.glob("pid*"):
         p.unlink()
     delay.write_text("0.2")
-    proc = _start(tmp_path, second, *reduce, check)
+    proc = start_process(tmp_path, *reduce, check, run_dir=second)
     replay = second / "replay.json"
-    _wait_for(lambda: replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 4, proc)
+    wait_for(lambda: replay_iterations(replay) >= 4, proc)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
-    done = len(json.loads(replay.read_text())["iterations"])
+    done = replay_iterations(replay)
     delay.write_text("0")
     resumed = run(*reduce, check, f"replay.load={replay}")
     assert _reduced(resumed) == _reduced(full)

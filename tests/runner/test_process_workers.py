@@ -14,9 +14,8 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.executors.processes import ProcessExecutor, visible_gpu
-from tests.helpers.cli import alive
+from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
 from tests.helpers.graphs import GRAPHS
-from tests.runner.test_executors import _start, _wait_for
 
 pytest.importorskip("distributed")
 
@@ -112,8 +111,8 @@ def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chai
     # Ctrl-C while the workers sleep in their checks
     delay.write_text("30")
     stopped = tmp_path / "interrupted"
-    proc = _start(tmp_path, stopped, *reduce)
-    _wait_for(lambda: len(list(pids.glob("pid*"))) >= 2, proc)
+    proc = start_process(tmp_path, *reduce, run_dir=stopped)
+    wait_for(lambda: len(list(pids.glob("pid*"))) >= 2, proc)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
@@ -127,12 +126,12 @@ def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chai
         p.unlink()
     delay.write_text("0.3")
     second = tmp_path / "stopped"
-    proc = _start(tmp_path, second, *reduce)
+    proc = start_process(tmp_path, *reduce, run_dir=second)
     replay = second / "replay.json"
-    _wait_for(lambda: replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= 3, proc)
+    wait_for(lambda: replay_iterations(replay) >= 3, proc)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
-    done = len(json.loads(replay.read_text())["iterations"])
+    done = replay_iterations(replay)
     delay.write_text("0")
     resumed = run(*reduce, f"replay.load={replay}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

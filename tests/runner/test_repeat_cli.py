@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import check_cmd, write_script
+from tests.helpers.cli import check_cmd, replay_iterations, start_process, wait_for, write_script
 
 # Fails on the runs whose numbers are given on the command line; writes out.txt each run.
 FLAKY = """
@@ -185,16 +185,6 @@ def test_env_and_placeholder(run, tmp_path):
     assert r.replay["iterations"][0]["passed"] is True
 
 
-def _wait_for_entries(replay: Path, n: int, proc: subprocess.Popen, limit: float = 60) -> None:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if replay.exists() and len(json.loads(replay.read_text())["iterations"]) >= n:
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError("run did not progress")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_kill_then_resume(run, tmp_path, sig):
@@ -207,9 +197,8 @@ def test_kill_then_resume(run, tmp_path, sig):
     assert full.summary["runs"] == 5 and full.summary["checks"] == 5
 
     first_dir = tmp_path / "interrupted"
-    cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", check_cmd(script), f"hydra.run.dir={first_dir}"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    _wait_for_entries(first_dir / "replay.json", 2, proc)
+    proc = start_process(tmp_path, "mode=repeat", "until=bad", check_cmd(script), run_dir=first_dir)
+    wait_for(lambda: replay_iterations(first_dir / "replay.json") >= 2, proc)
     proc.send_signal(sig)
     proc.communicate(timeout=30)
     done = len(json.loads((first_dir / "replay.json").read_text())["iterations"])
