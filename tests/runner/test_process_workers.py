@@ -5,6 +5,7 @@ no worker process left after Ctrl-C, and a stopped run resumes to the same answe
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -159,9 +160,10 @@ def _count(counter: _Counter) -> int:
 
 @pytest.mark.slow
 def test_a_check_that_kills_its_worker_stops_the_run_without_a_verdict(run, chain):
-    """The worker dies in the check: no verdict is made up and the check is not run again."""
+    """The worker dies in the check: no verdict is made up and the check is not run again. The
+    first round checks iterations 1 and 2 at once; the error names whichever death came in first."""
     r = run("mode=reduce", f"model={chain}", "checker=python", "checker.target=tests.helpers.checks.dies", *PROCESSES)
     assert r.returncode == 2
-    assert "worker process died" in r.stderr and "iteration 1" in r.stderr
+    assert re.search(r"iteration [12]: the check's worker process died", r.stderr), r.stderr[-2000:]
     replay = r.run_dir / "replay.json"
     assert not replay.exists() or not json.loads(replay.read_text())["iterations"]
