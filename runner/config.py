@@ -35,6 +35,7 @@ class Precision(Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
+    int8 = "int8"  # low_precision only: QDQ, calibrated (``runner.graph.quantize``)
 
 
 @dataclass
@@ -195,6 +196,32 @@ class DataKeys(CheckedKeys):
     seed: int = candidate(0)
     data_loader: Optional[str] = None  # pkg.module.fn returning an iterable of feed dicts
     val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
+
+
+@dataclass
+class CalibrationConf:
+    """``calibration.*``: activation ranges for int8, computed once per run from the input samples."""
+
+    method: str = "minmax"  # minmax, entropy, percentile (ONNX Runtime's calibrators)
+    samples: Optional[int] = None  # the first N samples of inputs=/data_loader= (null: all)
+    percentile: float = 99.999  # method=percentile: the percentile of |value| kept
+
+
+@dataclass
+class QuantizationConf:
+    """``quantization.*``: how int8 QDQ candidates are made (ONNX Runtime's QDQ quantizer)."""
+
+    per_channel: bool = True  # one scale per output channel of each weight
+    symmetric_activations: bool = True  # int8, zero point 0 (TensorRT's int8); false: uint8 with zero points
+    op_types_to_quantize: List[str] = field(default_factory=list)  # empty: every op type the quantizer handles
+
+
+@dataclass
+class QuantKeys:
+    """The keys of modes that quantize to int8 (``low_precision=int8``, ``checker.low_precision=int8``)."""
+
+    calibration: CalibrationConf = candidate(default_factory=CalibrationConf)
+    quantization: QuantizationConf = candidate(default_factory=QuantizationConf)
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """``mode=precision``: find the fewest nodes that must stay in fp32 for the check to pass.
 
 Each candidate is the ONNX model converted to the low precision (fp16 or bf16) except a kept
-set of nodes (``runner.graph.convert``); the same candidate runs on CPU through fp16 emulation
-or is built strongly typed by TensorRT, and the final one is what the user deploys.
+set of nodes (``runner.graph.convert``), or with ``low_precision=int8`` quantized to QDQ except
+the kept nodes (``runner.graph.quantize``: calibrated once per run, each candidate quantized with
+those ranges); the same candidate runs on CPU (fp16 through emulation, QDQ as written) or is
+built strongly typed by TensorRT, and the final one is what the user deploys.
 
 Markers:
     bisect / linear: Polygraphy's algorithm. Keep a prefix (``direction=forward``, from the
@@ -21,19 +23,21 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import onnx
 from omegaconf import MISSING
 
 from runner.candidates import Verdict
 from runner.checkers.base import Checker
-from runner.config import DataKeys, Direction, Precision, SaveKeys, candidate
+from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
 from runner.graph.precisions import low_precision as named_low_precision
+from runner.graph.qdq import quantized_inputs
+from runner.graph.quantize import Calibration, QuantOptions, Quantizer, calibrate, prepare_int8
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend
@@ -46,7 +50,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PrecisionKeys(DataKeys, SaveKeys):
+class PrecisionKeys(DataKeys, SaveKeys, QuantKeys):
     """``mode=precision``."""
 
     marker: Any = MISSING
@@ -97,12 +101,13 @@ class PrecisionStrategy(OnnxSearchStrategy):
         layers: indices of the nodes that can be kept, in topological order.
         marker: ``marker(count)`` returns a boundary marker (bisect, linear or minimal).
         direction: "forward" or "reverse" (prefix markers only).
-        low: "float16" or "bfloat16".
+        low: "float16", "bfloat16" or "int8".
         output: where the final mixed-precision model is written.
         ranking: the nodes ranked by introduced error, for the minimal marker (a ranked search) or
             ``direction="ranked"`` (a prefix search over it); None: topological prefixes.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
         weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
+        quantizer: for int8, builds the QDQ candidates from the run's calibration.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -122,6 +127,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         ranking: Optional[List[int]] = None,
         save_opts: Optional[Dict[str, Any]] = None,
         weak_typing: bool = False,
+        quantizer: Optional[Quantizer] = None,
     ):
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
@@ -139,10 +145,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
-        self.converter = Converter(model, low) if not weak_typing else None
+        self.converter: Optional[Any] = quantizer or (Converter(model, low) if not weak_typing else None)
+        self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
         self.answer_cpu_load = True  # a model the tool converted
-        self.answer_must_load_on_cpu = low == "float16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
+        self.answer_must_load_on_cpu = low != "bfloat16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
         self.validator = Validator(model)
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
@@ -164,6 +171,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         external_data: bool = False,
         external_data_threshold: int = 1024,
         checker: Optional[Checker] = None,
+        calibration: Optional[Mapping[str, Any]] = None,
+        quantization: Optional[Mapping[str, Any]] = None,
     ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
 
@@ -173,26 +182,40 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 external_data_threshold: the mode's options (``PrecisionKeys``).
             checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
                 runs there too (``ranking_backend``).
+            calibration, quantization: int8's options (``QuantKeys``): calibrated once here, on
+                the samples of ``inputs=``/``data_loader=``.
 
         Raises:
-            ModelError: bad model. ConfigError: unsupported precisions or options.
+            ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
+                input samples to calibrate on, or bad ones.
             MissingExtraError: ``weak_typing=true`` without TensorRT.
         """
         if precision != "float32":
             raise ConfigError(
-                f"precision={precision}: keeping nodes in float16 needs a lower precision (int8/fp8) that this "
-                "tool does not convert to; use precision=float32 with low_precision=float16 or bfloat16"
+                f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
+                "use precision=float32 with low_precision=float16, bfloat16 or int8"
             )
-        named_low_precision(low_precision)  # a ConfigError naming the precisions there are
-        if weak_typing:
-            from runner.trt import load_tensorrt
+        quantizer = None
+        if low_precision == "int8":
+            if weak_typing:
+                raise ConfigError(
+                    "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
+                    "TensorRT builds strongly typed: drop weak_typing"
+                )
+            quantizer, model, layers = cls._int8(ctx, QuantOptions.from_config(calibration, quantization))
+        else:
+            named_low_precision(low_precision)  # a ConfigError naming the precisions there are
+            if weak_typing:
+                from runner.trt import load_tensorrt
 
-            load_tensorrt("weak_typing=true")
-        model = prepare(ctx.model, low_precision)
-        layers = float_nodes(model)
+                load_tensorrt("weak_typing=true")
+            model = prepare(ctx.model, low_precision)
+            layers = float_nodes(model)
         ranking = None
         if searches_sets(marker) or direction == "ranked":
-            ranking = introduced_ranking(model, layers, ctx.samples, low_precision, ranking_backend(checker))
+            target = quantizer.convert([]) if quantizer is not None else None
+            backend = ranking_backend(checker, low_precision)
+            ranking = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target)
             if ranking is None:
                 ranking = sensitivity_ranking(model, layers, ctx.summaries)
             log.info(
@@ -210,7 +233,35 @@ class PrecisionStrategy(OnnxSearchStrategy):
             ranking,
             {"external_data": external_data, "threshold": external_data_threshold},
             weak_typing,
+            quantizer,
         )
+
+    @staticmethod
+    def _int8(ctx: RunContext, options: QuantOptions) -> Tuple[Quantizer, onnx.ModelProto, List[int]]:
+        """Calibrate once on the run's samples; the quantizer, the prepared model and the indices of
+        the nodes the full quantization quantizes (the nodes that can be kept).
+
+        Raises:
+            ConfigError: no ``inputs=``/``data_loader=`` (generated noise calibrates nothing real),
+                bad samples, or no node to quantize.
+            ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
+        """
+        if not ctx.inputs and not ctx.data_loader:
+            raise ConfigError(
+                "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
+                "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
+            )
+        model = prepare_int8(ctx.model)
+        quantizer = Quantizer(model, calibrate(model, ctx.samples, options), options)
+        quantized = quantized_inputs(quantizer.convert([]))
+        layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
+        if not layers:
+            raise ConfigError(
+                "int8 quantization quantizes no node of this model (no float node of a quantizable op type); "
+                "precision marking does not apply"
+            )
+        log.info("%d of %d nodes are quantized to int8 and can be kept float", len(layers), len(model.graph.node))
+        return quantizer, model, layers
 
     # -- candidates -----------------------------------------------------------------------
 
@@ -301,6 +352,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "marker": self.marker_name,
             "direction": self.direction,
             "low_precision": self.low,
+            **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
             **self.answer_outputs(),
             **self.answer_verified(),
         }

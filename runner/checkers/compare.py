@@ -24,6 +24,7 @@ from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
+from runner.graph.qdq import has_qdq
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import emulated_by
@@ -96,7 +97,8 @@ class CompareChecker(Checker):
             model or subgraph) is converted with the project's converter (every float tensor and
             weight in that type, graph input/output types kept) before it runs, as TensorRT's
             ``--fp16`` would run it; implied by fp16_emulation / bf16_emulation. Candidates marked
-            ``as_typed`` (precision mode) run as they are.
+            ``as_typed`` (precision mode) run as they are. int8: QDQ candidates run as they
+            are; an fp32 one is an error (mode=layerwise quantizes with its own calibration).
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
         provider_options: ``{provider: {option: value}}`` for the candidate backend's ONNX Runtime
@@ -125,7 +127,7 @@ class CompareChecker(Checker):
     ):
         implied = emulated_by(backend)
         self.low = low_precision or (implied.name if implied is not None else None)
-        if self.low is not None:
+        if self.low is not None and self.low != "int8":  # int8: QDQ models, quantized by the mode
             low_precision_named(self.low, "checker.low_precision")
         self._said_converting = False
         if on_error not in ("fail", "pass", "stop"):
@@ -218,7 +220,7 @@ class CompareChecker(Checker):
             invalid model (the tool's defect: no verdict).
         """
         model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
-        if self.low is not None and not candidate.as_typed and not has_low_precision(model):
+        if self.low is not None and not candidate.as_typed and not has_low_precision(model) and not has_qdq(model):
             model = self._lowered(model, iteration)
         self._warn_fp16_on_cpu(model)
         names: List[str] = [i.name for i in graph_inputs(model)]
@@ -272,6 +274,11 @@ class CompareChecker(Checker):
             InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
         """
         assert self.low is not None
+        if self.low == "int8":
+            raise ConfigError(
+                "checker.low_precision=int8 needs a calibration, which mode=layerwise and mode=precision "
+                "(low_precision=int8) compute; in this mode give QDQ models (quantize_static's output)"
+            )
         if not self._said_converting:
             self._said_converting = True
             log.info(

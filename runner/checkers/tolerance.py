@@ -15,7 +15,7 @@ or maps ``{output name: value, default: value}``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class OutputStats:
         mean_abs, median_abs: mean and median of ``|a - b|``.
         rel_l2: ``||a - b||_2 / ||b||_2`` (0 when both norms are 0, inf when only ``b``'s is).
         cosine: cosine similarity of ``a`` and ``b`` (1 when both are all zeros).
+        sqnr_db: signal-to-quantization-noise ratio ``10 log10(||b||^2 / ||a - b||^2)`` in dB,
+            ``-20 log10(rel_l2)``; None when the tensors are equal or the error is not finite
+            (JSON has no inf). int8 layers score about 20-40 dB.
         mismatch_fraction: fraction of elements outside ``atol + rtol * |b|`` (NaN/Inf count as
             mismatches).
         nan, inf: NaN and Inf elements in the output.
@@ -53,6 +56,7 @@ class OutputStats:
     median_abs: float = 0.0
     rel_l2: float = 0.0
     cosine: float = 1.0
+    sqnr_db: Optional[float] = None
     mismatch_fraction: float = 0.0
     nan: int = 0
     inf: int = 0
@@ -161,6 +165,13 @@ def _statistic(values: np.ndarray, stat: str, quantile: float) -> float:
     return float(np.quantile(values, quantile))
 
 
+def _sqnr_db(rel_l2: float) -> Optional[float]:
+    """SQNR in dB from a relative L2 error; None for 0, NaN and inf."""
+    if not np.isfinite(rel_l2) or rel_l2 == 0:
+        return None
+    return float(-20.0 * np.log10(rel_l2))
+
+
 def compare_tensor(actual: np.ndarray, golden: np.ndarray, atol: float, rtol: float, rule: Tolerances) -> OutputStats:
     """Compare one tensor by ``rule.stat`` (see the module docstring); a shape mismatch fails at once.
 
@@ -189,6 +200,7 @@ def compare_tensor(actual: np.ndarray, golden: np.ndarray, atol: float, rtol: fl
         median_abs=e["median_abs"],
         rel_l2=e["rel_l2"],
         cosine=e["cosine"],
+        sqnr_db=_sqnr_db(e["rel_l2"]),
         mismatch_fraction=float(np.count_nonzero(~close)) / a64.size,
         nan=int(np.count_nonzero(np.isnan(a64))),
         inf=int(np.count_nonzero(np.isinf(a64))),

@@ -20,6 +20,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 import onnx
 from onnx import helper
 
+from runner.graph.qdq import Chain
+
 #: the suffix of the graph input that feeds a node the reference value of a tensor
 REF_SUFFIX = "::ref"
 
@@ -98,54 +100,89 @@ def isolated_model(
     nodes: Iterable[onnx.NodeProto],
     types: Mapping[str, int],
     weights: Optional[Set[str]] = None,
+    chains: Optional[Mapping[str, Chain]] = None,
 ) -> onnx.ModelProto:
     """One model in which each of ``nodes`` reads its activations from graph inputs.
 
     Args:
         model: the model the nodes come from (its initializers, Constant nodes, opsets).
-        nodes: the nodes to isolate (one group of ``isolated_groups``).
+        nodes: the nodes to isolate (one group of ``isolated_groups``; no Q/DQ nodes).
         types: ``{tensor name: ONNX elem type}`` of the model's tensors, for the new graph inputs.
         weights: tensor names that stay wired (``weight_names``); computed when None.
+        chains: a QDQ model's ``runner.graph.qdq.input_chains``: a plain node that reads a
+            DequantizeLinear's output gets a copy of the Q/DQ nodes that make it, the QuantizeLinear
+            fed the reference value of the float tensor it quantizes (a quantized weight's
+            DequantizeLinear stays wired): the node runs alone with its own quantization.
 
     Returns:
         A model whose graph inputs are ``<tensor>`` + ``REF_SUFFIX`` for each activation a plain node
-        reads (the tensor's own name for a node with a subgraph), and whose graph outputs are every
-        output of the nodes, under their own names. Constant nodes the nodes read are copied in.
+        reads (the tensor's own name for a node with a subgraph; the float tensor a copied Q/DQ
+        pair quantizes), and whose graph outputs are every output of the nodes, under their own
+        names, then the output of each copied DequantizeLinear. Constant nodes the nodes read are
+        copied in.
 
     Raises:
         KeyError: an activation with no entry in ``types``.
     """
     weights = weight_names(model) if weights is None else weights
+    chains = chains or {}
     constants = {o: n for n in model.graph.node if n.op_type == "Constant" for o in n.output}
     used_consts: Dict[str, onnx.NodeProto] = {}
     inputs: Dict[str, onnx.ValueInfoProto] = {}
+    chain_nodes: Dict[str, List[onnx.NodeProto]] = {}
     out_nodes: List[onnx.NodeProto] = []
     outputs: List[str] = []
+
+    def feed(name: str, fed: str) -> None:
+        if fed not in inputs:
+            inputs[fed] = helper.make_tensor_value_info(fed, types[name], None)
+
+    def wire(name: str) -> str:
+        """The name a plain node reads ``name`` by in the isolated model."""
+        if name in weights:
+            if name in constants:
+                used_consts[name] = constants[name]
+            return name
+        chain = chains.get(name)
+        if chain is None:
+            feed(name, name + REF_SUFFIX)
+            return name + REF_SUFFIX
+        if name not in chain_nodes:
+            copies = []
+            for k, original in enumerate(chain.nodes):
+                c = onnx.NodeProto()
+                c.CopyFrom(original)
+                if k == 0 and chain.source is not None:
+                    c.input[0] = wire(chain.source)
+                for extra in list(c.input)[1 if k == 0 and chain.source is not None else 0 :]:
+                    if extra in constants:
+                        used_consts[extra] = constants[extra]
+                copies.append(c)
+            chain_nodes[name] = copies
+        return name
+
     for node in nodes:
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         nested = has_body(node)
-        reads = list(node.input) + (outer_scope_inputs(node) if nested else [])
-        for name in reads:
-            if not name:
-                continue
-            if name in weights:
-                if name in constants:
-                    used_consts[name] = constants[name]
-                continue
-            fed = name if nested else name + REF_SUFFIX
-            if fed not in inputs:
-                inputs[fed] = helper.make_tensor_value_info(fed, types[name], None)
-        if not nested:
+        if nested:
+            for name in list(node.input) + outer_scope_inputs(node):
+                if name and name in weights:
+                    wire(name)
+                elif name:
+                    feed(name, name)
+        else:
             del copy.input[:]
-            copy.input.extend("" if not n else n if n in weights else n + REF_SUFFIX for n in node.input)
+            copy.input.extend("" if not n else wire(n) for n in node.input)
         out_nodes.append(copy)
         outputs.extend(o for o in node.output if o)
-    used_inits = {n for node in out_nodes for n in node.input} | {
+    pairs = [c for copies in chain_nodes.values() for c in copies]
+    outputs.extend(chain_nodes)
+    used_inits = {n for node in out_nodes + pairs for n in node.input} | {
         n for node in out_nodes if has_body(node) for n in outer_scope_inputs(node)
     }
     graph = helper.make_graph(
-        list(used_consts.values()) + out_nodes,
+        list(used_consts.values()) + pairs + out_nodes,
         f"{model.graph.name}_isolated",
         list(inputs.values()),
         [onnx.ValueInfoProto(name=o) for o in outputs],

@@ -9,8 +9,11 @@ For each node of the target model (in topological order):
   inputs, against the reference values of its outputs (``runner.graph.isolate``): what the node
   itself adds, free of what reached it.
 
-Tensors are matched by name and through the float Casts a precision conversion inserts (as
-``checker=compare`` matches them). Cost: per chunk of nodes, one reference run, one target run
+Tensors are matched by name, through the float Casts a precision conversion inserts (as
+``checker=compare`` matches them) and through Q/DQ pairs (``runner.graph.qdq``). In a QDQ (int8)
+target a node runs alone with its own Q/DQ pairs (its inputs and weights rounded as the target
+rounds them), and each pair's own error is measured too (``PairRow``: the float tensor against
+itself quantized and dequantized, with its SQNR). Cost: per chunk of nodes, one reference run, one target run
 and one run of the isolated model per sample (a chunk is the whole model unless its values pass
 the memory budget).
 """
@@ -31,10 +34,34 @@ from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
 from runner.graph.precisions import LOW_PRECISIONS
+from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
 from runner.layerwise.persistence import trace
 from runner.layerwise.tensors import cast_aliases, fed_value, nan_as_inf, peak, tensor_types
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairRow:
+    """One quantization point of a QDQ target: a float tensor rounded through Q/DQ (worst sample).
+
+    Attributes:
+        tensor: the float tensor (the reference's name; a weight's initializer name).
+        dequantized: the DequantizeLinear output the target's nodes read.
+        kind: "activation" or "weight".
+        readers: the compute nodes that read the dequantized tensor.
+        error: the dequantized value against the float one (``OutputStats`` fields, with
+            ``sqnr_db``).
+        clipped: the fraction of float values outside the dequantized range (saturated by the
+            calibrated scale); 0 for weights, whose scale covers their range.
+    """
+
+    tensor: str
+    dequantized: str
+    kind: str
+    readers: List[str]
+    error: Dict[str, Any] = field(default_factory=dict)
+    clipped: float = 0.0
 
 
 @dataclass
@@ -121,13 +148,95 @@ class LayerwiseComparison:
         self.weights_of = weights_of
         self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
         ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
-        self.alias = cast_aliases(target, ref_names)
+        self.alias = {**qdq_aliases(target, ref_names), **cast_aliases(target, ref_names)}
         self.ref_names = ref_names
         self.types = tensor_types(target)
         self.weights = weight_names(target)
+        self.chains = input_chains(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
-        self.nodes = [n for n in compute if rows_of is None or n.name in rows_of]
+        self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
+        self.pairs: Dict[str, PairRow] = self._pair_rows(reference, target)
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
+
+    def _pair_rows(self, reference: onnx.ModelProto, target: onnx.ModelProto) -> Dict[str, PairRow]:
+        """A row per DequantizeLinear output the target's compute nodes read, keyed by it; a weight's
+        float tensor is the one the reference's node of the same name reads at the same input."""
+        readers: Dict[str, List[str]] = {}
+        weight_of: Dict[str, str] = {}
+        ref_nodes = {n.name: n for n in reference.graph.node}
+        for node in target.graph.node:
+            if is_qdq(node) or node.op_type == "Constant":
+                continue
+            for k, name in enumerate(node.input):
+                chain = self.chains.get(name)
+                if chain is None:
+                    continue
+                readers.setdefault(name, []).append(node.name)
+                ref = ref_nodes.get(node.name)
+                if chain.source is None and ref is not None and k < len(ref.input):
+                    weight_of.setdefault(name, ref.input[k])
+        self.ref_weights = {i.name: i for i in reference.graph.initializer}
+        self._inits = {i.name: i for i in target.graph.initializer}
+        rows: Dict[str, PairRow] = {}
+        for dq, names in readers.items():
+            chain = self.chains[dq]
+            if chain.source is not None:
+                rows[dq] = PairRow(self.ref_name(chain.source) or chain.source, dq, "activation", names)
+            elif weight_of.get(dq) in self.ref_weights:
+                rows[dq] = PairRow(weight_of[dq], dq, "weight", names)
+        return rows
+
+    def pair_rows(self) -> List[PairRow]:
+        """The quantization points compared (``run`` fills them), activations then weights, each
+        in graph order; empty for a target without Q/DQ."""
+        rows = [r for r in self.pairs.values() if r.error]
+        return [r for r in rows if r.kind == "activation"] + [r for r in rows if r.kind == "weight"]
+
+    def _compare_pairs(self, got: Mapping[str, np.ndarray], ref_value: Callable[[str], Optional[np.ndarray]]) -> None:
+        """Each copied Q/DQ pair's output (``got``, from the isolated models) against its float value."""
+        from onnx import numpy_helper
+
+        for dq, row in self.pairs.items():
+            if dq not in got:
+                continue
+            if row.kind == "weight":
+                if row.error:
+                    continue  # the same every sample
+                golden: Optional[np.ndarray] = numpy_helper.to_array(self.ref_weights[row.tensor])
+            else:
+                source = self.chains[dq].source
+                golden = ref_value(source) if source is not None else None
+            if golden is None or golden.dtype.kind != "f" or np.shape(golden) != np.shape(got[dq]):
+                continue
+            atol, rtol = self.rule.for_output(row.tensor)
+            stats = asdict(compare_tensor(got[dq], golden, atol, rtol, self.rule))
+            bounds = self._bounds(dq) if row.kind == "activation" else None
+            if bounds is not None and golden.size:
+                x = np.asarray(golden, np.float64)
+                outside = np.count_nonzero((x < bounds[0]) | (x > bounds[1]))
+                row.clipped = max(row.clipped, float(outside) / x.size)
+            if not row.error or _worse(stats, row.error):
+                row.error = stats
+
+    def _bounds(self, dq: str) -> Optional[Tuple[float, float]]:
+        """The float range a per-tensor Q/DQ pair represents, half a step wider each side (a value
+        outside it is saturated by the scale), from its scale and zero point initializers."""
+        from onnx import numpy_helper
+
+        q = self.chains[dq].nodes[0]
+        if q.op_type != "QuantizeLinear" or len(q.input) < 2:
+            return None
+        scale = self._inits.get(q.input[1])
+        zp = self._inits.get(q.input[2]) if len(q.input) > 2 else None
+        if scale is None or np.prod(scale.dims, dtype=np.int64) != 1:
+            return None
+        step = float(numpy_helper.to_array(scale).reshape(()))
+        zero = numpy_helper.to_array(zp) if zp is not None else np.zeros((), np.uint8)
+        info = np.iinfo(zero.dtype) if zero.dtype.kind in "iu" else None
+        if info is None:
+            return None
+        z = float(zero.reshape(()))
+        return ((info.min - z - 0.5) * step, (info.max - z + 0.5) * step)
 
     def ref_name(self, tensor: str) -> Optional[str]:
         """The reference tensor holding ``tensor``'s reference value, or None."""
@@ -173,8 +282,9 @@ class LayerwiseComparison:
         for chunk in self.chunks:
             for feeds in samples:
                 self._compare_chunk(chunk, feeds, rows, reported)
+        limit = LOW_PRECISIONS[self.low].max_finite if self.low in LOW_PRECISIONS else float("inf")
         for row in rows.values():
-            row.in_range = self.low is None or max(row.magnitude, row.weights) <= LOW_PRECISIONS[self.low].max_finite
+            row.in_range = max(row.magnitude, row.weights) <= limit
         return [rows[n.name] for n in self.nodes]
 
     def absorbed(self, rows: Sequence[NodeRow], diverges: Callable[[NodeRow], bool]) -> Dict[str, Optional[str]]:
@@ -215,6 +325,7 @@ class LayerwiseComparison:
         }
         got = self.backend.run(marked(self.target, outs), target_feeds)
         alone, saturated = self._introduced(chunk, ref_value)
+        self._compare_pairs(alone, ref_value)
         for node in chunk:
             if node.name not in reported:
                 continue
@@ -234,6 +345,18 @@ class LayerwiseComparison:
                     if row.introduced is None or _worse(intro, row.introduced):
                         row.introduced = intro
 
+    def _fed(self, tensor: str) -> Optional[str]:
+        """The tensor whose reference value feeds ``tensor`` when a node runs alone: the float tensor
+        its Q/DQ pairs quantize, None for a quantized weight, else itself."""
+        seen = set()
+        while tensor in self.chains and tensor not in seen:
+            seen.add(tensor)
+            source = self.chains[tensor].source
+            if source is None or source in self.weights:
+                return None
+            tensor = source
+        return tensor
+
     def _introduced(
         self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]]
     ) -> Tuple[Dict[str, np.ndarray], Set[str]]:
@@ -244,8 +367,10 @@ class LayerwiseComparison:
         saturated: Set[str] = set()
         runnable, skipped = [], []
         for node in chunk:
-            reads = [i for i in node.input if i and i not in self.weights]
-            if all(ref_value(i) is not None and i in self.types for i in reads):
+            if is_qdq(node):
+                continue  # run with the node that reads it
+            reads = [self._fed(i) for i in node.input if i and i not in self.weights]
+            if all(i is None or (ref_value(i) is not None and i in self.types) for i in reads):
                 runnable.append(node)
             else:
                 skipped.append(node.name)
@@ -257,7 +382,7 @@ class LayerwiseComparison:
             )
         for group in isolated_groups(self.target, runnable):
             try:
-                model = isolated_model(self.target, group, self.types, self.weights)
+                model = isolated_model(self.target, group, self.types, self.weights, self.chains)
             except KeyError as e:  # an outer-scope tensor of a body with no type
                 log.warning("No type for tensor %s; %d nodes with subgraphs are not run alone", e, len(group))
                 continue

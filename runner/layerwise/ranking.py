@@ -58,13 +58,16 @@ def on_device(backend: str, providers: Sequence[str]) -> bool:
     return backend == "tensorrt" or (backend == "onnxruntime" and any(p in GPU_PROVIDERS for p in providers))
 
 
-def ranking_backend(checker: Optional[Checker]) -> Backend:
+def ranking_backend(checker: Optional[Checker], low: str = "float16") -> Backend:
     """The backend precision's ranking runs the low-precision model on: the checker's own when it
     judges on a device (so the ranking sees the device's arithmetic, e.g. its fp16 kernels), else
-    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32)."""
+    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for
+    int8 ONNX Runtime on CPU (it runs Q/DQ as written)."""
     if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
         log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
         return checker.backend
+    if low == "int8":
+        return make_backend("onnxruntime")
     return make_backend("fp16_emulation")  # rounds fp16 and bf16 tensors alike
 
 
@@ -74,6 +77,7 @@ def introduced_ranking(
     samples: Sequence[Mapping[str, np.ndarray]],
     low: str,
     backend: Optional[Backend] = None,
+    target: Optional[onnx.ModelProto] = None,
 ) -> Optional[List[int]]:
     """``layers`` (indices into ``model.graph.node``) ordered by ``precision_key``, largest first;
     ties keep topological order.
@@ -82,16 +86,19 @@ def introduced_ranking(
         model: the fp32 model, nodes named.
         layers: the node indices that can be kept.
         samples: input feed dicts.
-        low: float16 or bfloat16.
+        low: float16, bfloat16 or int8.
         backend: runs the low-precision model and its nodes alone (``ranking_backend``); None:
             emulation on CPU.
+        target: the whole model in the low precision; None: ``to_low_precision(model, low)``. For
+            int8 the fully quantized QDQ model: each node then runs alone with its own Q/DQ pairs,
+            the error it introduces when it alone is quantized.
 
     Returns:
         The ranking, or None when the model cannot be converted or run (the caller falls back).
     """
     names = {model.graph.node[i].name: i for i in layers}
     try:
-        target = to_low_precision(model, low)
+        target = target if target is not None else to_low_precision(model, low)
         reference = make_backend("onnxruntime", graph_optimization_level="disable")
         comparison = LayerwiseComparison(
             model,
