@@ -5,8 +5,12 @@ A report, not a search: no candidates are checked. The compare checker's options
 target runs on ``checker.backend`` (an fp32 model under fp16/bf16 emulation, or with
 ``checker.low_precision``, runs converted, as ``checker=compare`` runs it), the reference on
 ``checker.reference``, and the first divergence is the first tensor outside the checker's
-tolerance. ``reference_model=`` compares the model with another one (e.g. an fp16 or edited model
-against its fp32 original), tensors matched by name and through a conversion's Casts.
+tolerance. ``reference_model=`` compares the model with another one (e.g. an fp16, QDQ or edited
+model against its fp32 original), tensors matched by name, through a conversion's Casts and
+through Q/DQ pairs. ``checker.low_precision=int8`` quantizes an fp32 model to QDQ first, calibrated
+on the run's samples (``calibration.*``, ``quantization.*``, as ``mode=precision
+low_precision=int8`` does). A QDQ target also gets ``quantization.csv``: each Q/DQ pair's own
+error and SQNR.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from runner.backends.base import make_backend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
-from runner.config import DataKeys
+from runner.config import DataKeys, QuantKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
@@ -32,7 +36,11 @@ from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.graph.validate import converted
+from runner.graph.qdq import compute_nodes, has_qdq
+from runner.graph.quantize import Calibration, QuantOptions, Quantizer, calibrate, prepare_int8
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
+from runner.layerwise.quant_report import pair_summary, write_pairs_csv
+from runner.layerwise.ranking import makes_nonfinite
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
 from strategies.base import Strategy
@@ -50,7 +58,7 @@ class LayerwiseConf:
 
 
 @dataclass
-class LayerwiseKeys(DataKeys):
+class LayerwiseKeys(DataKeys, QuantKeys):
     """``mode=layerwise``."""
 
     reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
@@ -71,6 +79,7 @@ class LayerwiseStrategy(Strategy):
         max_memory_mb: the budget in MiB for tensor values held at once; past it values are
             compared in chunks of nodes. None: no limit.
         plot: whether to write ``layerwise.png``.
+        quant: int8's calibration and quantization options (``checker.low_precision=int8``).
     """
 
     needs_checker = False
@@ -83,9 +92,12 @@ class LayerwiseStrategy(Strategy):
         top: int,
         max_memory_mb: Optional[float],
         plot: bool,
+        quant: Optional[QuantOptions] = None,
     ):
         self.ctx, self.checker, self.reference_model = ctx, checker, reference_model
         self.top, self.max_memory_mb, self.plot = top, max_memory_mb, plot
+        self.quant = quant or QuantOptions()
+        self.calibration: Optional[Calibration] = None
         self.rows: List[NodeRow] = []
         self.outcome: Dict[str, Any] = {}
 
@@ -97,12 +109,15 @@ class LayerwiseStrategy(Strategy):
         reference_model: Optional[str] = None,
         layerwise: Optional[Mapping[str, Any]] = None,
         golden: Optional[str] = None,
+        calibration: Optional[Mapping[str, Any]] = None,
+        quantization: Optional[Mapping[str, Any]] = None,
     ) -> LayerwiseStrategy:
         """Build from ``LayerwiseKeys``.
 
         Raises:
             ConfigError: a checker other than compare, ``golden=`` (the reference is run, not
-                loaded), ``layerwise.top`` below 1 or ``layerwise.max_memory_mb`` not positive.
+                loaded), ``layerwise.top`` below 1 or ``layerwise.max_memory_mb`` not positive,
+                bad ``calibration.*``/``quantization.*``.
         """
         if not isinstance(checker, CompareChecker):
             raise ConfigError("mode=layerwise compares tensors in-process; use checker=compare (its default)")
@@ -118,7 +133,8 @@ class LayerwiseStrategy(Strategy):
             raise ConfigError(f"layerwise.top={top}; give 1 or more")
         if budget is not None and not float(budget) > 0:
             raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
-        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)))
+        quant = QuantOptions.from_config(calibration, quantization)
+        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)), quant)
 
     def next_candidate(self) -> Optional[Candidate]:
         """None: a report checks no candidates."""
@@ -142,7 +158,23 @@ class LayerwiseStrategy(Strategy):
                 )
         low = self.checker.low
         target = model
-        if low is not None and not has_low_precision(model):
+        if has_qdq(model) and not self.reference_model:
+            raise ConfigError(
+                f"{self.ctx.model_path} is a QDQ (quantized) model: give its float original as reference_model=FILE "
+                "to compare with, or give the float model with checker.low_precision=int8"
+            )
+        if low == "int8" and not has_qdq(model):
+            if not self.ctx.inputs and not self.ctx.data_loader:
+                raise ConfigError(
+                    "checker.low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
+                    "(several samples) or data_loader=module.function"
+                )
+            model = prepare_int8(model)
+            reference = model if not self.reference_model else reference
+            self.calibration = calibrate(model, self.ctx.samples, self.quant)
+            log.info("The target is the model quantized to int8 QDQ (the run's calibration), as mode=precision builds it")
+            return reference, model, Quantizer(model, self.calibration, self.quant).convert([])
+        if low is not None and low != "int8" and not has_low_precision(model):
             log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)
             target = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the model")
         return reference, model, target
@@ -157,7 +189,7 @@ class LayerwiseStrategy(Strategy):
             ArtifactError: the CSV or the plot cannot be written.
         """
         reference, given, target = self._models()
-        rows_of = {n.name for n in given.graph.node if n.op_type != "Constant"}
+        rows_of = {n.name for n in compute_nodes(given)}
         if not rows_of:
             raise ModelError(
                 f"{self.ctx.model_path} has no nodes that compute (its graph is empty or only constants); "
@@ -185,14 +217,21 @@ class LayerwiseStrategy(Strategy):
         finally:
             ref_backend.close()
         by_name = {r.node: r for r in self.rows}
-        for name, by in comparison.absorbed(self.rows, diverges).items():
+        # In a QDQ target every tensor carries rounding noise, whose relative size dips under the tolerance
+        # after a residual Add and rises again: only a NaN/Inf (a saturated mask) counts as absorbed there
+        divergence = makes_nonfinite if has_qdq(target) else diverges
+        for name, by in comparison.absorbed(self.rows, divergence).items():
             by_name[name].absorbed_by = by if by is not None else "(nothing reads it)"
         first = first_divergence(self.rows)
         top = ranked(self.rows)[: self.top]
         run_dir = self.ctx.run_dir
         csv_path, png_path = run_dir / "layerwise.csv", run_dir / "layerwise.png"
+        pairs = comparison.pair_rows()
+        pairs_path = run_dir / "quantization.csv"
         try:
             write_csv(csv_path, self.rows)
+            if pairs:
+                write_pairs_csv(pairs_path, pairs)
             if self.plot:
                 plot(png_path, self.rows, first, top)
         except OSError as e:
@@ -211,6 +250,11 @@ class LayerwiseStrategy(Strategy):
             "csv": str(csv_path),
             "plot": str(png_path) if self.plot else None,
         }
+        if pairs:
+            ops = {n.name: n.op_type for n in target.graph.node}
+            self.outcome["quantization"] = {**pair_summary(pairs, self.top, ops), "csv": str(pairs_path)}
+        if self.calibration is not None:
+            self.outcome["calibration"] = self.calibration.summary()
 
     def _sizes(self, reference: onnx.ModelProto) -> Dict[str, int]:
         """Bytes of each tensor, from shape inference (ONNX Runtime's summaries where it falls short)."""

@@ -157,6 +157,18 @@ class PrecisionStrategy(OnnxSearchStrategy):
         # the all-low-precision candidate is checked only when no search candidate has failed yet
         self._some_failed = False
         self._none_queued = False
+        if quantizer is not None:
+            # post-training int8 often passes as it is: the fully quantized model is checked first (a pass
+            # settles the run in three checks with the answer's; a failure is what the search assumes)
+            self._none_queued = True
+            self.gates.append(
+                Gate(
+                    lambda: self.candidate(frozenset(), "no node kept"),
+                    False,
+                    self._none_kept_passed,
+                    lambda verdict: setattr(self, "_some_failed", True),
+                )
+            )
 
     @classmethod
     def create(

@@ -16,7 +16,7 @@ from runner.layerwise.tensors import nan_as_inf
 log = logging.getLogger(__name__)
 
 #: the statistics each error has in the CSV, the table and the summary
-STATS = ("max_abs", "max_rel", "rel_l2", "cosine", "nan", "inf")
+STATS = ("max_abs", "max_rel", "rel_l2", "cosine", "sqnr_db", "nan", "inf")
 
 
 def introduced_key(row: NodeRow) -> Tuple[bool, bool, bool, float, float]:

@@ -1,0 +1,77 @@
+"""A small model whose int8 quantization breaks at one node, and a data loader for it.
+
+``outlier_model``: ``x -> Conv (one output channel biased by 1000) -> t -> Mul "scale" (that channel
+times 0.001, the others times 10) -> Conv -> y``. Quantized per tensor, ``t``'s scale is set by the
+outlier channel (a step of about 8), which rounds the other channels (values about 1) to 0 or 8;
+``scale`` then multiplies that rounding by 10. Kept float, ``scale`` reads ``t`` unrounded and the
+output is within a few percent: the one node to keep is ``scale``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Iterator
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+LOADER = '''
+import numpy as np
+
+def pages():
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        yield {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+def wrong_names():
+    yield {"image": np.zeros((1, 3, 8, 8), np.float32)}
+'''
+
+
+def outlier_model(opset: int = 11) -> onnx.ModelProto:
+    """The model of the module docstring, at ``opset`` (11: below what per-channel int8 needs)."""
+    rng = np.random.default_rng(1)
+    w1 = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    b1 = np.array([1000.0, 0.0, 0.0, 0.0], np.float32)
+    s = np.array([0.001, 10.0, 10.0, 10.0], np.float32).reshape(1, 4, 1, 1)
+    w2 = (rng.standard_normal((2, 4, 1, 1)) * 0.5).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (s, "s"), (w2, "w2"))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["t"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["t", "s"], ["u"], name="scale"),
+        helper.make_node("Conv", ["u", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "outlier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def integer_model() -> onnx.ModelProto:
+    """A model with no float tensor: int64 Add."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"], name="add")],
+        "ints",
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("c", TensorProto.INT64, [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.int64), "b")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def samples(count: int = 4) -> Iterator[Dict[str, np.ndarray]]:
+    """The loader's samples, in this process."""
+    rng = np.random.default_rng(0)
+    for _ in range(count):
+        yield {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+
+def write_loader(directory: Path, name: str = "int8_feeds") -> str:
+    """Write the data loader module into ``directory`` (to put on sys.path); its module name."""
+    (directory / f"{name}.py").write_text(LOADER)
+    return name

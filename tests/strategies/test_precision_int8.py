@@ -1,0 +1,162 @@
+"""mode=precision low_precision=int8: QDQ candidates calibrated once, on a small graph and on the real OCR models."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from runner.graph.qdq import has_qdq, quantized_inputs
+from tests.helpers.cli import one_line_error
+from tests.helpers.int8 import integer_model, outlier_model, write_loader
+from tests.helpers.models import CLASSIFIER, DETECTOR, need
+
+CHECK = ["checker=compare", "checker.check_error_stat=rel_l2", "checker.rtol=0.05"]
+
+
+@pytest.fixture
+def feeds(tmp_path, monkeypatch) -> str:
+    """The small graph's data loader module on sys.path (as the working directory is for ``python -m``)."""
+    name = write_loader(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "outlier.onnx"
+    onnx.save(outlier_model(opset=11), path)
+    return path
+
+
+@pytest.mark.parametrize("marker, direction", [("minimal", "forward"), ("bisect", "ranked"), ("bisect", "forward")])
+def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, model, feeds, marker, direction):
+    out = tmp_path / f"{marker}_{direction}.onnx"
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        f"marker={marker}",
+        f"direction={direction}",
+        f"model={model}",
+        f"data_loader={feeds}.pages",
+        f"output={out}",
+        *CHECK,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert s["low_precision"] == "int8" and s["calibration"]["samples"] == 4
+    if marker == "minimal":
+        assert [n["name"] for n in s["kept_nodes"]] == ["scale"]
+    assert "scale" in {n["name"] for n in s["kept_nodes"]}
+    assert s["answer_verified"]["check_passed"] is True
+    written = onnx.load(str(out))
+    assert max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) >= 13  # raised from 11
+    assert has_qdq(written) and "scale" not in quantized_inputs(written)
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    assert "opset was raised from 11 to 13" in r.stderr + r.stdout + (r.run_dir / "runner.log").read_text()
+
+
+def test_calibration_runs_once_per_run(run, tmp_path, model, feeds, monkeypatch):
+    """ONNX Runtime's calibrators collect ranges in ``collect_data``: one call over a run of several checks."""
+    from onnxruntime.quantization.calibrate import MinMaxCalibrater
+
+    calls = []
+    collect = MinMaxCalibrater.collect_data
+
+    def counted(self, reader):
+        calls.append(len(reader))
+        return collect(self, reader)
+
+    monkeypatch.setattr(MinMaxCalibrater, "collect_data", counted)
+    r = run(
+        "mode=precision", "low_precision=int8", "marker=bisect", f"model={model}", f"data_loader={feeds}.pages", *CHECK
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["checks"] >= 4
+    assert calls == [4], "one calibration pass over the 4 samples"
+
+
+def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, feeds):
+    """With a loose tolerance the fully quantized model passes: all kept, none kept, the answer as written."""
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        f"data_loader={feeds}.pages",
+        "checker=compare",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=2",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["kept"] == 0 and r.summary["checks"] == 3
+
+
+def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, feeds):
+    base = ["mode=precision", "low_precision=int8", *CHECK]
+    r = run(*base, f"model={model}")
+    one_line_error(r, "low_precision=int8 calibrates activation ranges on real input", "data_loader=", code=2)
+    r = run(*base, f"model={model}", f"data_loader={feeds}.wrong_names")
+    one_line_error(r, "lacks model inputs", code=2)
+    r = run(*base, f"model={model}", f"data_loader={feeds}.pages", "calibration.method=best")
+    one_line_error(r, "calibration.method=best", code=2)
+    ints = tmp_path / "ints.onnx"
+    onnx.save(integer_model(), ints)
+    inputs = tmp_path / "a.npz"
+    np.savez(inputs, a=np.arange(4, dtype=np.int64))
+    r = run(*base, f"model={ints}", f"inputs={inputs}")
+    one_line_error(r, "int8", code=2)
+    r = run(*base, f"model={model}", f"data_loader={feeds}.pages", "weak_typing=true")
+    one_line_error(r, "strongly typed", code=2)
+
+
+@pytest.mark.slow
+def test_classifier_int8_needs_no_float_node(run, tmp_path):
+    """The control: int8 gives the fp32 labels on every rendered line, so nothing is kept, in three checks."""
+    model = need(CLASSIFIER)
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        "data_loader=examples.text_pages.classifier_lines",
+        "checker=python",
+        "checker.target=examples.text_pages.same_labels",
+        f"checker.args=[{model}]",
+        f"output={tmp_path / 'cls_int8.onnx'}",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["kept"] == 0 and r.summary["checks"] <= 3
+    assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
+
+
+@pytest.mark.slow
+def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_path):
+    """The detector on rendered pages: fully quantized, the text map overlaps fp32's by less than IoU 0.9; the
+    minimal marker keeps a 1-minimal set, and the QDQ model written passes the check as written."""
+    from examples.text_pages import text_map_iou
+
+    model = need(DETECTOR)
+    out = tmp_path / "det_int8.onnx"
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        "data_loader=examples.text_pages.detector_pages",
+        "checker=python",
+        "checker.target=examples.text_pages.text_map_iou",
+        f"checker.args=[{model}]",
+        f"output={out}",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert 1 <= s["kept"] <= 3 and s["answer_verified"]["check_passed"] is True
+    assert text_map_iou(str(out), str(model))
+    # 1-minimal: without any one kept node the check fails (the minimal marker's log says it checked each)
+    log = (r.run_dir / "runner.log").read_text()
+    assert "Iteration 2: no node kept" in log and "-> FAIL" in log.split("Iteration 2: no node kept")[1].splitlines()[0]
