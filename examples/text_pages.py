@@ -29,10 +29,29 @@ from PIL import Image, ImageDraw, ImageFont
 
 #: PaddleOCR's normalization (ImageNet mean and std on 0-1 pixels) for the detector
 MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
-WORDS = (
-    "invoice total amount date name address ONNX TensorRT layer node tensor precision "
-    "int8 calibration 2026 No. 42 receipt paid due order"
-).split()
+WORDS = [
+    "invoice",
+    "total",
+    "amount",
+    "date",
+    "name",
+    "address",
+    "ONNX",
+    "TensorRT",
+    "layer",
+    "node",
+    "tensor",
+    "precision",
+    "int8",
+    "calibration",
+    "2026",
+    "No.",
+    "42",
+    "receipt",
+    "paid",
+    "due",
+    "order",
+]
 
 
 def _page(seed: int, size: int) -> Image.Image:

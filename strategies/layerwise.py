@@ -35,9 +35,9 @@ from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
-from runner.graph.validate import converted
 from runner.graph.qdq import compute_nodes, has_qdq
-from runner.graph.quantize import Calibration, QuantOptions, Quantizer, calibrate, prepare_int8
+from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
+from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.quant_report import pair_summary, write_pairs_csv
 from runner.layerwise.ranking import makes_nonfinite
@@ -172,7 +172,9 @@ class LayerwiseStrategy(Strategy):
             model = prepare_int8(model)
             reference = model if not self.reference_model else reference
             self.calibration = calibrate(model, self.ctx.samples, self.quant)
-            log.info("The target is the model quantized to int8 QDQ (the run's calibration), as mode=precision builds it")
+            log.info(
+                "The target is the model quantized to int8 QDQ (the run's calibration), as mode=precision builds it"
+            )
             return reference, model, Quantizer(model, self.calibration, self.quant).convert([])
         if low is not None and low != "int8" and not has_low_precision(model):
             log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)

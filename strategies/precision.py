@@ -37,7 +37,7 @@ from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
 from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_inputs
-from runner.graph.quantize import Calibration, QuantOptions, Quantizer, calibrate, prepare_int8
+from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend

@@ -24,11 +24,11 @@ from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
-from runner.graph.qdq import has_qdq
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import emulated_by
 from runner.graph.precisions import low_precision as low_precision_named
+from runner.graph.qdq import has_qdq
 from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
 

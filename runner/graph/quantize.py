@@ -68,7 +68,9 @@ class QuantOptions:
     op_types_to_quantize: Tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_config(cls, calibration: Optional[Mapping[str, Any]], quantization: Optional[Mapping[str, Any]]) -> QuantOptions:
+    def from_config(
+        cls, calibration: Optional[Mapping[str, Any]], quantization: Optional[Mapping[str, Any]]
+    ) -> QuantOptions:
         """Options from the ``calibration`` and ``quantization`` config maps.
 
         Raises:
@@ -214,7 +216,9 @@ def check_samples(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndar
             )
 
 
-def calibrate(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], options: QuantOptions) -> Calibration:
+def calibrate(
+    model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], options: QuantOptions
+) -> Calibration:
     """Run ONNX Runtime's calibrator once over ``samples`` (the first ``options.samples``).
 
     Args:
@@ -259,7 +263,9 @@ def calibrate(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]
             raise
         except Exception as e:  # onnxruntime raises Fail/InvalidArgument/ValueError from its calibrators
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"ONNX Runtime cannot calibrate the model ({first}); check the calibration input") from None
+            raise ModelError(
+                f"ONNX Runtime cannot calibrate the model ({first}); check the calibration input"
+            ) from None
     if not ranges.data:
         raise ConfigError(
             "calibration found no float tensor to quantize (an integer-only model, or op_types_to_quantize "
@@ -293,7 +299,9 @@ class Quantizer:
         try:
             self.inferred = infer_shapes(model)  # the quantizer reads tensor types from value_info
         except Exception as e:  # onnx's inference raises InferenceError/ValidationError
-            raise ModelError(f"shape inference fails on the model before quantization: {str(e).splitlines()[0]}") from None
+            raise ModelError(
+                f"shape inference fails on the model before quantization: {str(e).splitlines()[0]}"
+            ) from None
         self.nodes = {n.name: n for n in model.graph.node}
         self.inits = {i.name: i for i in model.graph.initializer}
 

@@ -54,6 +54,10 @@ class PairRow:
             ``sqnr_db``).
         clipped: the fraction of float values outside the dequantized range (saturated by the
             calibrated scale); 0 for weights, whose scale covers their range.
+        channel_sqnr_db: the lowest SQNR (dB) of one channel (axis 1 of an activation, axis 0 of
+            a weight), or None when every channel is exact: one scale for a tensor whose channels
+            differ in range rounds the small channels away, which the tensor's SQNR hides and a
+            reader that rescales channels (BatchNormalization, Mul) brings out.
     """
 
     tensor: str
@@ -62,6 +66,7 @@ class PairRow:
     readers: List[str]
     error: Dict[str, Any] = field(default_factory=dict)
     clipped: float = 0.0
+    channel_sqnr_db: Optional[float] = None
 
 
 @dataclass
@@ -99,6 +104,22 @@ class NodeRow:
     passes: bool = True
     saturated: List[str] = field(default_factory=list)
     absorbed_by: Optional[str] = None
+
+
+def channel_sqnr_db(actual: np.ndarray, golden: np.ndarray, axis: int) -> Optional[float]:
+    """The lowest per-channel SQNR in dB (``-20 log10`` of each channel's relative L2 error along
+    ``axis``) over channels with signal and error; None for a scalar/1-D tensor or when none has both."""
+    if golden.ndim < 2 or axis >= golden.ndim:
+        return None
+    a = np.moveaxis(np.asarray(actual, np.float64), axis, 0).reshape(golden.shape[axis], -1)
+    b = np.moveaxis(np.asarray(golden, np.float64), axis, 0).reshape(golden.shape[axis], -1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        noise = np.linalg.norm(a - b, axis=1)
+        signal = np.linalg.norm(b, axis=1)
+        ok = np.isfinite(noise) & np.isfinite(signal) & (noise > 0) & (signal > 0)
+        if not ok.any():
+            return None
+        return float(np.min(20.0 * np.log10(signal[ok] / noise[ok])))
 
 
 def _worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
@@ -217,6 +238,9 @@ class LayerwiseComparison:
                 row.clipped = max(row.clipped, float(outside) / x.size)
             if not row.error or _worse(stats, row.error):
                 row.error = stats
+            worst = channel_sqnr_db(np.asarray(got[dq]), np.asarray(golden), 1 if row.kind == "activation" else 0)
+            if worst is not None and (row.channel_sqnr_db is None or worst < row.channel_sqnr_db):
+                row.channel_sqnr_db = worst
 
     def _bounds(self, dq: str) -> Optional[Tuple[float, float]]:
         """The float range a per-tensor Q/DQ pair represents, half a step wider each side (a value

@@ -22,13 +22,15 @@ CLIPPING_READERS = frozenset({"Relu", "Clip"})
 
 
 def _sqnr(row: PairRow) -> float:
-    value = row.error.get("sqnr_db")
-    return math.inf if value is None else float(value)
+    """The pair's lower SQNR: the tensor's, or its worst channel's."""
+    values = [v for v in (row.error.get("sqnr_db"), row.channel_sqnr_db) if v is not None]
+    return min(values) if values else math.inf
 
 
 def write_pairs_csv(path: Path, rows: Sequence[PairRow]) -> None:
     """One line per Q/DQ pair (atomically replaced): tensor, kind, dequantized tensor, readers,
-    sqnr_db, rel_l2, max_abs, cosine, clipped (fraction of values past the scale's range).
+    sqnr_db, channel_sqnr_db (the worst channel's), rel_l2, max_abs, cosine, clipped (fraction of
+    values past the scale's range).
 
     Raises:
         OSError: the file cannot be written.
@@ -36,14 +38,36 @@ def write_pairs_csv(path: Path, rows: Sequence[PairRow]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["tensor", "kind", "dequantized", "readers", "sqnr_db", "rel_l2", "max_abs", "cosine", "clipped"])
+        w.writerow(
+            [
+                "tensor",
+                "kind",
+                "dequantized",
+                "readers",
+                "sqnr_db",
+                "channel_sqnr_db",
+                "rel_l2",
+                "max_abs",
+                "cosine",
+                "clipped",
+            ]
+        )
         for r in rows:
             e = r.error
-            sqnr = e.get("sqnr_db")
+            sqnr, channel = e.get("sqnr_db"), r.channel_sqnr_db
             w.writerow(
-                [r.tensor, r.kind, r.dequantized, ";".join(r.readers)]
-                + ["" if sqnr is None else f"{sqnr:.4g}", f"{e['rel_l2']:.6g}", f"{e['max_abs']:.6g}"]
-                + [f"{e['cosine']:.6g}", f"{r.clipped:.4g}"]
+                [
+                    r.tensor,
+                    r.kind,
+                    r.dequantized,
+                    ";".join(r.readers),
+                    "" if sqnr is None else f"{sqnr:.4g}",
+                    "" if channel is None else f"{channel:.4g}",
+                    f"{e['rel_l2']:.6g}",
+                    f"{e['max_abs']:.6g}",
+                    f"{e['cosine']:.6g}",
+                    f"{r.clipped:.4g}",
+                ]
             )
     os.replace(tmp, path)
 
@@ -54,6 +78,7 @@ def _describe(row: PairRow) -> Dict[str, Any]:
         "kind": row.kind,
         "readers": row.readers,
         "sqnr_db": row.error.get("sqnr_db"),
+        "channel_sqnr_db": row.channel_sqnr_db,
         "rel_l2": row.error["rel_l2"],
         "clipped": row.clipped,
     }
@@ -61,8 +86,8 @@ def _describe(row: PairRow) -> Dict[str, Any]:
 
 def pair_summary(rows: Sequence[PairRow], top: int, ops: Mapping[str, str] | None = None) -> Dict[str, Any]:
     """``summary.json``'s ``quantization`` field: counts, and the ``top`` activations and weights
-    with the lowest SQNR (pairs read only by Relu/Clip left out of the activations, see the module
-    docstring).
+    with the lowest SQNR, the tensor's or its worst channel's (pairs read only by Relu/Clip left out
+    of the activations, see the module docstring).
 
     Args:
         rows: the compared pairs.

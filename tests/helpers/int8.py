@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-LOADER = '''
+LOADER = """
 import numpy as np
 
 def pages():
@@ -26,7 +26,7 @@ def pages():
 
 def wrong_names():
     yield {"image": np.zeros((1, 3, 8, 8), np.float32)}
-'''
+"""
 
 
 def outlier_model(opset: int = 11) -> onnx.ModelProto:

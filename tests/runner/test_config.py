@@ -135,12 +135,14 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
     from runner.config import candidate_options
 
     assert candidate_options() == [
+        "calibration",
         "external_data",
         "external_data_threshold",
         "keep_constant_nodes",
         "low_precision",
         "model_input_shapes",
         "precision",
+        "quantization",
         "seed",
         "share_weights",
         "weak_typing",

@@ -56,7 +56,9 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
     written = onnx.load(str(out))
     assert max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) >= 13  # raised from 11
     assert has_qdq(written) and "scale" not in quantized_inputs(written)
-    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones((1, 3, 8, 8), np.float32)}
+    )
     assert "opset was raised from 11 to 13" in r.stderr + r.stdout + (r.run_dir / "runner.log").read_text()
 
 

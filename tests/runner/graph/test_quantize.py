@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 
 from runner.errors import ConfigError
 from runner.graph.isolate import REF_SUFFIX, isolated_model
 from runner.graph.qdq import compute_nodes, input_chains, qdq_aliases, quantized_inputs
-from runner.graph.quantize import QuantOptions, Quantizer, calibrate, prepare_int8
+from runner.graph.quantize import Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.validate import strict_problem
 from runner.layerwise.tensors import tensor_types
 from tests.helpers.int8 import integer_model, outlier_model, samples
@@ -79,9 +78,9 @@ def test_qdq_tensors_are_matched_to_the_float_ones_and_a_node_runs_alone_with_it
 
 
 def test_bad_options_and_models_are_one_line_errors():
-    with pytest.raises(ConfigError, match="calibration.method=best: use one of minmax, entropy, percentile"):
+    with pytest.raises(ConfigError, match=r"calibration\.method=best: use one of minmax, entropy, percentile"):
         QuantOptions.from_config({"method": "best"}, {})
-    with pytest.raises(ConfigError, match="calibration.samples=0"):
+    with pytest.raises(ConfigError, match=r"calibration\.samples=0"):
         QuantOptions.from_config({"samples": 0}, {})
     with pytest.raises(ConfigError, match=r"op_types_to_quantize names \['Banana'\]"):
         QuantOptions.from_config({}, {"op_types_to_quantize": ["Banana"]})

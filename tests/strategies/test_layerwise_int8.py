@@ -1,0 +1,148 @@
+"""mode=layerwise on int8: an fp32 model quantized with the run's calibration (checker.low_precision=int8), and a
+QDQ model from ONNX Runtime's quantize_static against its float original; tensors matched through Q/DQ pairs."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from runner.graph.convert import name_nodes
+from runner.graph.qdq import compute_nodes
+from tests.helpers.cli import one_line_error
+from tests.helpers.int8 import outlier_model, samples, write_loader
+from tests.helpers.models import CLASSIFIER, DETECTOR, need
+
+
+@pytest.fixture
+def feeds(tmp_path, monkeypatch) -> str:
+    name = write_loader(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+def _introduced_share(summary, rows_path):
+    with open(rows_path) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == summary["nodes"]
+    return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows
+
+
+def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(run, tmp_path, feeds):
+    model = tmp_path / "outlier.onnx"
+    onnx.save(outlier_model(), model)
+    r = run(
+        "mode=layerwise",
+        f"model={model}",
+        "checker.low_precision=int8",
+        f"data_loader={feeds}.pages",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+        "layerwise.plot=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = r.summary
+    share, _rows = _introduced_share(s, r.run_dir / "layerwise.csv")
+    assert share == 1.0 and s["nodes"] == 3
+    assert s["top_introduced"][0]["node"] == "scale" and s["first_divergence"]["node"] == "scale"
+    assert s["top_introduced"][0]["introduced"]["sqnr_db"] < 10  # the rounded channels, times 10
+    q = s["quantization"]
+    assert q["activations"] == 3 and q["weights"] >= 3
+    assert q["worst_activations"][0]["tensor"] == "t" and q["worst_activations"][0]["readers"] == ["scale"]
+    with open(r.run_dir / "quantization.csv") as f:
+        pairs = list(csv.DictReader(f))
+    assert {p["tensor"] for p in pairs} >= {"x", "t", "u", "w1", "s", "w2"}
+    assert s["calibration"]["samples"] == 4 and s["target"] == "onnxruntime (int8)"
+
+
+def test_a_qdq_model_needs_its_float_original(run, tmp_path, feeds):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    model = tmp_path / "outlier.onnx"
+    onnx.save(outlier_model(opset=13), model)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = samples()
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qdq = tmp_path / "outlier_qdq.onnx"
+    quantize_static(str(model), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    r = run("mode=layerwise", f"model={qdq}", f"data_loader={feeds}.pages")
+    one_line_error(r, "QDQ", "reference_model=", code=2)
+    r = run(
+        "mode=layerwise",
+        f"model={qdq}",
+        f"reference_model={model}",
+        f"data_loader={feeds}.pages",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+        "layerwise.plot=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    share, _ = _introduced_share(r.summary, r.run_dir / "layerwise.csv")
+    assert share == 1.0 and r.summary["top_introduced"][0]["node"] == "scale"
+
+
+@pytest.mark.slow
+def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_path):
+    """ONNX Runtime's own QDQ output for the real classifier (547 compute nodes before): the introduced error of
+    at least 95% of its compute nodes, where matching by name alone found 1."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from examples.text_pages import classifier_lines
+    from runner.graph.quantize import prepare_int8
+
+    fp32 = tmp_path / "cls_fp32.onnx"
+    onnx.save(prepare_int8(onnx.load(str(need(CLASSIFIER)))), fp32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = classifier_lines()
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qdq = tmp_path / "cls_qdq.onnx"
+    quantize_static(str(fp32), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    r = run(
+        "mode=layerwise",
+        f"model={qdq}",
+        f"reference_model={fp32}",
+        "data_loader=examples.text_pages.classifier_lines",
+        "layerwise.plot=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    share, _ = _introduced_share(r.summary, r.run_dir / "layerwise.csv")
+    compute = len(compute_nodes(name_nodes(onnx.load(str(qdq)))))
+    assert r.summary["nodes"] == compute and share >= 0.95
+    assert r.summary["quantization"]["pairs"] > 100
+
+
+@pytest.mark.slow
+def test_detector_layerwise_names_the_node_the_precision_search_keeps(run, tmp_path):
+    """Layerwise int8 on the detector and rendered pages: every compute node's introduced error, and the node
+    the int8 precision search keeps (p2o.BatchNormalization.1, tests/strategies/test_precision_int8.py) is
+    among the top two by introduced error."""
+    model = need(DETECTOR)
+    r = run(
+        "mode=layerwise",
+        f"model={model}",
+        "checker.low_precision=int8",
+        "data_loader=examples.text_pages.detector_pages",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.3",
+        "layerwise.plot=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = r.summary
+    share, _ = _introduced_share(s, r.run_dir / "layerwise.csv")
+    assert share >= 0.95
+    assert "p2o.BatchNormalization.1" in [t["node"] for t in s["top_introduced"][:2]]
+    assert s["first_divergence"] is not None and np.isfinite(s["first_divergence"]["accumulated"]["rel_l2"])
