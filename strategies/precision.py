@@ -23,7 +23,7 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, cast
 
 import onnx
 from omegaconf import MISSING
@@ -93,6 +93,30 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Ma
     return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
 
 
+class DeferredSearch:
+    """A search built when first used: int8's ranking costs a layerwise pass (seconds to minutes), and
+    a model that passes fully quantized (the gate checked first) never needs it.
+
+    Args:
+        build: makes the search.
+        stand_in: a search of the same size, whose ``remaining()`` estimates the real one's until
+            it is built (progress display only).
+    """
+
+    def __init__(self, build: Callable[[], Search], stand_in: Search):
+        self._build, self._stand_in = build, stand_in
+        self._search: Optional[Search] = None
+
+    def remaining(self) -> int:
+        """The built search's estimate, else the stand-in's."""
+        return (self._search or self._stand_in).remaining()
+
+    def __getattr__(self, name: str) -> Any:
+        if self._search is None:
+            self._search = self._build()
+        return getattr(self._search, name)
+
+
 class PrecisionStrategy(OnnxSearchStrategy):
     """Searches for the kept (high-precision) node set.
 
@@ -104,7 +128,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         low: "float16", "bfloat16" or "int8".
         output: where the final mixed-precision model is written.
         ranking: the nodes ranked by introduced error, for the minimal marker (a ranked search) or
-            ``direction="ranked"`` (a prefix search over it); None: topological prefixes.
+            ``direction="ranked"`` (a prefix search over it), or a function computing it when the
+            search first needs it; None: topological prefixes.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
         weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
         quantizer: for int8, builds the QDQ candidates from the run's calibration.
@@ -124,7 +149,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         direction: str = "forward",
         low: str = "float16",
         output: Path = Path("mixed_precision.onnx"),
-        ranking: Optional[List[int]] = None,
+        ranking: Optional[List[int] | Callable[[], List[int]]] = None,
         save_opts: Optional[Dict[str, Any]] = None,
         weak_typing: bool = False,
         quantizer: Optional[Quantizer] = None,
@@ -138,10 +163,15 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.weak_typing = weak_typing
         self.artifact_suffix = ".engine" if weak_typing else ".onnx"
         search: Search
-        if ranking is not None and searches_sets(marker):
-            search = RankedSearch(ranking, marker)
+
+        def over(order: List[int]) -> Search:
+            return RankedSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
+
+        if callable(ranking):
+            rank = ranking
+            search = cast(Search, DeferredSearch(lambda: over(rank()), over(self.layers)))
         elif ranking is not None:
-            search = PrefixSearch(ranking, marker)
+            search = over(ranking)
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
@@ -223,18 +253,23 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 load_tensorrt("weak_typing=true")
             model = prepare(ctx.model, low_precision)
             layers = float_nodes(model)
-        ranking = None
-        if searches_sets(marker) or direction == "ranked":
+        ranking: Optional[List[int] | Callable[[], List[int]]] = None
+
+        def rank() -> List[int]:
             target = quantizer.convert([]) if quantizer is not None else None
             backend = ranking_backend(checker, low_precision)
-            ranking = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target)
-            if ranking is None:
-                ranking = sensitivity_ranking(model, layers, ctx.summaries)
+            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target)
+            if order is None:
+                order = sensitivity_ranking(model, layers, ctx.summaries)
             log.info(
                 "Nodes ranked by the error each introduces in %s; first: %s",
                 low_precision,
-                ", ".join(model.graph.node[i].name for i in ranking[:5]),
+                ", ".join(model.graph.node[i].name for i in order[:5]),
             )
+            return order
+
+        if searches_sets(marker) or direction == "ranked":
+            ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
         return cls(
             model,
             layers,

@@ -304,14 +304,25 @@ class Quantizer:
             ) from None
         self.nodes = {n.name: n for n in model.graph.node}
         self.inits = {i.name: i for i in model.graph.initializer}
+        self._last: Dict[Tuple[str, ...], onnx.ModelProto] = {}  # the fully quantized model and the last one
 
     def convert(self, kept: Sequence[str]) -> onnx.ModelProto:
         """The model quantized to QDQ except the nodes named in ``kept``, which stay float with
-        their inputs and weights.
+        their inputs and weights. A new copy each call; the fully quantized model and the last
+        one made are kept (the gates, the ranking and the answer ask for them again).
 
         Raises:
             ModelError: ONNX Runtime's quantizer fails on the model.
         """
+        key = tuple(sorted(kept))
+        if key not in self._last:
+            built = self._convert(kept)
+            self._last = {k: v for k, v in self._last.items() if not k} | {key: built}
+        out = onnx.ModelProto()
+        out.CopyFrom(self._last[key])
+        return out
+
+    def _convert(self, kept: Sequence[str]) -> onnx.ModelProto:
         from onnxruntime.quantization import QDQQuantizer, QuantType
 
         work = onnx.ModelProto()
