@@ -58,8 +58,15 @@ OUTPUT_OPTIONS = (
 
 
 def _build_checker(cfg: DictConfig) -> Checker:
+    node = cfg.checker
+    isolate = bool(node.get("isolate", False))
+    if "isolate" in node:  # the run's option, not the checker's
+        options = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(options, dict)
+        options.pop("isolate")
+        node = OmegaConf.create(options)
     try:
-        checker = instantiate(cfg.checker)
+        checker = instantiate(node)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "a checker option"
         raise ConfigError(
@@ -67,6 +74,10 @@ def _build_checker(cfg: DictConfig) -> Checker:
         ) from None
     except Exception as e:
         _raise_cause(e)
+    if isolate:
+        from runner.checkers.isolated import IsolatedChecker
+
+        return IsolatedChecker(checker)
     return checker
 
 
@@ -252,6 +263,7 @@ def run(cfg: DictConfig) -> int:
                 Path(cfg.replay.load) if cfg.replay.load else None,
                 identity,
                 cfg.replay.force,
+                bool(cfg.replay.get("retry_pending", False)),
             )
             ctx = _context(cfg, directory, files)
             if mode_uses(cfg.mode.name, "executor"):
@@ -339,6 +351,7 @@ def run(cfg: DictConfig) -> int:
                     checks=lifecycle.checks,
                     reused=lifecycle.reused_count,
                     errors=lifecycle.errors,
+                    crashes=lifecycle.crashes,
                     rounds=lifecycle.rounds,
                     workers=lifecycle.executor.workers,
                     executor=lifecycle.executor.name,

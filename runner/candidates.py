@@ -50,6 +50,9 @@ class Candidate:
         write_in_check: the check writes the artifact itself (a TensorRT build in a worker).
         reuse: whether a verdict the replay holds for ``key`` may stand for a check; False for
             the check of a written answer, which is always run.
+        twin: the key of the candidate this one copies (the written answer: the search's
+            candidate); a crash recorded for the twin stands for this one too (it would crash
+            the runner again), reuse or not.
     """
 
     key: str
@@ -60,3 +63,4 @@ class Candidate:
     as_typed: bool = False
     write_in_check: bool = False
     reuse: bool = True
+    twin: Optional[str] = None

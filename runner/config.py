@@ -86,6 +86,7 @@ class PythonCheckerConf:
     _target_: str = "runner.checkers.python.PythonChecker"
     target: str = MISSING
     args: List[str] = field(default_factory=list)
+    isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
 
 
 @dataclass
@@ -101,6 +102,7 @@ class CompareCheckerConf:
     check_error_stat: str = "elemwise"  # elemwise, max, mean, median, quantile, rel_l2
     error_quantile: float = 0.5
     on_error: str = "fail"  # a candidate the backend cannot run: fail, pass or stop
+    isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: str = "all"
@@ -147,6 +149,7 @@ class ReplayConf:
     save: str = RUN_DIR + "/replay.json"
     load: Optional[str] = None
     force: bool = False  # reuse a loaded replay whose identity (model, check, inputs) differs
+    retry_pending: bool = False  # check a candidate that crashed the runner again instead of counting a crash
 
 
 # -- the keys each mode uses --------------------------------------------------------------------

@@ -7,6 +7,14 @@ The same table serves as the in-run cache: a candidate is never checked twice.
 A replay records its run's identity (``runner.identity``: the model's content, the mode, the
 check, the inputs); loading a replay of another identity is an error naming what differs, unless
 ``replay.force=true``. Entries of the wrong type are errors, never coerced.
+
+Crash safety (as Polygraphy's ``_skip_current`` replay entry): before a check starts, its candidate
+is recorded as *pending*; its verdict clears it. A check that kills the runner (a segfault in an
+in-process check, an abort) leaves it pending, and a run resumed from that replay counts the one
+pending candidate as a **crash**: a failing verdict of its own kind (``details["crash"]``, counted
+as ``crashes`` in ``summary.json``), so the search moves on instead of crashing again.
+``replay.retry_pending=true`` checks it again instead (the runner was killed for another reason).
+Several pending candidates (a parallel round) cannot tell which one crashed: they are checked again.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ class Replay:
         load_path: an earlier run's replay to reuse verdicts from, or None.
         identity: what this run's verdicts depend on (``runner.identity.run_identity``).
         force: reuse a loaded replay's verdicts even when its identity differs.
+        retry_pending: check a loaded replay's pending candidate again instead of counting it as
+            a crash.
 
     Raises:
         ConfigError: when ``load_path`` is missing, not a replay file, from another mode, of
@@ -50,6 +60,7 @@ class Replay:
         load_path: Optional[Path] = None,
         identity: Optional[Dict[str, Any]] = None,
         force: bool = False,
+        retry_pending: bool = False,
     ):
         self.save_path = Path(save_path)
         self.mode = mode
@@ -58,10 +69,13 @@ class Replay:
         self._known: Dict[str, Verdict] = {}
         #: keys whose loaded verdict was recorded with another identity (reused only with force)
         self.foreign: Set[str] = set()
+        #: candidates whose check has started and not ended, by key
+        self.pending: Dict[str, Dict[str, Any]] = {}
         if load_path is not None:
-            entries, changed = self._read(Path(load_path), mode, self.identity, force)
+            entries, changed, pending = self._read(Path(load_path), mode, self.identity, force)
             for entry in entries:
                 self._known.setdefault(entry["key"], _verdict(entry))
+            self._crashed(pending, retry_pending, Path(load_path))
             log.info("Loaded %d recorded verdicts from %s", len(self._known), load_path)
             if changed:
                 self.foreign = set(self._known)
@@ -73,9 +87,68 @@ class Replay:
                     ", ".join(changed),
                 )
 
+    def _crashed(self, pending: List[Dict[str, Any]], retry: bool, path: Path) -> None:
+        """Count a loaded replay's one pending candidate as a crash (see the module docstring)."""
+        open_ = [p for p in pending if p["key"] not in self._known]
+        if not open_:
+            return
+        if retry or len(open_) > 1:
+            why = "replay.retry_pending=true" if retry else "several were running: which one crashed is unknown"
+            log.warning("%d check(s) of %s never ended; they are checked again (%s)", len(open_), path, why)
+            return
+        entry = open_[0]
+        self._known[entry["key"]] = Verdict(
+            passed=False,
+            reason="crashed the runner when it was checked before (pending in the replay)",
+            details={"crash": True, "crashed_iteration": entry.get("iteration")},
+        )
+        log.warning(
+            "Iteration %s (%s) of %s never ended: the check crashed the runner; it counts as a failure of its own "
+            "kind (a crash) and is not checked again (replay.retry_pending=true checks it again)",
+            entry.get("iteration"),
+            entry.get("label", ""),
+            path,
+        )
+
+    def begin(self, iteration: int, candidate: Candidate) -> None:
+        """Record a candidate as pending before its check starts (one file write per round: ``flush``)."""
+        self.pending[candidate.key] = {"iteration": iteration, "key": candidate.key, "label": candidate.label}
+
+    def end(self, keys: List[str]) -> None:
+        """Clear pending candidates whose checks will not end (the run stops cleanly) and rewrite the file."""
+        for key in keys:
+            self.pending.pop(key, None)
+        self.flush()
+
+    def flush(self) -> None:
+        """Rewrite the replay file with the verdicts and the pending candidates.
+
+        Raises:
+            ArtifactError: when the replay file cannot be written.
+        """
+        try:
+            write_json_atomic(
+                self.save_path,
+                {
+                    "format": FORMAT,
+                    "mode": self.mode,
+                    "identity": self.identity,
+                    "iterations": self.entries,
+                    "pending": list(self.pending.values()),
+                },
+            )
+        except OSError as e:
+            raise ArtifactError(
+                f"cannot rewrite the replay {self.save_path} ({e.strerror}); it still holds every verdict before "
+                f"this one: free some space and resume with replay.load={self.save_path}"
+            ) from None
+
     @staticmethod
-    def _read(path: Path, mode: str, identity: Dict[str, Any], force: bool) -> Tuple[List[Dict[str, Any]], List[str]]:
-        """The replay's entries, and what of its identity differs from ``identity`` (only with ``force``)."""
+    def _read(
+        path: Path, mode: str, identity: Dict[str, Any], force: bool
+    ) -> Tuple[List[Dict[str, Any]], List[str], List[Dict[str, Any]]]:
+        """The replay's entries, what of its identity differs from ``identity`` (only with ``force``),
+        and its pending candidates."""
         hint = "give the replay.json of an earlier run"
         try:
             data = json.loads(path.read_text())
@@ -115,7 +188,12 @@ class Replay:
             problem = _entry_problem(entry)
             if problem:
                 raise ConfigError(f"replay.load={path}: iteration entry {i} {problem}; the file is damaged")
-        return data["iterations"], changed
+        pending = data.get("pending") or []
+        if not isinstance(pending, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("key"), str) for p in pending
+        ):
+            raise ConfigError(f"replay.load={path}: its pending list holds entries without keys; the file is damaged")
+        return data["iterations"], changed, pending
 
     def lookup(self, key: str) -> Optional[Verdict]:
         """Return the known verdict for a candidate key, or None when it was never checked."""
@@ -129,6 +207,7 @@ class Replay:
                 verdicts before this one: it is replaced whole or not at all).
         """
         self._known.setdefault(candidate.key, verdict)
+        self.pending.pop(candidate.key, None)
         self.entries.append(
             {
                 "iteration": iteration,
@@ -142,16 +221,7 @@ class Replay:
                 "error": verdict.error,
             }
         )
-        try:
-            write_json_atomic(
-                self.save_path,
-                {"format": FORMAT, "mode": self.mode, "identity": self.identity, "iterations": self.entries},
-            )
-        except OSError as e:
-            raise ArtifactError(
-                f"cannot rewrite the replay {self.save_path} ({e.strerror}); it still holds every verdict before "
-                f"iteration {iteration}: free some space and resume with replay.load={self.save_path}"
-            ) from None
+        self.flush()
 
 
 #: field -> (accepted types, description); missing optional fields are allowed

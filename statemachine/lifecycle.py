@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
 from runner.artifacts import ArtifactSorter, remove_partial, worker_path
-from runner.candidates import Verdict
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
@@ -130,6 +130,7 @@ class Lifecycle:
         self.rounds = 0
         self.reused_count = 0
         self.reused_foreign = 0  # reused verdicts recorded with another identity (replay.force=true)
+        self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
         self.passes = 0
         self.errors = 0
         self.failure_codes: set = set()
@@ -145,6 +146,11 @@ class Lifecycle:
             auto_transitions=False,
             after_state_change="_record_state",
         )
+
+    @property
+    def crashes(self) -> int:
+        """How many candidates crashed their check (each counted once, however often its verdict is reused)."""
+        return len(self.crashed)
 
     @property
     def cancelled(self) -> int:
@@ -189,6 +195,14 @@ class Lifecycle:
             self.iteration += 1
             pending = Pending(self.iteration, candidate)
             known = self.replay.lookup(candidate.key) if candidate.reuse else None
+            twin = self.replay.lookup(candidate.twin) if candidate.twin else None
+            if known is None and twin is not None and twin.details.get("crash"):
+                known = twin  # a copy of a candidate that crashed the runner: checking it would crash it again
+                log.warning(
+                    "Iteration %d: %s is the candidate that crashed the runner; not checked again",
+                    self.iteration,
+                    candidate.label,
+                )
             if known is not None:
                 log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
                 pending.verdict, pending.reused = known, True
@@ -216,6 +230,9 @@ class Lifecycle:
             self._write_info(self.round[-1] if not parallel else None)
             self.rounds += 1
             self.checks += len(todo)  # counted when started: a check that stops the run has run too
+            for pending in todo:  # a check that kills the runner stays pending: a resume counts it as a crash
+                self.replay.begin(pending.iteration, pending.candidate)
+            self.replay.flush()
             self._checks.run(
                 todo,
                 lambda: self.strategy.settled([p.verdict for p in self.round]),
@@ -224,6 +241,8 @@ class Lifecycle:
             )
         except BaseException:
             self._salvage(todo)
+            with contextlib.suppress(Exception):  # stopped cleanly: the checks that did not end crashed nothing
+                self.replay.end([p.candidate.key for p in todo if p.verdict is None])
             raise
         self.checked()
 
@@ -316,7 +335,7 @@ class Lifecycle:
                 continue
             self.taken += 1
             self.verdict = pending.verdict
-            self._count(pending.verdict)
+            self._count(pending.verdict, pending.candidate)
             self.replay.record(pending.iteration, pending.candidate, pending.verdict, pending.reused)
         self._clear_info()  # as Polygraphy: a check never reads another iteration's info
         self._progress(0)
@@ -340,7 +359,9 @@ class Lifecycle:
         """True when no verdict passed and every one failed with the same return code."""
         return self.passes == 0 and len(self.failure_codes) == 1
 
-    def _count(self, verdict: Verdict) -> None:
+    def _count(self, verdict: Verdict, candidate: Candidate) -> None:
+        if verdict.details.get("crash"):
+            self.crashed.add(candidate.twin or candidate.key)
         if verdict.error:
             self.errors += 1
         if verdict.passed:

@@ -98,6 +98,7 @@ class WrittenAnswer:
             payload=written,
             as_typed=as_typed,
             reuse=False,
+            twin=key,
         )
 
     def held(self, verdict: Verdict) -> None:

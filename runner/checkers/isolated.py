@@ -1,0 +1,147 @@
+"""``checker.isolate=true``: an in-process checker (python, compare) run in a child process.
+
+An in-process check shares the runner's process: a segfault in ONNX Runtime or in a user's
+``checker=python`` function, or an ``os.abort()``, ends the run with no summary. Isolated, the
+bound checker lives in one child process (started with ``spawn``, so no state of the runner's
+threads is copied), each check is a task sent to it, and a child that dies gives that candidate a
+**crash** verdict (a failure of its own kind, ``details["crash"]``, counted as ``crashes`` in
+``summary.json``); the next check starts a new child. The idea is torch's minifier's, which runs
+each repro in a subprocess; the pool is the standard library's ``ProcessPoolExecutor``.
+
+Cost: the bound checker (its golden values) is pickled to each new child once, and each candidate's
+model once per check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import onnx
+
+from runner.candidates import Candidate, Verdict
+from runner.checkers.base import Checker
+from runner.errors import CheckError
+from runner.executors.slot import Slot
+
+if TYPE_CHECKING:
+    from runner.context import RunContext
+
+log = logging.getLogger(__name__)
+
+_CHECKER: Optional[Checker] = None
+
+
+def _adopt(checker: Checker) -> None:
+    """The child's initializer: keep the bound checker for every task."""
+    global _CHECKER
+    _CHECKER = checker
+
+
+@dataclasses.dataclass
+class _Model:
+    """A candidate's model sent to the child as bytes (a payload is a closure over the strategy)."""
+
+    data: bytes
+
+    def __call__(self) -> onnx.ModelProto:
+        return onnx.load_from_string(self.data)
+
+
+def _check(artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
+    assert _CHECKER is not None, "the child process was started without its checker"
+    return _CHECKER.check(artifact, iteration, candidate)
+
+
+class IsolatedChecker(Checker):
+    """Runs ``inner``'s checks in a child process.
+
+    Args:
+        inner: an in-process checker (python or compare), not bound yet.
+
+    Raises:
+        CheckError: from ``check``, when the child cannot be started or the checker cannot be sent
+            to it (it does not pickle).
+    """
+
+    def __init__(self, inner: Checker):
+        self.inner = inner
+        self.uses_payload = inner.uses_payload
+        self.concurrent = inner.concurrent
+        self._pool: Optional[ProcessPoolExecutor] = None
+        self._children: List[Any] = []  # the pool's processes (multiprocessing.Process), for their exit codes
+
+    def bind(self, ctx: RunContext) -> None:
+        """Bind the inner checker here (golden values are computed once, in the runner)."""
+        self.inner.output_dir = self.output_dir
+        self.inner.bind(ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        # the inner checker's attributes (the compare checker's backend, tolerances, ...) for the modes that read them
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_adopt, initargs=(self.inner,))
+        return self._pool
+
+    def check(
+        self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
+    ) -> Verdict:
+        """The inner checker's verdict on ``candidate``, computed in the child; a crash verdict when
+        the child dies during the check."""
+        model = candidate.payload() if candidate.payload is not None else None
+        sent = dataclasses.replace(
+            candidate, write=None, payload=_Model(model.SerializeToString()) if model is not None else None
+        )
+        try:
+            pool = self._started()
+            future = pool.submit(_check, artifact, iteration, sent)
+            self._children = list(getattr(pool, "_processes", {}).values())  # started by submit
+            return future.result()
+        except BrokenProcessPool:
+            code = self._reap()
+            how = _how(code)
+            log.warning("Iteration %d: the check's process died (%s); counted as a crash", iteration, how)
+            return Verdict(False, reason=f"the check crashed its process ({how})", details={"crash": True})
+        except (TypeError, AttributeError, ValueError) as e:  # pickling the checker or the candidate
+            self._reap()
+            raise CheckError(f"checker.isolate=true cannot send the check to a child process ({e})") from None
+
+    def _reap(self) -> Optional[int]:
+        """Shut a broken pool down; the exit code of its child, when known."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return None
+        pool.shutdown(wait=True, cancel_futures=True)
+        for child in self._children:
+            child.join(timeout=5)
+        return next((c.exitcode for c in self._children if c.exitcode is not None), None)
+
+    def close(self) -> None:
+        """Stop the child, then close the inner checker."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.inner.close()
+
+
+def _how(code: Optional[int]) -> str:
+    """``signal SIGSEGV`` / ``exit code 3`` / ``unknown exit``."""
+    if code is None:
+        return "unknown exit"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
