@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -17,7 +16,7 @@ from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from runner import signals
+from runner import console, signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.config import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, plain, set_keys
@@ -204,9 +203,9 @@ def _files_read(cfg: DictConfig) -> Dict[Path, str]:
 
 
 def _say(text: str) -> None:
-    """Print to stderr; a closed terminal (SIGHUP) or pipe must not turn into a second error."""
-    with contextlib.suppress(OSError, ValueError):
-        print(text, file=sys.stderr, flush=True)
+    """Print to stderr (unless ``silent=true``); a closed terminal (SIGHUP) or pipe must not turn into a
+    second error."""
+    console.error(text)
 
 
 def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> str:
@@ -248,6 +247,7 @@ def run(cfg: DictConfig) -> int:
     code = 0
     with signals.handled():
         try:
+            console.configure(cfg.get("quiet", 0), bool(cfg.get("silent", False)), bool(cfg.verbose))
             directory = lock_run_dir(run_dir(cfg))
             refuse_finished(directory, bool(cfg.get("reuse_run_dir", False)))
             summary_path = directory / "summary.json"
@@ -285,7 +285,7 @@ def run(cfg: DictConfig) -> int:
             if executor is not None and strategy.needs_checker:
                 _check_worker_paths(executor, paths)
             sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
-            progress = Progress(cfg.mode.name, enabled=not cfg.verbose)
+            progress = Progress(cfg.mode.name, enabled=not cfg.verbose and console.progress_bar())
             lifecycle = Lifecycle(
                 strategy, checker, sorter, replay, iter_artifact, cfg.artifacts.iter_info, progress, executor
             )
@@ -372,7 +372,8 @@ def run(cfg: DictConfig) -> int:
             if directory is not None:
                 release_run_dir(directory)
     if code == 0:
-        _print_quietly(summary)
+        console.result(lambda: _print_quietly(summary))
+    console.restore()
     return code
 
 

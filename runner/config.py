@@ -176,6 +176,8 @@ class CommonKeys:
     replay: ReplayConf = field(default_factory=ReplayConf)
     summary: str = RUN_DIR + "/summary.json"
     verbose: bool = False
+    quiet: int = 0  # 1: warnings and errors, no progress bar; 2: errors only (runner.console)
+    silent: bool = False  # nothing on the terminal; runner.log and summary.json keep it all
     reuse_run_dir: bool = False  # write into a run directory that holds a finished run (its files are replaced)
 
 

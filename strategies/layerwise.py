@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
+from runner import console
 from runner.backends.base import make_backend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
@@ -239,7 +240,7 @@ class LayerwiseStrategy(Strategy):
         except OSError as e:
             raise ArtifactError(f"cannot write the layerwise report in {run_dir} ({e.strerror})") from None
         with contextlib.suppress(OSError, ValueError):
-            print(table(self.rows, self.top, first), file=sys.stdout, flush=True)
+            console.result(lambda: print(table(self.rows, self.top, first), file=sys.stdout, flush=True))
         self.outcome = {
             "nodes": len(self.rows),
             "tensors_compared": sum(1 for r in self.rows for _ in r.outputs if r.accumulated),
