@@ -230,6 +230,17 @@ class QuantKeys:
 
 
 @dataclass
+class ScopeKeys:
+    """Which nodes a search or a report covers (``runner.graph.scope``): regular expressions on node
+    names and op types; empty: every node."""
+
+    include_nodes: List[str] = candidate(default_factory=list)
+    exclude_nodes: List[str] = candidate(default_factory=list)
+    include_op_types: List[str] = candidate(default_factory=list)
+    exclude_op_types: List[str] = candidate(default_factory=list)
+
+
+@dataclass
 class SaveKeys:
     """Where and how a mode's ONNX result is written."""
 

@@ -29,7 +29,7 @@ from runner.backends.base import make_backend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
-from runner.config import DataKeys, QuantKeys
+from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
@@ -38,6 +38,7 @@ from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.graph.qdq import compute_nodes, has_qdq
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
+from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.quant_report import pair_summary, write_pairs_csv
@@ -59,7 +60,7 @@ class LayerwiseConf:
 
 
 @dataclass
-class LayerwiseKeys(DataKeys, QuantKeys):
+class LayerwiseKeys(DataKeys, QuantKeys, ScopeKeys):
     """``mode=layerwise``."""
 
     reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
@@ -81,6 +82,7 @@ class LayerwiseStrategy(Strategy):
             compared in chunks of nodes. None: no limit.
         plot: whether to write ``layerwise.png``.
         quant: int8's calibration and quantization options (``checker.low_precision=int8``).
+        scope: which nodes get rows (``include_*``/``exclude_*``, ``runner.graph.scope``).
     """
 
     needs_checker = False
@@ -94,11 +96,13 @@ class LayerwiseStrategy(Strategy):
         max_memory_mb: Optional[float],
         plot: bool,
         quant: Optional[QuantOptions] = None,
+        scope: Optional[Scope] = None,
     ):
         self.ctx, self.checker, self.reference_model = ctx, checker, reference_model
         self.top, self.max_memory_mb, self.plot = top, max_memory_mb, plot
         self.quant = quant or QuantOptions()
         self.calibration: Optional[Calibration] = None
+        self.scope = scope or Scope()
         self.rows: List[NodeRow] = []
         self.outcome: Dict[str, Any] = {}
 
@@ -112,6 +116,10 @@ class LayerwiseStrategy(Strategy):
         golden: Optional[str] = None,
         calibration: Optional[Mapping[str, Any]] = None,
         quantization: Optional[Mapping[str, Any]] = None,
+        include_nodes: Optional[List[str]] = None,
+        exclude_nodes: Optional[List[str]] = None,
+        include_op_types: Optional[List[str]] = None,
+        exclude_op_types: Optional[List[str]] = None,
     ) -> LayerwiseStrategy:
         """Build from ``LayerwiseKeys``.
 
@@ -135,7 +143,8 @@ class LayerwiseStrategy(Strategy):
         if budget is not None and not float(budget) > 0:
             raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
         quant = QuantOptions.from_config(calibration, quantization)
-        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)), quant)
+        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
+        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)), quant, scope)
 
     def next_candidate(self) -> Optional[Candidate]:
         """None: a report checks no candidates."""
@@ -192,7 +201,10 @@ class LayerwiseStrategy(Strategy):
             ArtifactError: the CSV or the plot cannot be written.
         """
         reference, given, target = self._models()
-        rows_of = {n.name for n in compute_nodes(given)}
+        compute = compute_nodes(given)
+        if self.scope.given:
+            self.scope.check([(n.name, n.op_type) for n in compute])
+        rows_of = {n.name for n in compute if self.scope.selects(n.name, n.op_type)}
         if not rows_of:
             raise ModelError(
                 f"{self.ctx.model_path} has no nodes that compute (its graph is empty or only constants); "

@@ -30,7 +30,7 @@ from omegaconf import MISSING
 
 from runner.candidates import Verdict
 from runner.checkers.base import Checker
-from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, candidate
+from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
@@ -38,6 +38,7 @@ from runner.graph.load import fingerprint
 from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_inputs
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
+from runner.graph.scope import Scope
 from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PrecisionKeys(DataKeys, SaveKeys, QuantKeys):
+class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     """``mode=precision``."""
 
     marker: Any = MISSING
@@ -133,6 +134,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
         weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
         quantizer: for int8, builds the QDQ candidates from the run's calibration.
+        forced: indices of nodes that stay in float32 in every candidate (``exclude_nodes``,
+            ``exclude_op_types``), outside the search.
+        scoped: some float nodes are outside the search (``include_*``/``exclude_*``).
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -153,7 +157,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
         save_opts: Optional[Dict[str, Any]] = None,
         weak_typing: bool = False,
         quantizer: Optional[Quantizer] = None,
+        forced: Iterable[int] = (),
+        scoped: bool = False,
     ):
+        self.forced: Units = frozenset(forced)
+        self.scoped = scoped
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
         self.model = model
@@ -215,6 +223,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         checker: Optional[Checker] = None,
         calibration: Optional[Mapping[str, Any]] = None,
         quantization: Optional[Mapping[str, Any]] = None,
+        include_nodes: Optional[List[str]] = None,
+        exclude_nodes: Optional[List[str]] = None,
+        include_op_types: Optional[List[str]] = None,
+        exclude_op_types: Optional[List[str]] = None,
     ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
 
@@ -226,6 +238,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 runs there too (``ranking_backend``).
             calibration, quantization: int8's options (``QuantKeys``): calibrated once here, on
                 the samples of ``inputs=``/``data_loader=``.
+            include_nodes, exclude_nodes, include_op_types, exclude_op_types: the scope
+                (``runner.graph.scope``): only nodes in it are searched; excluded ones stay float32.
 
         Raises:
             ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
@@ -253,6 +267,20 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 load_tensorrt("weak_typing=true")
             model = prepare(ctx.model, low_precision)
             layers = float_nodes(model)
+        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
+        forced: List[int] = []
+        if scope.given:
+            nodes = [(model.graph.node[i].name, model.graph.node[i].op_type) for i in layers]
+            scope.check(nodes, f"the model's {len(layers)} float nodes")
+            forced = [i for i in layers if scope.excluded(*nodes[layers.index(i)])]
+            searched = [i for i in layers if scope.selects(*nodes[layers.index(i)])]
+            log.info(
+                "Scope: %d of %d float nodes searched, %d kept in float32 whatever the search finds",
+                len(searched),
+                len(layers),
+                len(forced),
+            )
+            layers = searched
         ranking: Optional[List[int] | Callable[[], List[int]]] = None
 
         def rank() -> List[int]:
@@ -281,6 +309,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             {"external_data": external_data, "threshold": external_data_threshold},
             weak_typing,
             quantizer,
+            forced,
+            scope.given,
         )
 
     @staticmethod
@@ -320,7 +350,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         """The model in the low precision except ``units``, which stay in float32."""
         if self.converter is None:
             self.converter = Converter(self.model, self.low)
-        return self.converter.convert(self.names(units))
+        return self.converter.convert(self.names(units | self.forced))
 
     def step(self, units: Units) -> str:
         """The conversion that made the candidate."""
@@ -348,7 +378,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             return super().write_candidate(units, model, path)
         from runner.trt.weak_precision import build_weakly_typed
 
-        path.write_bytes(build_weakly_typed(self.model.SerializeToString(), self.names(units), self.low))
+        path.write_bytes(build_weakly_typed(self.model.SerializeToString(), self.names(units | self.forced), self.low))
 
     def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:
         """The model for in-process checkers; none for engines (``weak_typing``)."""
@@ -357,9 +387,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
     # -- gates ----------------------------------------------------------------------------
 
     def _all_kept_failed(self, verdict: Verdict) -> None:
+        where = "every node in scope" if self.scoped else "every node"
+        advice = "widen include_nodes/include_op_types, or check " if self.scoped else "check "
         raise CheckNeverPassedError(
-            "the check fails even with every node in float32, so no kept set can pass; "
-            "check the checker, its tolerances and the golden outputs",
+            f"the check fails even with {where} in float32, so no kept set can pass; "
+            f"{advice}the checker, its tolerances and the golden outputs",
             tail=verdict.details.get("output_tail", ""),
         )
 
@@ -393,6 +425,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         assert self.final is not None
         return {
             "kept_nodes": self.describe(self.final),
+            **({"forced_float": self.describe(self.forced)} if self.forced else {}),
             "kept": len(self.final),
             "total": len(self.layers),
             "output": str(self.output),

@@ -29,11 +29,12 @@ from omegaconf import MISSING
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
-from runner.config import DataKeys, SaveKeys, candidate
+from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
+from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class ReduceKeys(DataKeys, SaveKeys):
+class ReduceKeys(DataKeys, SaveKeys, ScopeKeys):
     """``mode=reduce``."""
 
     marker: Any = MISSING
@@ -94,6 +95,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         source_model: Optional[onnx.ModelProto] = None,
         weights: Optional[SharedWeights] = None,
         bundle_samples: Optional[Callable[[], Sequence[Mapping[str, Any]]]] = None,
+        in_scope: Optional[Units] = None,
     ):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError(
@@ -103,6 +105,9 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
         self.order = list(index.units) if reduce_outputs else list(reversed(index.units))
+        # the scope (include_*/exclude_*): the search stays inside; the nodes outside stay in every candidate
+        self.forced: Units = frozenset(index.units) - in_scope if in_scope is not None else frozenset()
+        self.order = [u for u in self.order if u not in self.forced]
         super().__init__(SetSearch(self.order, marker), index.units, False, output, save_opts, index.fingerprint)
         self.validator = Validator(index.model)
         self.marker_name = marker_name(marker)
@@ -134,6 +139,10 @@ class ReduceStrategy(OnnxSearchStrategy):
         external_data_threshold: int = 1024,
         share_weights: bool = True,
         checker: Optional[Checker] = None,
+        include_nodes: Optional[List[str]] = None,
+        exclude_nodes: Optional[List[str]] = None,
+        include_op_types: Optional[List[str]] = None,
+        exclude_op_types: Optional[List[str]] = None,
     ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
 
@@ -141,6 +150,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             ctx: the run context (model, input shapes, feeds).
             marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
                 external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
+            include_nodes, exclude_nodes, include_op_types, exclude_op_types: the scope
+                (``runner.graph.scope``): the search stays inside it; nodes outside stay in every candidate.
             checker: the run's checker; with ``checker=compare`` its input and golden values make the
                 repro bundle (``runner.repro``); other checkers get none.
                 With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
@@ -157,6 +168,16 @@ class ReduceStrategy(OnnxSearchStrategy):
             model = weights.stub(ctx.model)
         meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
         index = GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
+        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
+        in_scope = None
+        if scope.given:
+            described = {u: index.describe([u]) for u in index.units}
+            nodes = {u: [(d["name"], d["op"]) for d in found] for u, found in described.items()}
+            scope.check([pair for pairs in nodes.values() for pair in pairs])
+            in_scope = frozenset(u for u, pairs in nodes.items() if any(scope.selects(*p) for p in pairs))
+            log.info(
+                "Scope: the search covers %d of %d nodes; the others stay in every candidate", len(in_scope), len(nodes)
+            )
         return cls(
             index,
             marker,
@@ -171,6 +192,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             # the compare checker's values are the check's own; another check decides on its own data, and
             # running the original here could meet the very backend crash being reduced
             (lambda: checker.samples) if isinstance(checker, CompareChecker) else None,
+            in_scope,
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -202,7 +224,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         Computed on demand by a graph walk (time linear in the nodes reached), not from per-node
         ancestor sets, whose memory grows with the square of the node count.
         """
-        out = set(units)
+        out = set(units) | self.forced
         if not self.reduce_inputs:
             out |= self.index.reachable(out, upward=True)
         if not self.reduce_outputs:

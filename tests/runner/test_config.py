@@ -136,8 +136,12 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
 
     assert candidate_options() == [
         "calibration",
+        "exclude_nodes",
+        "exclude_op_types",
         "external_data",
         "external_data_threshold",
+        "include_nodes",
+        "include_op_types",
         "keep_constant_nodes",
         "low_precision",
         "model_input_shapes",
