@@ -31,8 +31,8 @@ from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
-from runner.errors import ConfigError, NothingToDoError
-from runner.graph.load import load_model, save_model
+from runner.errors import ConfigError, NothingToDoError, ShapeError
+from runner.graph.load import is_large, load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
@@ -77,6 +77,11 @@ class ReduceStrategy(OnnxSearchStrategy):
         source_model: the model as loaded, weights included (default: ``index.model``).
         weights: when given, ``index`` was built on its stub and candidate files reference the
             shared weights file instead of holding the bytes.
+        bundle_samples: the samples the repro bundle is computed on, or None for no bundle.
+        in_scope: the units the search covers (``include_*``/``exclude_*``); the others stay in
+            every candidate. None: every unit.
+        concrete: the user gave shapes: the answer's own graph inputs and outputs get them in
+            place of symbolic dimensions (``output_model``).
 
     Raises:
         ConfigError: when both reductions are off (nothing could change).
@@ -96,12 +101,14 @@ class ReduceStrategy(OnnxSearchStrategy):
         weights: Optional[SharedWeights] = None,
         bundle_samples: Optional[Callable[[], Sequence[Mapping[str, Any]]]] = None,
         in_scope: Optional[Units] = None,
+        concrete: bool = False,
     ):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError(
                 "reduce_inputs=false and reduce_outputs=false leave nothing to reduce; enable at least one"
             )
         self.index = index
+        self.concrete = concrete
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
         self.order = list(index.units) if reduce_outputs else list(reversed(index.units))
@@ -193,6 +200,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             # running the original here could meet the very backend crash being reduced
             (lambda: checker.samples) if isinstance(checker, CompareChecker) else None,
             in_scope,
+            bool(ctx.input_shapes or ctx.inputs or ctx.data_loader),
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -244,9 +252,39 @@ class ReduceStrategy(OnnxSearchStrategy):
         return model if weights is None else functools.cache(lambda: weights.load_into(model()))
 
     def output_model(self, units: Units) -> onnx.ModelProto:
-        """A self-contained model of ``units`` (shared weights read back in)."""
+        """A self-contained model of ``units`` (shared weights read back in). With shapes the user
+        gave (``model_input_shapes``, input samples), the model's own graph inputs and outputs get
+        them too, in place of symbolic dimensions, when ONNX Runtime loads it so (an If branch
+        that a concrete shape makes inconsistent can refuse it; the symbolic form is kept then)."""
         model = self.model_for(units)
+        if self.concrete:
+            model = self._concrete(units, model)
         return self.weights.load_into(model) if self.weights is not None else model
+
+    def _concrete(self, units: Units, symbolic: onnx.ModelProto) -> onnx.ModelProto:
+        """``units`` with concrete graph input/output shapes, or ``symbolic`` when it would not load."""
+        try:
+            concrete = self.index.extract(self.closure(units), concrete=True)
+        except ShapeError:
+            return symbolic
+        if [i.type for i in concrete.graph.input] == [i.type for i in symbolic.graph.input] and [
+            o.type for o in concrete.graph.output
+        ] == [o.type for o in symbolic.graph.output]:
+            return symbolic
+        whole = self.weights.load_into(concrete) if self.weights is not None else concrete
+        if is_large(whole):
+            return concrete  # checked as written after it is saved
+        try:
+            import onnxruntime as ort
+
+            ort.InferenceSession(whole.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception as e:  # ONNX Runtime raises Fail/InvalidGraph at load
+            log.info(
+                "The answer keeps symbolic input/output dims: with concrete ones ONNX Runtime refuses it (%s)",
+                str(e).splitlines()[0][:200],
+            )
+            return symbolic
+        return concrete
 
     # -- gates --------------------------------------------------------------------------------
 

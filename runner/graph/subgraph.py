@@ -243,14 +243,15 @@ class GraphIndex:
         self._last_boundary = (keep, (order, inputs, outputs))
         return order, inputs, outputs
 
-    def extract(self, units: Iterable[int]) -> onnx.ModelProto:
+    def extract(self, units: Iterable[int], concrete: bool = False) -> onnx.ModelProto:
         """The subgraph made of ``units`` as a model, with original opsets, domains and metadata.
 
         Boundary tensors are declared with their concrete dtype and shape (from ``meta``: shape
         inference with ``model_input_shapes``, else one ONNX Runtime run). The model's own graph
         inputs and outputs keep their declaration when it has a shape (symbolic dimensions stay:
         made concrete, they can make ONNX Runtime's static inference of an If branch the sample
-        never takes fail at load); one declared without a shape gets the concrete one.
+        never takes fail at load), unless ``concrete``; one declared without a shape gets the
+        concrete one.
 
         Raises:
             ShapeError: when a boundary tensor has no known dtype or shape.
@@ -262,7 +263,8 @@ class GraphIndex:
         try:
             for name in inputs + outputs:
                 m = self.meta.get(name)
-                if name in original and tensors[name].shape is not None and tensors[name].dtype:
+                declared = name in original and tensors[name].shape is not None and tensors[name].dtype
+                if declared and (not concrete or m is None):
                     continue
                 if m is None:
                     why = (

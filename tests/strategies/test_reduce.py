@@ -345,3 +345,22 @@ def test_a_model_of_constants_only_reduces_to_the_failing_node_with_its_input_as
     assert not reduced.graph.input and [t.name for t in reduced.graph.initializer] == ["i"]
     (out,) = ort.InferenceSession(reduced.SerializeToString()).run(None, {})
     np.testing.assert_array_equal(out, [[0, 1, 2, 3]])
+
+
+def test_symbolic_dims_become_the_shapes_the_user_gave(run, tmp_path):
+    """Polygraphy's dynamic-input scenario: X is (1, 2, 'height', 'width'); with model_input_shapes the reduced
+    model's own input (and the boundary output) are declared [1, 2, 5, 5], not symbolic."""
+    nodes = [
+        helper.make_node("Relu", ["X"], ["a"], name="r0"),
+        helper.make_node("Neg", ["a"], ["b"], name="n1"),
+        helper.make_node("Abs", ["b"], ["Y"], name="a2"),
+    ]
+    dims = [1, 2, "height", "width"]
+    model = tmp_path / "dynamic.onnx"
+    onnx.save(make_model(nodes, [f32("X", dims)], [f32("Y", dims)], []), model)
+    for culprit in ("r0", "a2"):
+        _r, out = _reduce(run, model, [culprit], "model_input_shapes={X:[1,2,5,5]}", out=tmp_path / f"{culprit}.onnx")
+        reduced = onnx.load(str(out))
+        assert _compute_names(out) == [culprit]
+        for vi in list(reduced.graph.input) + list(reduced.graph.output):
+            assert [d.dim_value for d in vi.type.tensor_type.shape.dim] == [1, 2, 5, 5], vi.name
