@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -245,12 +246,15 @@ def run(cfg: DictConfig) -> int:
     summary_path: Optional[Path] = None  # only a path the output plan accepted, or the run's own directory
     plan: Optional[OutputPlan] = None
     code = 0
+    fatal_stack = contextlib.ExitStack()
     with signals.handled():
         try:
             console.configure(cfg.get("quiet", 0), bool(cfg.get("silent", False)), bool(cfg.verbose))
             directory = lock_run_dir(run_dir(cfg))
             refuse_finished(directory, bool(cfg.get("reuse_run_dir", False)))
             summary_path = directory / "summary.json"
+            fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.replay)
+            fatal_stack.enter_context(signals.fatal_log(fatal))
             check_mode_keys(cfg.mode.name, _set_keys())
             files = model_files(cfg.get("model"))  # the model and its external data: read, never written
             plan = _plan(cfg, _files_read(cfg))
@@ -264,6 +268,7 @@ def run(cfg: DictConfig) -> int:
                 identity,
                 cfg.replay.force,
                 bool(cfg.replay.get("retry_pending", False)),
+                fatal,
             )
             ctx = _context(cfg, directory, files)
             if mode_uses(cfg.mode.name, "executor"):
@@ -341,6 +346,7 @@ def run(cfg: DictConfig) -> int:
             summary["status"] = f"internal error: {type(e).__name__}: {e}"
             raise
         finally:
+            fatal_stack.close()
             if executor is not None:
                 executor.close()
             if checker is not None:

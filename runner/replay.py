@@ -9,12 +9,15 @@ check, the inputs); loading a replay of another identity is an error naming what
 ``replay.force=true``. Entries of the wrong type are errors, never coerced.
 
 Crash safety (as Polygraphy's ``_skip_current`` replay entry): before a check starts, its candidate
-is recorded as *pending*; its verdict clears it. A check that kills the runner (a segfault in an
-in-process check, an abort) leaves it pending, and a run resumed from that replay counts the one
+is recorded as *pending*, with the run's fatal-signal log (``runner.signals.fatal_log``: Python's
+``faulthandler`` writes there when the process dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL);
+its verdict clears it. A check that kills the runner (a segfault in an in-process check, an abort)
+leaves it pending with a non-empty fatal log, and a run resumed from that replay counts the one
 pending candidate as a **crash**: a failing verdict of its own kind (``details["crash"]``, counted
-as ``crashes`` in ``summary.json``), so the search moves on instead of crashing again.
-``replay.retry_pending=true`` checks it again instead (the runner was killed for another reason).
-Several pending candidates (a parallel round) cannot tell which one crashed: they are checked again.
+as ``crashes`` in ``summary.json``), so the search moves on instead of crashing again. A runner
+killed from outside (``kill -9``, the OOM killer, a power cut) writes no fatal log: its pending
+candidate is checked again, as ``replay.retry_pending=true`` asks for any. Several pending
+candidates (a parallel round) cannot tell which one crashed: they are checked again.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Replay:
         force: reuse a loaded replay's verdicts even when its identity differs.
         retry_pending: check a loaded replay's pending candidate again instead of counting it as
             a crash.
+        fatal_log: where this run's fatal signals are logged, recorded with each pending candidate.
 
     Raises:
         ConfigError: when ``load_path`` is missing, not a replay file, from another mode, of
@@ -61,6 +65,7 @@ class Replay:
         identity: Optional[Dict[str, Any]] = None,
         force: bool = False,
         retry_pending: bool = False,
+        fatal_log: Optional[Path] = None,
     ):
         self.save_path = Path(save_path)
         self.mode = mode
@@ -71,6 +76,7 @@ class Replay:
         self.foreign: Set[str] = set()
         #: candidates whose check has started and not ended, by key
         self.pending: Dict[str, Dict[str, Any]] = {}
+        self.fatal_log = fatal_log
         if load_path is not None:
             entries, changed, pending = self._read(Path(load_path), mode, self.identity, force)
             for entry in entries:
@@ -92,11 +98,19 @@ class Replay:
         open_ = [p for p in pending if p["key"] not in self._known]
         if not open_:
             return
-        if retry or len(open_) > 1:
-            why = "replay.retry_pending=true" if retry else "several were running: which one crashed is unknown"
+        entry = open_[0]
+        fatal = entry.get("fatal_log")
+        died = isinstance(fatal, str) and Path(fatal).is_file() and Path(fatal).stat().st_size > 0
+        if retry or len(open_) > 1 or not died:
+            why = (
+                "replay.retry_pending=true"
+                if retry
+                else "several were running: which one crashed is unknown"
+                if len(open_) > 1
+                else "the runner was killed from outside: no fatal signal was logged"
+            )
             log.warning("%d check(s) of %s never ended; they are checked again (%s)", len(open_), path, why)
             return
-        entry = open_[0]
         self._known[entry["key"]] = Verdict(
             passed=False,
             reason="crashed the runner when it was checked before (pending in the replay)",
@@ -112,7 +126,12 @@ class Replay:
 
     def begin(self, iteration: int, candidate: Candidate) -> None:
         """Record a candidate as pending before its check starts (one file write per round: ``flush``)."""
-        self.pending[candidate.key] = {"iteration": iteration, "key": candidate.key, "label": candidate.label}
+        self.pending[candidate.key] = {
+            "iteration": iteration,
+            "key": candidate.key,
+            "label": candidate.label,
+            "fatal_log": str(self.fatal_log) if self.fatal_log is not None else None,
+        }
 
     def end(self, keys: List[str]) -> None:
         """Clear pending candidates whose checks will not end (the run stops cleanly) and rewrite the file."""

@@ -7,6 +7,7 @@ reports a process ended by that signal.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -58,3 +59,39 @@ def handled() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def fatal_log(path: Any) -> Iterator[Any]:
+    """Log fatal signals (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) of this process to ``path`` for
+    the ``with`` block (Python's ``faulthandler``, every thread's traceback): a run that dies of one
+    leaves a non-empty file, a run killed from outside (SIGKILL) an empty one. The file is removed
+    when the block ends normally or by an exception, and ``faulthandler`` is set back as it was (to
+    stderr if it was on, e.g. under pytest).
+
+    Args:
+        path: the log file (a ``pathlib.Path``); None: do nothing.
+
+    Yields:
+        ``path``.
+    """
+    import faulthandler
+    import os
+    import sys
+
+    if path is None:
+        yield None
+        return
+    was_on = faulthandler.is_enabled()
+    log = open(path, "w")  # noqa: SIM115 (faulthandler writes to it until the block ends)
+    faulthandler.enable(file=log, all_threads=True)
+    try:
+        yield path
+    finally:
+        faulthandler.disable()
+        log.close()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.unlink(path)
+        if was_on:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                faulthandler.enable(file=sys.__stderr__, all_threads=True)

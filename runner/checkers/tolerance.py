@@ -126,11 +126,12 @@ class Tolerances:
 
 def _errors(a64: np.ndarray, b64: np.ndarray) -> Dict[str, Any]:
     finite = np.isfinite(a64) & np.isfinite(b64)
-    a, b = a64[finite], b64[finite]
+    a, b = (a64.ravel(), b64.ravel()) if finite.all() else (a64[finite], b64[finite])  # no copies when all finite
     diff = np.abs(a - b)
-    rel = diff / np.where(b == 0, EPSILON, np.abs(b))
+    abs_b = np.abs(b)
     nz = b != 0
-    norm_b, norm_d, norm_a = float(np.linalg.norm(b)), float(np.linalg.norm(a - b)), float(np.linalg.norm(a))
+    rel = diff / np.where(nz, abs_b, EPSILON)
+    norm_b, norm_d, norm_a = float(np.linalg.norm(b)), float(np.linalg.norm(diff)), float(np.linalg.norm(a))
     if norm_b == 0:
         rel_l2 = 0.0 if norm_d == 0 else float("inf")
     else:
@@ -145,7 +146,7 @@ def _errors(a64: np.ndarray, b64: np.ndarray) -> Dict[str, Any]:
         "diff": diff,
         "rel": rel,
         "max_abs": float(diff.max()) if diff.size else 0.0,
-        "max_rel": float((diff[nz] / np.abs(b[nz])).max()) if nz.any() else 0.0,
+        "max_rel": float(np.max(rel, where=nz, initial=0.0)),
         "mean_abs": float(diff.mean()) if diff.size else 0.0,
         "median_abs": float(np.median(diff)) if diff.size else 0.0,
         "rel_l2": rel_l2,

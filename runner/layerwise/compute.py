@@ -147,6 +147,8 @@ class LayerwiseComparison:
         low: float16, bfloat16 or None: the precision whose range ``in_range`` is about.
         chunk_bytes: bytes of one chunk's values (``layerwise.max_memory_mb``), or None for one chunk.
         sizes: ``{tensor: bytes}`` estimates for chunking.
+        pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
+            the nodes.
 
     Raises:
         ModelError: a backend cannot run a model.
@@ -164,6 +166,7 @@ class LayerwiseComparison:
         low: Optional[str] = None,
         chunk_bytes: Optional[int] = None,
         sizes: Optional[Mapping[str, int]] = None,
+        pairs: bool = True,
     ):
         self.reference, self.target = reference, target
         self.weights_of = weights_of
@@ -176,7 +179,7 @@ class LayerwiseComparison:
         self.chains = input_chains(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
         self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
-        self.pairs: Dict[str, PairRow] = self._pair_rows(reference, target)
+        self.pairs: Dict[str, PairRow] = self._pair_rows(reference, target) if pairs else {}
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
 
     def _pair_rows(self, reference: onnx.ModelProto, target: onnx.ModelProto) -> Dict[str, PairRow]:

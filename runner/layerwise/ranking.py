@@ -109,6 +109,7 @@ def introduced_ranking(
             backend if backend is not None else make_backend("fp16_emulation"),
             Tolerances(),
             low,
+            pairs=False,
         )
         rows = comparison.run(samples)
         by_name = {r.node: r for r in rows}
