@@ -94,4 +94,4 @@ def fatal_log(path: Any) -> Iterator[Any]:
             os.unlink(path)
         if was_on:
             with contextlib.suppress(OSError, ValueError, AttributeError):
-                faulthandler.enable(file=sys.__stderr__, all_threads=True)
+                faulthandler.enable(file=sys.__stderr__ or sys.stderr, all_threads=True)
