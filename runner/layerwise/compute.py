@@ -20,6 +20,7 @@ the memory budget).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
@@ -141,7 +142,8 @@ class LayerwiseComparison:
         rows_of: names of the target's nodes to report (others, e.g. Casts a conversion inserted,
             run but are not reported); None reports every compute node.
         weights_of: ``{node name: largest |weight|}`` before any conversion (``weight_peaks``).
-        run_reference: ``(model, feeds) -> {tensor: value}`` for the marked reference model.
+        run_reference: ``(model, feeds, key=...) -> {tensor: value}`` for the marked reference model
+            (a backend's ``run``; ``key`` names the model for its session cache).
         target_backend: the backend that runs the target and the isolated models.
         rule: the checker's tolerances (first divergence).
         low: float16, bfloat16 or None: the precision whose range ``in_range`` is about.
@@ -160,7 +162,7 @@ class LayerwiseComparison:
         target: onnx.ModelProto,
         rows_of: Optional[Set[str]],
         weights_of: Mapping[str, float],
-        run_reference: Callable[[onnx.ModelProto, Mapping[str, np.ndarray]], Dict[str, np.ndarray]],
+        run_reference: Callable[..., Dict[str, np.ndarray]],
         target_backend: Backend,
         rule: Tolerances,
         low: Optional[str] = None,
@@ -181,6 +183,7 @@ class LayerwiseComparison:
         self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
         self.pairs: Dict[str, PairRow] = self._pair_rows(reference, target) if pairs else {}
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
+        self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
 
     def _pair_rows(self, reference: onnx.ModelProto, target: onnx.ModelProto) -> Dict[str, PairRow]:
         """A row per DequantizeLinear output the target's compute nodes read, keyed by it; a weight's
@@ -338,7 +341,8 @@ class LayerwiseComparison:
         outs = [o for n in chunk for o in n.output if o]
         reads = [i for n in chunk for i in n.input if i and i not in self.weights]
         needed = [self.ref_name(t) for t in outs + reads]
-        ref = self.run_reference(marked(self.reference, [n for n in needed if n]), feeds)
+        reference = self._built(("reference", id(chunk)), lambda: marked(self.reference, [n for n in needed if n]))
+        ref = self.run_reference(reference, feeds, key=self._key("reference", chunk))
         ref = {**{k: np.asarray(v) for k, v in feeds.items()}, **ref}
 
         def ref_value(tensor: str) -> Optional[np.ndarray]:
@@ -350,7 +354,8 @@ class LayerwiseComparison:
             for i in graph_inputs(self.target)
             if i.name in feeds
         }
-        got = self.backend.run(marked(self.target, outs), target_feeds)
+        target = self._built(("target", id(chunk)), lambda: marked(self.target, outs))
+        got = self.backend.run(target, target_feeds, key=self._key("target", chunk))
         alone, saturated = self._introduced(chunk, ref_value)
         self._compare_pairs(alone, ref_value)
         for node in chunk:
@@ -371,6 +376,22 @@ class LayerwiseComparison:
                     intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule))
                     if row.introduced is None or _worse(intro, row.introduced):
                         row.introduced = intro
+
+    def _built(self, what: Tuple[Any, ...], build: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
+        """A model of the chunk being compared, built once for all samples (the models of one chunk
+        at a time are held)."""
+        if what not in self._models:
+            if what[0] == "reference":
+                self._models.clear()  # a new chunk: the previous chunk's models are done with
+            self._models[what] = build()
+        return self._models[what]
+
+    def _isolated(self, group: List[onnx.NodeProto]) -> onnx.ModelProto:
+        return isolated_model(self.target, group, self.types, self.weights, self.chains)
+
+    def _key(self, kind: str, what: Any) -> str:
+        """A backend session cache key for a model of this comparison (sessions live across samples)."""
+        return f"layerwise:{id(self)}:{kind}:{hash(tuple(what) if kind == 'alone' else id(what))}"
 
     def _fed(self, tensor: str) -> Optional[str]:
         """The tensor whose reference value feeds ``tensor`` when a node runs alone: the float tensor
@@ -408,8 +429,9 @@ class LayerwiseComparison:
                 skipped[0],
             )
         for group in isolated_groups(self.target, runnable):
+            names = tuple(n.name for n in group)
             try:
-                model = isolated_model(self.target, group, self.types, self.weights, self.chains)
+                model = self._built(("alone", names), functools.partial(self._isolated, group))
             except KeyError as e:  # an outer-scope tensor of a body with no type
                 log.warning("No type for tensor %s; %d nodes with subgraphs are not run alone", e, len(group))
                 continue
@@ -425,7 +447,7 @@ class LayerwiseComparison:
                 log.warning("No reference value for an outer-scope input of %d nodes; not run alone", len(group))
                 continue
             try:
-                out.update(self.backend.run(model, feeds))
+                out.update(self.backend.run(model, feeds, key=self._key("alone", names)))
             except ModelError as e:
                 log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", len(group), e)
         return out, saturated

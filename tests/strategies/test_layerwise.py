@@ -188,7 +188,7 @@ def test_values_in_chunks_give_the_same_rows():
             target,
             {n.name for n in model.graph.node if n.op_type != "Constant"},
             weight_peaks(model),
-            lambda m, f: reference.run(m, f),
+            lambda m, f, key=None: reference.run(m, f, key=key),
             make_backend("fp16_emulation"),
             Tolerances(stat="rel_l2", rtol=0.05),
             "float16",
