@@ -236,7 +236,7 @@ class LayerwiseComparison:
             if golden is None or golden.dtype.kind != "f" or np.shape(golden) != np.shape(got[dq]):
                 continue
             atol, rtol = self.rule.for_output(row.tensor)
-            stats = asdict(compare_tensor(got[dq], golden, atol, rtol, self.rule))
+            stats = asdict(compare_tensor(got[dq], golden, atol, rtol, self.rule, light=True))
             bounds = self._bounds(dq) if row.kind == "activation" else None
             if bounds is not None and golden.size:
                 x = np.asarray(golden, np.float64)
@@ -368,12 +368,12 @@ class LayerwiseComparison:
                 if golden is None or o not in got or golden.dtype.kind not in "biuf":
                     continue
                 atol, rtol = self.rule.for_output(o)
-                acc = asdict(compare_tensor(got[o], golden, atol, rtol, self.rule))
+                acc = asdict(compare_tensor(got[o], golden, atol, rtol, self.rule, light=True))
                 if not row.accumulated or _worse(acc, row.accumulated):
                     row.accumulated, row.tensor, row.passes = acc, o, acc["passed"]
                 row.magnitude = max(row.magnitude, peak(golden))
                 if o in alone:
-                    intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule))
+                    intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule, light=True))
                     if row.introduced is None or _worse(intro, row.introduced):
                         row.introduced = intro
 
