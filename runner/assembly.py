@@ -83,7 +83,7 @@ def _build_checker(cfg: DictConfig) -> Checker:
     node = cfg.checker
     isolate = bool(node.get("isolate", False))
     if "isolate" in node:  # the run's option, not the checker's
-        options = OmegaConf.to_container(node, resolve=True)
+        options = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
         assert isinstance(options, dict)
         options.pop("isolate")
         node = OmegaConf.create(options)

@@ -38,6 +38,38 @@ class Precision(Enum):
     int8 = "int8"  # low_precision only: QDQ, calibrated (``runner.graph.quantize``)
 
 
+#: a candidate the compare checker's backend cannot run: fail, pass or stop ("pass" is a keyword, hence
+#: the functional form; members are named as users write them)
+OnError = Enum("OnError", {"fail": "fail", "pass": "pass", "stop": "stop"})
+
+
+class ErrorStat(Enum):
+    """The statistic ``checker=compare`` judges each output by (Polygraphy's ``--check-error-stat``, and rel_l2)."""
+
+    elemwise = "elemwise"
+    max = "max"
+    mean = "mean"
+    median = "median"
+    quantile = "quantile"
+    rel_l2 = "rel_l2"
+
+
+class GraphOptimization(Enum):
+    """ONNX Runtime's graph optimization level for candidates."""
+
+    disable = "disable"
+    basic = "basic"
+    extended = "extended"
+    all = "all"
+
+
+class SignalIs(Enum):
+    """What a check command killed by a signal counts as: an error that stops the run, or a failure."""
+
+    error = "error"
+    fail = "fail"
+
+
 @dataclass
 class ModeConf:
     """Which strategy drives the lifecycle. ``_target_`` is built with ``instantiate``, given the
@@ -69,7 +101,7 @@ class CommandCheckerConf:
     show_output: bool = False
     hide_fail_output: bool = False
     timeout_s: Optional[float] = None
-    signal_is: str = "error"  # a check killed by a signal: error (stop the run) or fail
+    signal_is: SignalIs = SignalIs.error  # a check killed by a signal: error (stop the run) or fail
 
 
 @dataclass
@@ -99,13 +131,13 @@ class CompareCheckerConf:
     atol: Any = 1e-3  # a number, or {output_name: number, default: number}
     rtol: Any = 1e-3
     max_mismatch_fraction: float = 0.0
-    check_error_stat: str = "elemwise"  # elemwise, max, mean, median, quantile, rel_l2
+    check_error_stat: ErrorStat = ErrorStat.elemwise
     error_quantile: float = 0.5
-    on_error: str = "fail"  # a candidate the backend cannot run: fail, pass or stop
+    on_error: OnError = OnError["fail"]  # a candidate the backend cannot run: fail, pass or stop
     isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
-    graph_optimization_level: str = "all"
+    graph_optimization_level: GraphOptimization = GraphOptimization.all
     # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored).
     # CUDA: cuDNN's default convolution algorithm instead of an exhaustive search per new session (18x
     # cheaper checks on the detector, benchmarks/gpu_checks.py), and no TF32, so fp32 means fp32
@@ -273,7 +305,7 @@ def plain(value: Any) -> Any:
     from omegaconf import OmegaConf
 
     if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)
+        return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
     return getattr(value, "value", value)
 
 

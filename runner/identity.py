@@ -104,7 +104,9 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
     Returns:
         ``{"mode", "model", "check", "data", "candidates"}``.
     """
-    checker = OmegaConf.to_container(cfg.checker, resolve=True) if cfg.get("checker") is not None else {}
+    checker = (
+        OmegaConf.to_container(cfg.checker, resolve=True, enum_to_str=True) if cfg.get("checker") is not None else {}
+    )
     assert isinstance(checker, dict)
     check: Dict[str, Any] = {str(k): v for k, v in checker.items() if k not in DISPLAY_ONLY}
     if isinstance(check.get("cmd"), str):

@@ -14,11 +14,12 @@ import tempfile
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from runner.artifacts import unique_path
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
+from runner.config import plain
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
 
@@ -70,7 +71,7 @@ class CommandChecker(Checker):
         show_output: bool = False,
         hide_fail_output: bool = False,
         timeout_s: Optional[float] = None,
-        signal_is: str = "error",
+        signal_is: Any = "error",
     ):
         if cmd in ("True", "False"):  # Hydra read an unquoted checker.cmd=true/false as a boolean
             cmd = cmd.lower()
@@ -82,6 +83,7 @@ class CommandChecker(Checker):
             raise ConfigError("checker.cmd is empty; set 'checker.cmd=\"python check.py {artifact}\"'")
         if fail_codes and ignore_fail_codes:
             raise ConfigError("checker.fail_codes and checker.ignore_fail_codes exclude each other; set only one")
+        signal_is = plain(signal_is)  # runner.config.SignalIs from the schema
         if signal_is not in ("error", "fail"):
             raise ConfigError(f"checker.signal_is={signal_is!r}; use error (stop the run) or fail (count as a failure)")
         self.signal_is = signal_is

@@ -118,10 +118,10 @@ class CompareChecker(Checker):
         rtol: Tolerance = 1e-3,
         max_mismatch_fraction: float = 0.0,
         providers: Sequence[str] = ("CPUExecutionProvider",),
-        graph_optimization_level: str = "all",
-        check_error_stat: str = "elemwise",
+        graph_optimization_level: Any = "all",
+        check_error_stat: Any = "elemwise",
         error_quantile: float = 0.5,
-        on_error: str = "fail",
+        on_error: Any = "fail",
         low_precision: Optional[str] = None,
         provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
     ):
@@ -130,6 +130,9 @@ class CompareChecker(Checker):
         if self.low is not None and self.low != "int8":  # int8: QDQ models, quantized by the mode
             low_precision_named(self.low, "checker.low_precision")
         self._said_converting = False
+        # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
+        on_error, check_error_stat = plain(on_error), plain(check_error_stat)
+        graph_optimization_level = plain(graph_optimization_level)
         if on_error not in ("fail", "pass", "stop"):
             raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
         self.on_error = on_error

@@ -152,3 +152,26 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
         "weak_typing",
         "workspace",
     ]
+
+
+@pytest.mark.parametrize(
+    "override, choices",
+    [
+        ("checker.on_error=maybe", "[fail, pass, stop]"),
+        ("checker.check_error_stat=p99", "[elemwise, max, mean, median, quantile, rel_l2]"),
+        ("checker.graph_optimization_level=max", "[disable, basic, extended, all]"),
+    ],
+)
+def test_checker_choices_are_enums_checked_before_the_run(override, choices):
+    """The schema's enums: Hydra refuses a value outside them at composition, naming the choices; a valid one
+    reaches the checker as the plain name it compares with."""
+    from runner.assembly import _build_checker
+    from runner.checkers.compare import CompareChecker
+
+    ensure_hydra()
+    with pytest.raises(ConfigCompositionException) as refused:
+        compose("config", overrides=["checker=compare", override])
+    assert choices in str(refused.value.__cause__ or refused.value)
+    cfg = compose("config", overrides=["checker=compare", "checker.on_error=pass", "checker.check_error_stat=rel_l2"])
+    checker = _build_checker(cfg)
+    assert isinstance(checker, CompareChecker) and checker.on_error == "pass" and checker.rule.stat == "rel_l2"
