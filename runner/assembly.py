@@ -266,6 +266,19 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     state.strategy = strategy = _build_strategy(cfg, ctx, state.checker)
     if strategy.needs_checker:
         checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
+        if (
+            bool(cfg.checker.get("isolate", False))
+            and state.executor is not None
+            and state.executor.name
+            in (
+                "processes",
+                "dask",
+            )
+        ):
+            raise ConfigError(
+                f"checker.isolate=true with executor={state.executor.name}: its checks already run in worker "
+                "processes, where a crash is the worker's; drop one of the two"
+            )
         checker.output_dir = directory / "checks"
         checker.bind(ctx)
     iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")

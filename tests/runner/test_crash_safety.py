@@ -80,3 +80,10 @@ def test_isolated_compare_checks_give_the_same_verdicts(run, model, tmp_path):
     isolated = run(*args, "checker.isolate=true")
     assert plain.returncode == isolated.returncode == 0, isolated.stderr[-2000:]
     assert isolated.summary["crashes"] == 0 and plain.summary["good"] == isolated.summary["good"] == 2
+
+
+def test_isolation_inside_worker_processes_is_refused(run, model):
+    from tests.helpers.cli import one_line_error
+
+    r = run(*CHECK, f"model={model}", "checker.isolate=true", "executor=processes")
+    one_line_error(r, "checker.isolate=true with executor=processes", code=2)
