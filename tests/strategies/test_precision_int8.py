@@ -162,3 +162,13 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
     # 1-minimal: without any one kept node the check fails (the minimal marker's log says it checked each)
     log = (r.run_dir / "runner.log").read_text()
     assert "Iteration 2: no node kept" in log and "-> FAIL" in log.split("Iteration 2: no node kept")[1].splitlines()[0]
+
+
+def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, feeds):
+    """Two checks at once (threads; candidates built in the runner's thread, some ahead of their round)."""
+    base = ["mode=precision", "low_precision=int8", "marker=minimal", f"model={model}", f"data_loader={feeds}.pages"]
+    serial = run(*base, *CHECK)
+    parallel = run(*base, *CHECK, "executor=local", "executor.workers=2")
+    assert serial.returncode == parallel.returncode == 0, parallel.stderr[-2000:]
+    assert parallel.summary["kept_nodes"] == serial.summary["kept_nodes"] == [{"name": "scale", "op": "Mul"}]
+    assert parallel.summary["answer_verified"]["check_passed"] is True
