@@ -2,7 +2,9 @@
 
 ``assemble`` locks the run directory, checks the keys set for the mode, plans every path the run
 writes, opens the replay with the run's identity, and builds the context, executor, checker,
-strategy and lifecycle; ``execute`` runs the lifecycle and has the strategy write its answer.
+strategy and lifecycle; ``execute`` runs the lifecycle and has the strategy write its answer. A
+report mode (its strategy has ``needs_checker = False``: layerwise, diff_tactics) takes the short
+path: no lifecycle, only the strategy's ``finish``.
 Both fill one ``RunState`` as they go, so ``runner.app.run`` can report on a run that stopped at
 any step, and register what must be released on two exit stacks: ``resources`` (the fatal-signal
 log, the executor, the checker), closed before the summary is written, and ``holds`` (the output
@@ -281,6 +283,8 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
             )
         checker.output_dir = directory / "checks"
         checker.bind(ctx)
+    if not strategy.needs_checker:
+        return  # a report (layerwise, diff_tactics): no candidates, no lifecycle; execute() runs its finish()
     iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
     paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
     if state.executor is not None and strategy.needs_checker:
@@ -308,7 +312,11 @@ def execute(state: RunState) -> None:
         RunnerError, KeyboardInterrupt: from the run.
     """
     lifecycle, strategy, replay = state.lifecycle, state.strategy, state.replay
-    assert lifecycle is not None and strategy is not None and replay is not None, "assemble() first"
+    assert strategy is not None and replay is not None, "assemble() first"
+    if lifecycle is None:  # a report: its answer is all in finish()
+        strategy.finish()
+        state.summary.update(strategy.result())
+        return
     try:
         lifecycle.run()
     finally:
