@@ -241,6 +241,12 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.replay)
     resources.enter_context(signals.fatal_log(fatal))
     check_mode_keys(cfg.mode.name, _set_keys())
+    executor_name = OmegaConf.select(cfg, "executor.name")
+    if OmegaConf.select(cfg, "checker.isolate") and executor_name in ("processes", "dask"):
+        raise ConfigError(
+            f"checker.isolate=true with executor={executor_name}: its checks already run in worker processes, "
+            "where a crash is the worker's; drop one of the two"
+        )
     files = model_files(cfg.get("model"))  # the model and its external data: read, never written
     state.plan = plan = _plan(cfg, _files_read(cfg))
     holds.callback(plan.release)
@@ -268,19 +274,6 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     state.strategy = strategy = _build_strategy(cfg, ctx, state.checker)
     if strategy.needs_checker:
         checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
-        if (
-            bool(cfg.checker.get("isolate", False))
-            and state.executor is not None
-            and state.executor.name
-            in (
-                "processes",
-                "dask",
-            )
-        ):
-            raise ConfigError(
-                f"checker.isolate=true with executor={state.executor.name}: its checks already run in worker "
-                "processes, where a crash is the worker's; drop one of the two"
-            )
         checker.output_dir = directory / "checks"
         checker.bind(ctx)
     if not strategy.needs_checker:
