@@ -10,6 +10,7 @@ import functools
 import re
 from dataclasses import dataclass, field, fields, make_dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -79,6 +80,8 @@ class ModeConf:
     name: str = MISSING
     default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
     takes_checker: bool = False  # the strategy is given the built checker (``checker=``) instead of the lifecycle
+    help: str = ""  # its lines in ``--help`` (``modes_help``)
+    help_order: int = 100  # where ``--help`` lists it
 
 
 @dataclass
@@ -445,15 +448,38 @@ def mode_options(mode: str, cfg: Any, factory: Any) -> Dict[str, Any]:
     return {name: plain(cfg.get(name)) for name in taken}
 
 
+def modes_help() -> str:
+    """The "Modes" lines of ``--help``, from each mode's YAML (``help``, ``help_order``): a mode added as
+    one module and one YAML file is listed with no other change. Registered as the ``${modes_help:}``
+    resolver that ``conf/config.yaml``'s help template holds."""
+    from omegaconf import OmegaConf
+
+    import conf
+
+    modes = []
+    for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        name = str(spec.get("name", path.stem))
+        modes.append((int(spec.get("help_order", 100)), name, str(spec.get("help", "")).strip().splitlines() or [""]))
+    lines = []
+    for _, name, text in sorted(modes):
+        lines.append(f"  {name:<13} {text[0]}")
+        lines.extend(f"  {'':<13} {more}" for more in text[1:])
+    return "\n".join(lines)
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent).
 
     The group YAML files extend these through their defaults lists, e.g.
     ``conf/checker/command.yaml`` starts with ``defaults: [command_schema]``.
     """
+    from omegaconf import OmegaConf
+
     from runner.rundir import register_resolvers
 
     register_resolvers()
+    OmegaConf.register_new_resolver("modes_help", modes_help, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=run_config())
     cs.store(name="mode_schema", node=ModeConf)

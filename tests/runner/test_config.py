@@ -175,3 +175,12 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
     cfg = compose("config", overrides=["checker=compare", "checker.on_error=pass", "checker.check_error_stat=rel_l2"])
     checker = _build_checker(cfg)
     assert isinstance(checker, CompareChecker) and checker.on_error == "pass" and checker.rule.stat == "rel_l2"
+
+
+def test_help_lists_every_mode_from_its_yaml():
+    from runner.config import mode_keys, modes_help
+
+    lines = modes_help().splitlines()
+    listed = [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")]
+    assert listed == ["reduce", "precision", "layerwise", "repeat", "build", "diff_tactics"]
+    assert set(listed) == set(mode_keys())

@@ -61,6 +61,7 @@ TOY_YAML = """defaults:
 
 name: count_ops
 _target_: strategies.count_ops.CountOps.create
+help: count the nodes of one op type (op=Relu)
 """
 
 
@@ -85,6 +86,11 @@ def test_a_mode_added_as_one_module_and_one_yaml_runs_through_the_cli(tmp_path, 
         ]
         return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
+    listed = subprocess.run(
+        [sys.executable, "-m", "runner", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "  count_ops     count the nodes of one op type (op=Relu)" in listed.stdout, listed.stdout[:2000]
+    assert listed.stdout.index("  reduce ") < listed.stdout.index("  count_ops ")  # help_order: after the others
     ok = cli("op=Add", name="ok")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads((tmp_path / "ok" / "summary.json").read_text())["count"] == 4
