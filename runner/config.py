@@ -350,13 +350,15 @@ def group_targets(group: str) -> Dict[str, str]:
     is the one list of its options (modes, executors)."""
     from pathlib import Path
 
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     import conf
 
     found: Dict[str, str] = {}
     for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
         spec = OmegaConf.load(path)
+        if not isinstance(spec, DictConfig):
+            continue
         found[str(spec.name)] = str(spec._target_)
     return found
 
@@ -452,13 +454,15 @@ def modes_help() -> str:
     """The "Modes" lines of ``--help``, from each mode's YAML (``help``, ``help_order``): a mode added as
     one module and one YAML file is listed with no other change. Registered as the ``${modes_help:}``
     resolver that ``conf/config.yaml``'s help template holds."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     import conf
 
     modes = []
     for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
         spec = OmegaConf.load(path)
+        if not isinstance(spec, DictConfig):
+            continue
         name = str(spec.get("name", path.stem))
         modes.append((int(spec.get("help_order", 100)), name, str(spec.get("help", "")).strip().splitlines() or [""]))
     lines = []
