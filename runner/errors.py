@@ -7,6 +7,12 @@ Each message says what is wrong and how to fix it; the entry point prints it, wr
 from __future__ import annotations
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message, for a one-line error; its type's name when empty."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class RunnerError(Exception):
     """Base class of every error the entry point reports as one line (exit code 2)."""
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
-from runner.errors import ArtifactError, ConfigError, MissingExtraError
+from runner.errors import ArtifactError, ConfigError, MissingExtraError, first_line
 from runner.graph.feeds import graph_inputs, load_npz
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _arrays(obj: Any, where: str) -> Sample:
 
 
 def _polygraphy_error(option: str, path: Path, e: Exception) -> ConfigError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = first_line(e)
     return ConfigError(f"{option}={path}: Polygraphy cannot read it ({first}); give the file polygraphy wrote")
 
 

@@ -15,7 +15,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from runner.errors import ArtifactError, ModelError
+from runner.errors import ArtifactError, ModelError, first_line
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def check_saved(path: str | Path) -> None:
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise ModelError(f"{path} does not pass onnx.checker: {first}") from None
 
 

@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from runner.errors import ConfigError, ModelError
+from runner.errors import ConfigError, ModelError, first_line
 from runner.graph.convert import raise_opset
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import outer_reads
@@ -158,16 +158,8 @@ class _Reader:
             return None
         return {k: as_declared(np.asarray(v), self.types[k]) for k, v in feeds.items()}
 
-    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
-        self._it = None
-        while (feeds := self.get_next()) is not None:
-            yield feeds
-
     def __len__(self) -> int:
         return len(self.samples)
-
-    def set_range(self, start_index: int, end_index: int) -> None:
-        self._it = iter(self.samples[start_index:end_index])
 
 
 @dataclass
@@ -262,7 +254,7 @@ def calibrate(
         except (ConfigError, KeyboardInterrupt):
             raise
         except Exception as e:  # onnxruntime raises Fail/InvalidArgument/ValueError from its calibrators
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise ModelError(
                 f"ONNX Runtime cannot calibrate the model ({first}); check the calibration input"
             ) from None
@@ -350,7 +342,7 @@ class Quantizer:
         except KeyboardInterrupt:
             raise
         except Exception as e:  # the quantizer raises ValueError/KeyError/AssertionError on models it cannot handle
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise ModelError(f"ONNX Runtime's QDQ quantizer fails on the model ({first})") from None
         quantizer.model.topological_sort()  # it appends Q/DQ nodes (its save_model_to_file sorts too)
         out: onnx.ModelProto = quantizer.model.model
