@@ -6,13 +6,18 @@ process shows (exit codes, signals, stdout, the README's commands).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import onnx
 import pytest
 
 from tests.helpers.cli import HAS_NODES, RunResult, run_process, write_script
 from tests.helpers.inprocess import run_in_process
+from tests.helpers.int8 import write_loader
 from tests.helpers.models import chain_model
 
 
@@ -55,3 +60,25 @@ def chain(tmp_path) -> Path:
 def has_nodes_script(tmp_path) -> Path:
     """A check that fails (exit 1) when the model holds every node named on its command line."""
     return write_script(tmp_path / "has_nodes.py", HAS_NODES)
+
+
+@pytest.fixture
+def on_path(tmp_path) -> Iterator[Path]:
+    """``tmp_path`` on ``sys.path`` for the test, as the working directory is for ``python -m runner`` (a
+    ``data_loader=`` or ``checker.target=`` module written there imports). Only that entry is taken off
+    afterwards: restoring the whole of ``sys.path`` (``monkeypatch.syspath_prepend``) also drops what a
+    library added meanwhile, such as ``onnxruntime.transformers``' own directory, without which a later
+    ``import onnxruntime.quantization`` fails (``No module named 'fusion_utils'``)."""
+    sys.path.insert(0, str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+    with contextlib.suppress(ValueError):
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.fixture
+def int8_feeds(on_path, monkeypatch) -> str:
+    """The planted-outlier graph's data loader module (``tests.helpers.int8``), importable for the test."""
+    name = write_loader(on_path)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name

@@ -10,7 +10,7 @@ output is within a few percent: the one node to keep is ``scale``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Any, Dict, Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -75,3 +75,18 @@ def write_loader(directory: Path, name: str = "int8_feeds") -> str:
     """Write the data loader module into ``directory`` (to put on sys.path); its module name."""
     (directory / f"{name}.py").write_text(LOADER)
     return name
+
+
+def calibration_reader(feeds: Iterable[Dict[str, np.ndarray]]) -> Any:
+    """ONNX Runtime's ``CalibrationDataReader`` over ``feeds``, for ``quantize_static`` in a test (a QDQ
+    model made as a user would make it)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self) -> Any:
+            return next(self.it, None)
+
+    return Reader()

@@ -4,6 +4,7 @@ no worker process left after Ctrl-C, and a stopped run resumes to the same answe
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import signal
@@ -95,9 +96,9 @@ def test_gpus_are_numbered_as_this_process_sees_them(monkeypatch):
 
 
 @pytest.mark.slow
-def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chain, monkeypatch):
+def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chain, on_path):
     (tmp_path / "slowcheck.py").write_text(SLOW_CHECK)
-    monkeypatch.syspath_prepend(str(tmp_path))  # python -m runner finds it in its working directory
+    importlib.invalidate_caches()  # on_path: python -m runner finds it in its working directory
     pids, delay = tmp_path / "pids", tmp_path / "delay"
     pids.mkdir()
     check = ["checker=python", "checker.target=slowcheck.check", f"checker.args=[{pids},{delay},n2,n5]"]

@@ -4,6 +4,7 @@ val_range, data_loader, and the errors of each."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,10 @@ def raises():
 
 
 @pytest.fixture
-def loader(tmp_path, monkeypatch) -> str:
+def loader(on_path, monkeypatch) -> str:
     """A data loader module ``feeds_for_test`` on sys.path (as the working directory is for ``python -m``)."""
-    (tmp_path / "feeds_for_test.py").write_text(LOADER)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    (on_path / "feeds_for_test.py").write_text(LOADER)
+    importlib.invalidate_caches()
     monkeypatch.delitem(sys.modules, "feeds_for_test", raising=False)
     return "feeds_for_test"
 

@@ -4,6 +4,7 @@ the real models, every backend that runs here, chunked values, and the report fi
 from __future__ import annotations
 
 import csv
+import importlib
 
 import numpy as np
 import onnx
@@ -220,14 +221,14 @@ def test_isolated_model_feeds_each_node_its_own_inputs():
     assert got["y"][0, 0] == 0
 
 
-def test_several_samples_keep_each_nodes_worst(run, tmp_path, monkeypatch):
+def test_several_samples_keep_each_nodes_worst(run, tmp_path, on_path):
     """Two samples from a data loader, only the second past fp16's range: the overflow is still found."""
     (tmp_path / "two_feeds.py").write_text(
         "import numpy as np\n"
         "def load():\n"
         "    return [{'x': np.full((1, 4), 1.0, np.float32)}, {'x': np.full((1, 4), 250.0, np.float32)}]\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
     path = tmp_path / "overflow.onnx"
     onnx.save(overflow_model(), path)
     s = _layerwise(run, path, "checker.backend=fp16_emulation", "data_loader=two_feeds.load").summary

@@ -4,7 +4,6 @@ QDQ model from ONNX Runtime's quantize_static against its float original; tensor
 from __future__ import annotations
 
 import csv
-import sys
 
 import numpy as np
 import onnx
@@ -13,16 +12,8 @@ import pytest
 from runner.graph.convert import name_nodes
 from runner.graph.qdq import compute_nodes
 from tests.helpers.cli import one_line_error
-from tests.helpers.int8 import outlier_model, samples, write_loader
+from tests.helpers.int8 import calibration_reader, outlier_model, samples
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
-
-
-@pytest.fixture
-def feeds(tmp_path, monkeypatch) -> str:
-    name = write_loader(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    return name
 
 
 def _introduced_share(summary, rows_path):
@@ -32,14 +23,14 @@ def _introduced_share(summary, rows_path):
     return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows
 
 
-def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(run, tmp_path, feeds):
+def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(run, tmp_path, int8_feeds):
     model = tmp_path / "outlier.onnx"
     onnx.save(outlier_model(), model)
     r = run(
         "mode=layerwise",
         f"model={model}",
         "checker.low_precision=int8",
-        f"data_loader={feeds}.pages",
+        f"data_loader={int8_feeds}.pages",
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.05",
         "layerwise.plot=false",
@@ -59,28 +50,21 @@ def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(r
     assert s["calibration"]["samples"] == 4 and s["target"] == "onnxruntime (int8)"
 
 
-def test_a_qdq_model_needs_its_float_original(run, tmp_path, feeds):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+def test_a_qdq_model_needs_its_float_original(run, tmp_path, int8_feeds):
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     model = tmp_path / "outlier.onnx"
     onnx.save(outlier_model(opset=13), model)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = samples()
-
-        def get_next(self):
-            return next(self.it, None)
-
     qdq = tmp_path / "outlier_qdq.onnx"
-    quantize_static(str(model), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
-    r = run("mode=layerwise", f"model={qdq}", f"data_loader={feeds}.pages")
+    quantize_static(str(model), str(qdq), calibration_reader(samples()), quant_format=QuantFormat.QDQ, per_channel=True)
+    r = run("mode=layerwise", f"model={qdq}", f"data_loader={int8_feeds}.pages")
     one_line_error(r, "QDQ", "reference_model=", code=2)
     r = run(
         "mode=layerwise",
         f"model={qdq}",
         f"reference_model={model}",
-        f"data_loader={feeds}.pages",
+        f"data_loader={int8_feeds}.pages",
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.05",
         "layerwise.plot=false",
@@ -94,7 +78,7 @@ def test_a_qdq_model_needs_its_float_original(run, tmp_path, feeds):
 def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_path):
     """ONNX Runtime's own QDQ output for the real classifier (547 compute nodes before): the introduced error of
     at least 95% of its compute nodes, where matching by name alone found 1."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     from examples.text_pages import classifier_lines
     from runner.graph.quantize import prepare_int8
@@ -102,15 +86,10 @@ def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_p
     fp32 = tmp_path / "cls_fp32.onnx"
     onnx.save(prepare_int8(onnx.load(str(need(CLASSIFIER)))), fp32)
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = classifier_lines()
-
-        def get_next(self):
-            return next(self.it, None)
-
     qdq = tmp_path / "cls_qdq.onnx"
-    quantize_static(str(fp32), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    quantize_static(
+        str(fp32), str(qdq), calibration_reader(classifier_lines()), quant_format=QuantFormat.QDQ, per_channel=True
+    )
     r = run(
         "mode=layerwise",
         f"model={qdq}",

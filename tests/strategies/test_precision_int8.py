@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -11,19 +9,10 @@ import pytest
 
 from runner.graph.qdq import has_qdq, quantized_inputs
 from tests.helpers.cli import one_line_error
-from tests.helpers.int8 import integer_model, outlier_model, write_loader
+from tests.helpers.int8 import integer_model, outlier_model
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
 
 CHECK = ["checker=compare", "checker.check_error_stat=rel_l2", "checker.rtol=0.05"]
-
-
-@pytest.fixture
-def feeds(tmp_path, monkeypatch) -> str:
-    """The small graph's data loader module on sys.path (as the working directory is for ``python -m``)."""
-    name = write_loader(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    return name
 
 
 @pytest.fixture
@@ -34,7 +23,7 @@ def model(tmp_path):
 
 
 @pytest.mark.parametrize("marker, direction", [("minimal", "forward"), ("bisect", "ranked"), ("bisect", "forward")])
-def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, model, feeds, marker, direction):
+def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, model, int8_feeds, marker, direction):
     out = tmp_path / f"{marker}_{direction}.onnx"
     r = run(
         "mode=precision",
@@ -42,7 +31,7 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
         f"marker={marker}",
         f"direction={direction}",
         f"model={model}",
-        f"data_loader={feeds}.pages",
+        f"data_loader={int8_feeds}.pages",
         f"output={out}",
         *CHECK,
     )
@@ -62,7 +51,7 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
     assert "opset was raised from 11 to 13" in r.stderr + r.stdout + (r.run_dir / "runner.log").read_text()
 
 
-def test_calibration_runs_once_per_run(run, tmp_path, model, feeds, monkeypatch):
+def test_calibration_runs_once_per_run(run, tmp_path, model, int8_feeds, monkeypatch):
     """ONNX Runtime's calibrators collect ranges in ``collect_data``: one call over a run of several checks."""
     from onnxruntime.quantization.calibrate import MinMaxCalibrater
 
@@ -75,21 +64,26 @@ def test_calibration_runs_once_per_run(run, tmp_path, model, feeds, monkeypatch)
 
     monkeypatch.setattr(MinMaxCalibrater, "collect_data", counted)
     r = run(
-        "mode=precision", "low_precision=int8", "marker=bisect", f"model={model}", f"data_loader={feeds}.pages", *CHECK
+        "mode=precision",
+        "low_precision=int8",
+        "marker=bisect",
+        f"model={model}",
+        f"data_loader={int8_feeds}.pages",
+        *CHECK,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["checks"] >= 4
     assert calls == [4], "one calibration pass over the 4 samples"
 
 
-def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, feeds):
+def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, int8_feeds):
     """With a loose tolerance the fully quantized model passes: all kept, none kept, the answer as written."""
     r = run(
         "mode=precision",
         "low_precision=int8",
         "marker=minimal",
         f"model={model}",
-        f"data_loader={feeds}.pages",
+        f"data_loader={int8_feeds}.pages",
         "checker=compare",
         "checker.check_error_stat=rel_l2",
         "checker.rtol=2",
@@ -98,13 +92,13 @@ def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, feeds):
     assert r.summary["kept"] == 0 and r.summary["checks"] == 3
 
 
-def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, feeds):
+def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, int8_feeds):
     base = ["mode=precision", "low_precision=int8", *CHECK]
     r = run(*base, f"model={model}")
     one_line_error(r, "low_precision=int8 calibrates activation ranges on real input", "data_loader=", code=2)
-    r = run(*base, f"model={model}", f"data_loader={feeds}.wrong_names")
+    r = run(*base, f"model={model}", f"data_loader={int8_feeds}.wrong_names")
     one_line_error(r, "lacks model inputs", code=2)
-    r = run(*base, f"model={model}", f"data_loader={feeds}.pages", "calibration.method=best")
+    r = run(*base, f"model={model}", f"data_loader={int8_feeds}.pages", "calibration.method=best")
     one_line_error(r, "calibration.method=best", code=2)
     ints = tmp_path / "ints.onnx"
     onnx.save(integer_model(), ints)
@@ -112,7 +106,7 @@ def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, feeds):
     np.savez(inputs, a=np.arange(4, dtype=np.int64))
     r = run(*base, f"model={ints}", f"inputs={inputs}")
     one_line_error(r, "int8", code=2)
-    r = run(*base, f"model={model}", f"data_loader={feeds}.pages", "weak_typing=true")
+    r = run(*base, f"model={model}", f"data_loader={int8_feeds}.pages", "weak_typing=true")
     one_line_error(r, "strongly typed", code=2)
 
 
@@ -164,9 +158,15 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
     assert "Iteration 2: no node kept" in log and "-> FAIL" in log.split("Iteration 2: no node kept")[1].splitlines()[0]
 
 
-def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, feeds):
+def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, int8_feeds):
     """Two checks at once (threads; candidates built in the runner's thread, some ahead of their round)."""
-    base = ["mode=precision", "low_precision=int8", "marker=minimal", f"model={model}", f"data_loader={feeds}.pages"]
+    base = [
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        f"data_loader={int8_feeds}.pages",
+    ]
     serial = run(*base, *CHECK)
     parallel = run(*base, *CHECK, "executor=local", "executor.workers=2")
     assert serial.returncode == parallel.returncode == 0, parallel.stderr[-2000:]
