@@ -12,10 +12,10 @@ For each node of the target model (in topological order):
 Tensors are matched by name, through the float Casts a precision conversion inserts (as
 ``checker=compare`` matches them) and through Q/DQ pairs (``runner.graph.qdq``). In a QDQ (int8)
 target a node runs alone with its own Q/DQ pairs (its inputs and weights rounded as the target
-rounds them), and each pair's own error is measured too (``PairRow``: the float tensor against
-itself quantized and dequantized, with its SQNR). Cost: per chunk of nodes, one reference run, one target run
-and one run of the isolated model per sample (a chunk is the whole model unless its values pass
-the memory budget).
+rounds them), and each pair's own error is measured too (``runner.layerwise.pairs``: the float
+tensor against itself quantized and dequantized, with its SQNR). Cost: per chunk of nodes, one
+reference run, one target run and one run of the isolated model per sample (a chunk is the whole
+model unless its values pass the memory budget).
 """
 
 from __future__ import annotations
@@ -36,38 +36,11 @@ from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
 from runner.graph.precisions import LOW_PRECISIONS
 from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
+from runner.layerwise.pairs import PairRow, QDQPairs
 from runner.layerwise.persistence import trace
-from runner.layerwise.tensors import cast_aliases, fed_value, nan_as_inf, peak, tensor_types
+from runner.layerwise.tensors import cast_aliases, fed_value, peak, tensor_types, worse
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PairRow:
-    """One quantization point of a QDQ target: a float tensor rounded through Q/DQ (worst sample).
-
-    Attributes:
-        tensor: the float tensor (the reference's name; a weight's initializer name).
-        dequantized: the DequantizeLinear output the target's nodes read.
-        kind: "activation" or "weight".
-        readers: the compute nodes that read the dequantized tensor.
-        error: the dequantized value against the float one (``OutputStats`` fields, with
-            ``sqnr_db``).
-        clipped: the fraction of float values outside the dequantized range (saturated by the
-            calibrated scale); 0 for weights, whose scale covers their range.
-        channel_sqnr_db: the lowest SQNR (dB) of one channel (axis 1 of an activation, axis 0 of
-            a weight), or None when every channel is exact: one scale for a tensor whose channels
-            differ in range rounds the small channels away, which the tensor's SQNR hides and a
-            reader that rescales channels (BatchNormalization, Mul) brings out.
-    """
-
-    tensor: str
-    dequantized: str
-    kind: str
-    readers: List[str]
-    error: Dict[str, Any] = field(default_factory=dict)
-    clipped: float = 0.0
-    channel_sqnr_db: Optional[float] = None
 
 
 @dataclass
@@ -105,31 +78,6 @@ class NodeRow:
     passes: bool = True
     saturated: List[str] = field(default_factory=list)
     absorbed_by: Optional[str] = None
-
-
-def channel_sqnr_db(actual: np.ndarray, golden: np.ndarray, axis: int) -> Optional[float]:
-    """The lowest per-channel SQNR in dB (``-20 log10`` of each channel's relative L2 error along
-    ``axis``) over channels with signal and error; None for a scalar/1-D tensor or when none has both."""
-    if golden.ndim < 2 or axis >= golden.ndim:
-        return None
-    a = np.moveaxis(np.asarray(actual, np.float64), axis, 0).reshape(golden.shape[axis], -1)
-    b = np.moveaxis(np.asarray(golden, np.float64), axis, 0).reshape(golden.shape[axis], -1)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        noise = np.linalg.norm(a - b, axis=1)
-        signal = np.linalg.norm(b, axis=1)
-        ok = np.isfinite(noise) & np.isfinite(signal) & (noise > 0) & (signal > 0)
-        if not ok.any():
-            return None
-        return float(np.min(20.0 * np.log10(signal[ok] / noise[ok])))
-
-
-def _worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
-    """Whether statistics ``a`` are worse than ``b`` (a failure, new NaN/Inf, then rel_l2)."""
-    return (not a["passed"], a["new_nonfinite"] > 0, nan_as_inf(a["rel_l2"])) > (
-        not b["passed"],
-        b["new_nonfinite"] > 0,
-        nan_as_inf(b["rel_l2"]),
-    )
 
 
 class LayerwiseComparison:
@@ -181,92 +129,13 @@ class LayerwiseComparison:
         self.chains = input_chains(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
         self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
-        self.pairs: Dict[str, PairRow] = self._pair_rows(reference, target) if pairs else {}
+        self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
 
-    def _pair_rows(self, reference: onnx.ModelProto, target: onnx.ModelProto) -> Dict[str, PairRow]:
-        """A row per DequantizeLinear output the target's compute nodes read, keyed by it; a weight's
-        float tensor is the one the reference's node of the same name reads at the same input."""
-        readers: Dict[str, List[str]] = {}
-        weight_of: Dict[str, str] = {}
-        ref_nodes = {n.name: n for n in reference.graph.node}
-        for node in target.graph.node:
-            if is_qdq(node) or node.op_type == "Constant":
-                continue
-            for k, name in enumerate(node.input):
-                chain = self.chains.get(name)
-                if chain is None:
-                    continue
-                readers.setdefault(name, []).append(node.name)
-                ref = ref_nodes.get(node.name)
-                if chain.source is None and ref is not None and k < len(ref.input):
-                    weight_of.setdefault(name, ref.input[k])
-        self.ref_weights = {i.name: i for i in reference.graph.initializer}
-        self._inits = {i.name: i for i in target.graph.initializer}
-        rows: Dict[str, PairRow] = {}
-        for dq, names in readers.items():
-            chain = self.chains[dq]
-            if chain.source is not None:
-                rows[dq] = PairRow(self.ref_name(chain.source) or chain.source, dq, "activation", names)
-            elif weight_of.get(dq) in self.ref_weights:
-                rows[dq] = PairRow(weight_of[dq], dq, "weight", names)
-        return rows
-
     def pair_rows(self) -> List[PairRow]:
-        """The quantization points compared (``run`` fills them), activations then weights, each
-        in graph order; empty for a target without Q/DQ."""
-        rows = [r for r in self.pairs.values() if r.error]
-        return [r for r in rows if r.kind == "activation"] + [r for r in rows if r.kind == "weight"]
-
-    def _compare_pairs(self, got: Mapping[str, np.ndarray], ref_value: Callable[[str], Optional[np.ndarray]]) -> None:
-        """Each copied Q/DQ pair's output (``got``, from the isolated models) against its float value."""
-        from onnx import numpy_helper
-
-        for dq, row in self.pairs.items():
-            if dq not in got:
-                continue
-            if row.kind == "weight":
-                if row.error:
-                    continue  # the same every sample
-                golden: Optional[np.ndarray] = numpy_helper.to_array(self.ref_weights[row.tensor])
-            else:
-                source = self.chains[dq].source
-                golden = ref_value(source) if source is not None else None
-            if golden is None or golden.dtype.kind != "f" or np.shape(golden) != np.shape(got[dq]):
-                continue
-            atol, rtol = self.rule.for_output(row.tensor)
-            stats = asdict(compare_tensor(got[dq], golden, atol, rtol, self.rule, light=True))
-            bounds = self._bounds(dq) if row.kind == "activation" else None
-            if bounds is not None and golden.size:
-                x = np.asarray(golden, np.float64)
-                outside = np.count_nonzero((x < bounds[0]) | (x > bounds[1]))
-                row.clipped = max(row.clipped, float(outside) / x.size)
-            if not row.error or _worse(stats, row.error):
-                row.error = stats
-            worst = channel_sqnr_db(np.asarray(got[dq]), np.asarray(golden), 1 if row.kind == "activation" else 0)
-            if worst is not None and (row.channel_sqnr_db is None or worst < row.channel_sqnr_db):
-                row.channel_sqnr_db = worst
-
-    def _bounds(self, dq: str) -> Optional[Tuple[float, float]]:
-        """The float range a per-tensor Q/DQ pair represents, half a step wider each side (a value
-        outside it is saturated by the scale), from its scale and zero point initializers."""
-        from onnx import numpy_helper
-
-        q = self.chains[dq].nodes[0]
-        if q.op_type != "QuantizeLinear" or len(q.input) < 2:
-            return None
-        scale = self._inits.get(q.input[1])
-        zp = self._inits.get(q.input[2]) if len(q.input) > 2 else None
-        if scale is None or np.prod(scale.dims, dtype=np.int64) != 1:
-            return None
-        step = float(numpy_helper.to_array(scale).reshape(()))
-        zero = numpy_helper.to_array(zp) if zp is not None else np.zeros((), np.uint8)
-        info = np.iinfo(zero.dtype) if zero.dtype.kind in "iu" else None
-        if info is None:
-            return None
-        z = float(zero.reshape(()))
-        return ((info.min - z - 0.5) * step, (info.max - z + 0.5) * step)
+        """The Q/DQ pairs compared (``run`` fills them, ``QDQPairs.rows``); empty without Q/DQ or pairs."""
+        return self.pairs.rows() if self.pairs is not None else []
 
     def ref_name(self, tensor: str) -> Optional[str]:
         """The reference tensor holding ``tensor``'s reference value, or None."""
@@ -357,7 +226,8 @@ class LayerwiseComparison:
         target = self._built(("target", id(chunk)), lambda: marked(self.target, outs))
         got = self.backend.run(target, target_feeds, key=self._key("target", chunk))
         alone, saturated = self._introduced(chunk, ref_value)
-        self._compare_pairs(alone, ref_value)
+        if self.pairs is not None:
+            self.pairs.compare(alone, ref_value)
         for node in chunk:
             if node.name not in reported:
                 continue
@@ -369,12 +239,12 @@ class LayerwiseComparison:
                     continue
                 atol, rtol = self.rule.for_output(o)
                 acc = asdict(compare_tensor(got[o], golden, atol, rtol, self.rule, light=True))
-                if not row.accumulated or _worse(acc, row.accumulated):
+                if not row.accumulated or worse(acc, row.accumulated):
                     row.accumulated, row.tensor, row.passes = acc, o, acc["passed"]
                 row.magnitude = max(row.magnitude, peak(golden))
                 if o in alone:
                     intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule, light=True))
-                    if row.introduced is None or _worse(intro, row.introduced):
+                    if row.introduced is None or worse(intro, row.introduced):
                         row.introduced = intro
 
     def _built(self, what: Tuple[Any, ...], build: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:

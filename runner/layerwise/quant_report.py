@@ -1,5 +1,5 @@
 """What ``mode=layerwise`` writes about a QDQ target's quantization points: ``quantization.csv``
-and the ``quantization`` summary field (``PairRow``s of ``runner.layerwise.compute``).
+and the ``quantization`` summary field (``PairRow``s of ``runner.layerwise.pairs``).
 
 A pair read only by Relu or Clip may clip far more than its SQNR suggests is harmless: ONNX
 Runtime's quantizer gives such a tensor the range of the activation's output (its
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
-from runner.layerwise.compute import PairRow
+from runner.layerwise.pairs import PairRow
 
 #: readers that clip their input themselves
 CLIPPING_READERS = frozenset({"Relu", "Clip"})

@@ -4,7 +4,7 @@ target's tensors to the reference's through a conversion's Casts."""
 from __future__ import annotations
 
 import logging
-from typing import Dict, Set, Tuple
+from typing import Any, Dict, Set, Tuple
 
 import numpy as np
 import onnx
@@ -102,6 +102,15 @@ def fed_value(value: np.ndarray, elem_type: int) -> Tuple[np.ndarray, bool]:
         if big.any():
             return np.clip(a, -FLOAT16.max_finite, FLOAT16.max_finite).astype(np.float16), True
     return as_declared(value, elem_type), False
+
+
+def worse(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
+    """Whether statistics ``a`` are worse than ``b`` (a failure, new NaN/Inf, then rel_l2)."""
+    return (not a["passed"], a["new_nonfinite"] > 0, nan_as_inf(a["rel_l2"])) > (
+        not b["passed"],
+        b["new_nonfinite"] > 0,
+        nan_as_inf(b["rel_l2"]),
+    )
 
 
 def nan_as_inf(x: float) -> float:
