@@ -43,6 +43,7 @@ from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
+from strategies.deferred_search import DeferredSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch
 from strategies.ranked_search import RankedSearch
@@ -92,30 +93,6 @@ def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Ma
         node = model.graph.node[i]
         score[i] = max([peak(n) for n in list(node.output) + list(node.input) if n] or [0.0])
     return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
-
-
-class DeferredSearch:
-    """A search built when first used: int8's ranking costs a layerwise pass (seconds to minutes), and
-    a model that passes fully quantized (the gate checked first) never needs it.
-
-    Args:
-        build: makes the search.
-        stand_in: a search of the same size, whose ``remaining()`` estimates the real one's until
-            it is built (progress display only).
-    """
-
-    def __init__(self, build: Callable[[], Search], stand_in: Search):
-        self._build, self._stand_in = build, stand_in
-        self._search: Optional[Search] = None
-
-    def remaining(self) -> int:
-        """The built search's estimate, else the stand-in's."""
-        return (self._search or self._stand_in).remaining()
-
-    def __getattr__(self, name: str) -> Any:
-        if self._search is None:
-            self._search = self._build()
-        return getattr(self._search, name)
 
 
 class PrecisionStrategy(OnnxSearchStrategy):
