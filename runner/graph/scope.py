@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple
+from typing import Iterable, Optional, Pattern, Sequence, Tuple
 
 from runner.errors import ConfigError
 
@@ -105,14 +105,3 @@ class Scope:
                 raise ConfigError(f"{option}: {what} has no node of op type {missing}; it has {sorted(ops)}")
         if pairs and not any(self.selects(name, op) for name, op in pairs):
             raise ConfigError(f"the scope options leave no node of {what} in scope; loosen include_*/exclude_*")
-
-
-def scope_of(options: Mapping[str, Any]) -> Scope:
-    """``Scope.from_options`` of a mode's options (missing keys: none given)."""
-    keys = ("include_nodes", "exclude_nodes", "include_op_types", "exclude_op_types")
-    return Scope.from_options(*(list(options.get(k) or []) for k in keys))
-
-
-def names(patterns: Sequence[Pattern[str]]) -> List[str]:
-    """The source of compiled patterns, for messages and the summary."""
-    return [p.pattern for p in patterns]
