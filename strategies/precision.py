@@ -36,7 +36,7 @@ from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
 from runner.graph.precisions import low_precision as named_low_precision
-from runner.graph.qdq import quantized_inputs
+from runner.graph.qdq import quantized_nodes
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.summaries import TensorSummary, summarize
@@ -307,7 +307,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             )
         model = prepare_int8(ctx.model)
         quantizer = Quantizer(model, calibrate(model, ctx.samples, options), options)
-        quantized = quantized_inputs(quantizer.convert([]))
+        quantized = quantized_nodes(quantizer.convert([]))
         layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
         if not layers:
             raise ConfigError(

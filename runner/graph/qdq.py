@@ -73,7 +73,7 @@ def input_chains(model: onnx.ModelProto) -> Dict[str, Chain]:
     return chains
 
 
-def qdq_aliases(model: onnx.ModelProto, known: Set[str]) -> Dict[str, str]:
+def qdq_aliases(model: onnx.ModelProto, known: Set[str], chains: Optional[Dict[str, Chain]] = None) -> Dict[str, str]:
     """For tensors of a QDQ ``model`` that a float original (its tensors ``known``) does not have,
     the original tensor holding the same value before rounding.
 
@@ -86,11 +86,12 @@ def qdq_aliases(model: onnx.ModelProto, known: Set[str]) -> Dict[str, str]:
     Args:
         model: the QDQ model.
         known: the tensor names of the float original.
+        chains: ``input_chains(model)`` when the caller has it already.
 
     Returns:
         ``{QDQ model's tensor: original tensor}``, for tensors not in ``known`` only.
     """
-    chains = input_chains(model)
+    chains = input_chains(model) if chains is None else chains
     alias: Dict[str, str] = {}
     for out, chain in chains.items():
         if out in known or chain.source is None:
@@ -108,13 +109,8 @@ def qdq_aliases(model: onnx.ModelProto, known: Set[str]) -> Dict[str, str]:
     return alias
 
 
-def quantized_inputs(model: onnx.ModelProto) -> Dict[str, List[int]]:
-    """``{node name: positions of its inputs a DequantizeLinear makes}`` for the compute nodes that
-    read any: the nodes the model runs quantized."""
+def quantized_nodes(model: onnx.ModelProto) -> Set[str]:
+    """The names of the compute nodes that read a DequantizeLinear's output: the nodes the model runs
+    quantized."""
     made = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
-    found: Dict[str, List[int]] = {}
-    for node in compute_nodes(model):
-        at = [i for i, name in enumerate(node.input) if name in made]
-        if at:
-            found[node.name] = at
-    return found
+    return {node.name for node in compute_nodes(model) if any(name in made for name in node.input)}

@@ -122,11 +122,11 @@ class LayerwiseComparison:
         self.weights_of = weights_of
         self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
         ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
-        self.alias = {**qdq_aliases(target, ref_names), **cast_aliases(target, ref_names)}
+        self.chains = input_chains(target)
+        self.alias = {**qdq_aliases(target, ref_names, self.chains), **cast_aliases(target, ref_names)}
         self.ref_names = ref_names
         self.types = tensor_types(target)
         self.weights = weight_names(target)
-        self.chains = input_chains(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
         self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
         self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None

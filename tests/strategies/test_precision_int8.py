@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from runner.graph.qdq import has_qdq, quantized_inputs
+from runner.graph.qdq import has_qdq, quantized_nodes
 from tests.helpers.cli import one_line_error
 from tests.helpers.int8 import integer_model, outlier_model
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
@@ -44,7 +44,7 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
     assert s["answer_verified"]["check_passed"] is True
     written = onnx.load(str(out))
     assert max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) >= 13  # raised from 11
-    assert has_qdq(written) and "scale" not in quantized_inputs(written)
+    assert has_qdq(written) and "scale" not in quantized_nodes(written)
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
         None, {"x": np.ones((1, 3, 8, 8), np.float32)}
     )

@@ -8,7 +8,7 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.graph.isolate import REF_SUFFIX, isolated_model
-from runner.graph.qdq import compute_nodes, input_chains, qdq_aliases, quantized_inputs
+from runner.graph.qdq import compute_nodes, input_chains, qdq_aliases, quantized_nodes
 from runner.graph.quantize import Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.validate import strict_problem
 from runner.layerwise.tensors import tensor_types
@@ -35,11 +35,11 @@ def test_the_opset_is_raised_and_every_candidate_is_a_valid_qdq_model(quantizer)
 
 def test_kept_nodes_read_float_tensors_and_weights(quantizer):
     full = quantizer.convert([])
-    assert set(quantized_inputs(full)) == {"conv1", "scale", "conv2"}
+    assert set(quantized_nodes(full)) == {"conv1", "scale", "conv2"}
     kept = quantizer.convert(["scale"])
     scale = next(n for n in kept.graph.node if n.name == "scale")
     assert list(scale.input) == ["t", "s"]  # conv1's output unrounded, the float weight
-    assert "scale" not in quantized_inputs(kept) and {"conv1", "conv2"} <= set(quantized_inputs(kept))
+    assert "scale" not in quantized_nodes(kept) and {"conv1", "conv2"} <= set(quantized_nodes(kept))
     everything = quantizer.convert(["conv1", "scale", "conv2"])
     assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in everything.graph.node)
     assert {i.name for i in everything.graph.initializer} == {"w1", "b1", "s", "w2"}
