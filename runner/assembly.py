@@ -340,6 +340,7 @@ def counters(state: RunState) -> None:
             iterations=lifecycle.taken,
             checks=lifecycle.checks,
             reused=lifecycle.reused_count,
+            check_s=round(lifecycle.check_s, 3),
             errors=lifecycle.errors,
             crashes=lifecycle.crashes,
             rounds=lifecycle.rounds,

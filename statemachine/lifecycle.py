@@ -129,6 +129,7 @@ class Lifecycle:
         self.checks = 0
         self.rounds = 0
         self.reused_count = 0
+        self.check_s = 0.0  # seconds the checks run here took where they ran (reused verdicts cost none)
         self.reused_foreign = 0  # reused verdicts recorded with another identity (replay.force=true)
         self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
         self.passes = 0
@@ -336,6 +337,8 @@ class Lifecycle:
             self.taken += 1
             self.verdict = pending.verdict
             self._count(pending.verdict, pending.candidate)
+            if not pending.reused:
+                self.check_s += float(pending.verdict.details.get("check_s") or 0.0)
             self.replay.record(pending.iteration, pending.candidate, pending.verdict, pending.reused)
         self._clear_info()  # as Polygraphy: a check never reads another iteration's info
         self._progress(0)

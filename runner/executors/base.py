@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -29,7 +30,7 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         slot: the check's slot (worker, GPU, cancel flag).
 
     Returns:
-        The verdict.
+        The verdict, with ``details["check_s"]``: the seconds ``checker.check`` took where it ran.
 
     Raises:
         CheckCancelled: the slot was cancelled before or during the check.
@@ -42,7 +43,10 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         if candidate.write_in_check and candidate.write is not None:
             Path(artifact).parent.mkdir(parents=True, exist_ok=True)
             candidate.write(Path(artifact))
-        return checker.check(artifact, iteration, candidate, slot=slot)
+        start = time.perf_counter()
+        verdict: Verdict = checker.check(artifact, iteration, candidate, slot=slot)
+        verdict.details["check_s"] = round(time.perf_counter() - start, 4)
+        return verdict
     finally:
         set_current(None)
 

@@ -77,3 +77,20 @@ def test_replay_nested_too_deeply(run, tmp_path, chain, has_nodes_script):
     bad = tmp_path / "deep.json"
     bad.write_text("[" * 100_000 + "]" * 100_000)
     one_line_error(run(*reduce_args(chain, "n3"), f"replay.load={bad}"), "replay.load=", code=2)
+
+
+@pytest.mark.slow
+def test_each_check_records_its_seconds_and_the_summary_their_sum(run, tmp_path, chain):
+    """``details.check_s`` in the replay is each check's own time where it ran (here: a command that sleeps
+    0.05 s), and ``summary.json``'s ``check_s`` sums those of the checks run; a resumed run reuses them at no cost."""
+    script = write_script(tmp_path / "slow.py", SLOW_HAS_NODES)
+    args = ["mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0.05", "n3")]
+    first = run(*args, "output=a.onnx")
+    assert first.returncode == 0, first.stderr[-2000:]
+    entries = json.loads((first.run_dir / "replay.json").read_text())["iterations"]
+    seconds = [e["details"]["check_s"] for e in entries]
+    assert len(seconds) == first.summary["checks"] and all(0.05 <= s < 5 for s in seconds)
+    assert first.summary["check_s"] == pytest.approx(sum(seconds), abs=0.01)
+    assert first.summary["check_s"] <= first.summary["wall_s"]
+    again = run(*args, "output=b.onnx", f"replay.load={first.run_dir / 'replay.json'}")
+    assert again.summary["checks"] == 1 and again.summary["check_s"] < first.summary["check_s"]
