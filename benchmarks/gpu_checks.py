@@ -25,12 +25,13 @@ import argparse
 import functools
 import itertools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import onnx
@@ -120,6 +121,10 @@ def executors(gpus: int) -> List[tuple]:
         ("serial", []),
         ("local 2 threads, 1 GPU", ["executor=local", "executor.workers=2", "executor.gpus=[0,0]"]),
         ("processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2"]),
+        (
+            "processes 2, 1 GPU, no local start",
+            ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2", "executor.local_start=false"],
+        ),
         ("processes 4, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=4"]),
     ]
     if gpus >= 2:
@@ -143,9 +148,13 @@ SESSIONS = {
 }
 
 
-def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, sessions: List[str]) -> List[Dict]:
+def runs(
+    model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, sessions: List[str], keep: Optional[Path]
+) -> List[Dict]:
     """Rows: per mode, session options and executor, wall seconds, checks, rounds, the answer,
-    the ratio to serial."""
+    the ratio to serial, the seconds of the checks where they ran (sum and median), the checks run
+    in the runner's process while the workers started. ``keep``: copy each run's log, replay and
+    summary there."""
     modes = {
         "precision bisect ranked": ["mode=precision", "marker=bisect", "direction=ranked"],
         "reduce": ["mode=reduce", "checker.low_precision=float16"],
@@ -188,6 +197,13 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, s
                 )
                 continue
             s = json.loads((run_dir / "summary.json").read_text())
+            replay = json.loads((run_dir / "replay.json").read_text())["iterations"]
+            per_check = [e["details"]["check_s"] for e in replay if not e["reused"] and "check_s" in e["details"]]
+            if keep is not None:
+                for name in ("runner.log", "replay.json", "summary.json"):
+                    if (run_dir / name).exists():
+                        (keep / tag).mkdir(parents=True, exist_ok=True)
+                        shutil.copy(run_dir / name, keep / tag / name)
             names = [n["name"] for n in s.get("kept_nodes", s.get("reduced_nodes", []))]
             serial_s = serial_s or s["wall_s"]
             rows.append(
@@ -200,6 +216,9 @@ def runs(model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, s
                     "run_ratio": round(s["wall_s"] / serial_s, 2),
                     "checks": s["checks"],
                     "rounds": s.get("rounds", s["checks"]),
+                    "check_s": s.get("check_s"),
+                    "check_median_s": round(statistics.median(per_check), 3) if per_check else None,
+                    "local_checks": s.get("local_checks"),
                     "answer": f"{len(names)}: {','.join(names[:4])}{'...' if len(names) > 4 else ''}",
                 }
             )
@@ -216,6 +235,7 @@ def main() -> None:
     parser.add_argument("--checks", type=int, default=6, help="checks per session configuration (overhead)")
     parser.add_argument("--sessions", nargs="+", choices=list(SESSIONS), default=list(SESSIONS))
     parser.add_argument("--provider", default="CUDAExecutionProvider", help="CPUExecutionProvider: a dry run")
+    parser.add_argument("--keep", type=Path, help="copy each run's runner.log, replay.json and summary.json here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu_checks_"))
     inputs = work / "pixels.npz"
@@ -224,7 +244,7 @@ def main() -> None:
         rows = overhead(args.model, inputs, args.checks, args.provider)
         print_rows(f"Per-check cost, detector {args.size}x{args.size}, {args.provider}", rows)
     if args.part in ("runs", "all"):
-        rows = runs(args.model, inputs, args.gpus, work, args.provider, args.sessions)
+        rows = runs(args.model, inputs, args.gpus, work, args.provider, args.sessions, args.keep)
         print_rows(f"Runs, detector {args.size}x{args.size}, {args.provider}", rows)
 
 

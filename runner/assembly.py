@@ -349,6 +349,8 @@ def counters(state: RunState) -> None:
         )
         if lifecycle.cancelled:
             state.summary["cancelled"] = lifecycle.cancelled
+        if getattr(lifecycle.executor, "local_start", False):  # executor=processes: checks run here at the start
+            state.summary["local_checks"] = lifecycle.executor.local_checks
         if lifecycle.reused_foreign:
             state.summary["reused_from_other_identity"] = lifecycle.reused_foreign
     state.summary["wall_s"] = round(time.monotonic() - state.started, 3)

@@ -163,6 +163,7 @@ class ExecutorConf:
     address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
     timeout_s: float = 30.0  # dask: seconds to wait for the scheduler; processes: for the workers to start
     per_gpu: int = 1  # processes: worker processes per GPU of gpus
+    local_start: bool = True  # processes: checks run here (threads) until the workers are ready
     lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
 
 

@@ -12,20 +12,28 @@ with the scheduler in this process, driven exactly as ``executor=dask`` drives a
 elsewhere. The check of slot ``i`` always runs on worker ``i``, so its GPU and ``{worker}`` match.
 A worker process that dies in a check (a crash in the backend) is not given the check again: the
 run stops with an error naming the iteration, instead of a verdict the check never gave.
+
+Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each). With
+``local_start`` (the default) the checks of the rounds that start before the workers are ready
+run here, in threads as ``executor=local`` runs them, each on its slot's GPU; every round after
+goes to the workers. A run shorter than the start-up is then never slower than threads.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
+import time
 import uuid
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Set
 
 from runner.candidates import Verdict
 from runner.errors import CheckError, ConfigError
 from runner.executors.base import Executor
 from runner.executors.dask import DaskExecutor, import_distributed
+from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,9 @@ class ProcessExecutor(DaskExecutor):
             the other's model runs.
         lookahead: as ``Executor``'s.
         timeout_s: seconds to wait for the workers to start.
+        local_start: run the checks of rounds that start before every worker is ready in this
+            process (threads, one per slot, each on its slot's GPU) instead of waiting for them.
+            False: every check runs in a worker process (a check that may crash its process).
 
     Raises:
         MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
@@ -80,6 +91,7 @@ class ProcessExecutor(DaskExecutor):
         per_gpu: int = 1,
         lookahead: bool = True,
         timeout_s: float = 60.0,
+        local_start: bool = True,
     ):
         distributed = import_distributed("executor=processes")
         if int(per_gpu) < 1:
@@ -119,6 +131,15 @@ class ProcessExecutor(DaskExecutor):
         self._failed: Optional[BaseException] = None
         Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
         self.run_id = uuid.uuid4().hex[:12]
+        self.local_start = bool(local_start)
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here at the start
+        self._here: Set[int] = set()  # id() of the slots whose check runs here
+        self._scattered: Any = None  # the shared checker as the workers hold it
+        self._began = time.monotonic()
+        self._ready = threading.Event()  # set when the start ends, started or failed
+        #: checks run here before the workers were ready
+        self.local_checks = 0
+        self._handed_over = False
         # the workers start while the runner loads the model and computes golden values
         self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._starting.start()
@@ -142,11 +163,17 @@ class ProcessExecutor(DaskExecutor):
             self.cluster = self.distributed.SpecCluster(
                 workers=self.specs, scheduler=scheduler, silence_logs=logging.ERROR
             )
+            log.debug("Worker processes spawned after %.1f s", time.monotonic() - self._began)
             self._client = self.distributed.Client(self.cluster, set_as_default=False)
             self._client.wait_for_workers(len(self.names), timeout=self.timeout_s)
+            log.debug("Workers connected after %.1f s; importing ONNX Runtime there", time.monotonic() - self._began)
             self._client.run(_warm)
         except BaseException as e:  # raised in the runner's thread by the next use of the client
             self._failed = e
+        finally:
+            self._ready.set()
+        if self._failed is None:
+            log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
 
     @property
     def client(self) -> Any:
@@ -174,15 +201,55 @@ class ProcessExecutor(DaskExecutor):
     def client(self, value: Any) -> None:
         self._client = value
 
+    def starting(self) -> bool:
+        """True while the workers start and checks run here (``local_start``)."""
+        return self.local_start and not self._ready.is_set()
+
     def slot(self, worker: int, iteration: int) -> Slot:
-        """As ``Executor.slot``, pinned: the worker process sees only the slot's GPU."""
+        """The slot of a check: while the workers start (``local_start``), one that runs here as
+        ``executor=local``'s do (its GPU as this process numbers it, a ``threading.Event`` to cancel
+        it); else pinned to worker process ``worker``, which sees only the slot's GPU.
+
+        Raises:
+            ConfigError: the workers did not start (see ``client``).
+        """
+        if self.starting():
+            gpu = self.gpus[worker] if self.gpus else None
+            slot = Slot(worker, gpu, threading.Event(), LocalExecutor.poll_s)
+            self._here.add(id(slot))
+            return slot
+        if self.local_checks and not self._handed_over:
+            self._handed_over = True
+            log.info(
+                "The workers are ready: iteration %d and every later check run on them (%d ran here)",
+                iteration,
+                self.local_checks,
+            )
         slot = super().slot(worker, iteration)
         slot.pinned = slot.gpu is not None
         return slot
 
+    def share(self, obj: Any) -> Any:
+        """``obj`` as every check receives it: scattered to the workers when the first check goes
+        to them, itself for a check run here."""
+        return _Shared(obj)
+
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
-        """Submit ``fn(*args)`` to worker process ``worker`` and no other (its GPU is the slot's)."""
-        return self.client.submit(fn, *args, pure=False, workers=[self.names[worker]], allow_other_workers=False)
+        """Start ``fn(*args)``: here, in a thread, when its slot (in ``args``) was made to run
+        here; else on worker process ``worker`` and no other (its GPU is the slot's)."""
+        slots = [a for a in args if isinstance(a, Slot)]
+        if slots and id(slots[0]) in self._here:
+            self._here.discard(id(slots[0]))
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
+            self.local_checks += 1
+            return self._pool.submit(fn, *(a.obj if isinstance(a, _Shared) else a for a in args))
+        client = self.client
+        if any(isinstance(a, _Shared) for a in args) and self._scattered is None:
+            shared = next(a for a in args if isinstance(a, _Shared))
+            self._scattered = client.scatter(shared.obj, broadcast=True, hash=False)
+        sent = [self._scattered if isinstance(a, _Shared) else a for a in args]
+        return client.submit(fn, *sent, pure=False, workers=[self.names[worker]], allow_other_workers=False)
 
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.
@@ -192,7 +259,7 @@ class ProcessExecutor(DaskExecutor):
         """
         try:
             return future.result()
-        except self.distributed.KilledWorker:
+        except self.distributed.KilledWorker:  # a check run here that crashed took the runner with it
             raise CheckError(
                 f"iteration {iteration}: the check's worker process died (a crash in the backend, or killed); "
                 "reduce the crash with a command check (checker=command) that runs the backend in its own process"
@@ -200,7 +267,10 @@ class ProcessExecutor(DaskExecutor):
 
     def close(self) -> None:
         """Close the connection and stop every worker process and the scheduler (once they have
-        started: a close during start-up waits for it)."""
+        started: a close during start-up waits for it), after the threads of the checks run here."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         self._starting.join()
         try:
             if self._client is not None:
@@ -210,6 +280,13 @@ class ProcessExecutor(DaskExecutor):
             if self.cluster is not None:
                 self.cluster.close()
                 self.cluster = None
+
+
+class _Shared:
+    """An object every check uses (the checker), kept here until a check goes to the workers."""
+
+    def __init__(self, obj: Any):
+        self.obj = obj
 
 
 def _warm() -> None:

@@ -21,7 +21,8 @@ from tests.helpers.graphs import GRAPHS
 
 pytest.importorskip("distributed")
 
-PROCESSES = ["executor=processes", "executor.workers=2"]
+#: every check in a worker process (the tests of the workers themselves)
+PROCESSES = ["executor=processes", "executor.workers=2", "executor.local_start=false"]
 COMPARE = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=1e-3", "checker.rtol=1e-2"]
 
 #: a python check that notes its worker process, sleeps as long as ``delay`` says, then passes
@@ -139,6 +140,56 @@ def test_ctrl_c_leaves_no_worker_process_and_the_run_resumes(run, tmp_path, chai
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.summary["reduced_nodes"] == full.summary["reduced_nodes"]
     assert resumed.summary["reused"] >= min(done, 1)
+
+
+#: a python check that notes its process, waits while the file ``hold`` exists, then passes while
+#: the model lacks the named nodes
+HELD_CHECK = """
+import os, pathlib, time
+import onnx
+
+def check(path, pids, hold, *names):
+    pathlib.Path(pids, f"pid{time.monotonic_ns()}").write_text(str(os.getpid()))
+    while pathlib.Path(hold).exists():
+        time.sleep(0.01)
+    present = {node.name for node in onnx.load(path, load_external_data=False).graph.node}
+    return not set(names) <= present
+"""
+
+
+@pytest.mark.slow
+def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, tmp_path, chain, on_path):
+    """executor.local_start (the default): the first round (two checks) starts long before two worker
+    processes can be ready and runs in the runner's own process; it is held until the log says the workers
+    are ready, and every later check runs in a worker process. Same answer as serial."""
+    (tmp_path / "heldcheck.py").write_text(HELD_CHECK)
+    importlib.invalidate_caches()
+    pids, hold = tmp_path / "pids", tmp_path / "hold"
+    pids.mkdir()
+    check = ["checker=python", "checker.target=heldcheck.check", f"checker.args=[{pids},{hold},n2,n5]"]
+    reduce = ["mode=reduce", f"model={chain}", *check]
+    serial = run(*reduce)
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    for p in pids.glob("pid*"):
+        p.unlink()
+
+    hold.write_text("")
+    run_dir = tmp_path / "processes"
+    proc = start_process(tmp_path, *reduce, "executor=processes", "executor.workers=2", run_dir=run_dir)
+    wait_for(lambda: len(list(pids.glob("pid*"))) >= 2, proc)
+    first = {int(p.read_text()) for p in pids.glob("pid*")}
+    assert first == {proc.pid}, "the first round's checks run in the runner's process"
+    log = run_dir / "runner.log"
+    wait_for(lambda: log.exists() and "worker processes ready" in log.read_text(), proc)
+    hold.unlink()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reduced_nodes"] == serial.summary["reduced_nodes"]
+    assert summary["local_checks"] == 2 and summary["checks"] > 2
+    later = [int(p.read_text()) for p in sorted(pids.glob("pid*"))][2:]
+    assert later and proc.pid not in later, "once the workers are ready, every check runs on them"
+    assert not any(alive(pid) for pid in later), "the run's end stops the workers"
 
 
 def _pid() -> int:
