@@ -349,8 +349,9 @@ def counters(state: RunState) -> None:
         )
         if lifecycle.cancelled:
             state.summary["cancelled"] = lifecycle.cancelled
-        if getattr(lifecycle.executor, "local_start", False):  # executor=processes: checks run here at the start
-            state.summary["local_checks"] = lifecycle.executor.local_checks
+        local_checks = getattr(lifecycle.executor, "local_checks", None)  # executor=processes: run here at the start
+        if local_checks is not None and getattr(lifecycle.executor, "local_start", False):
+            state.summary["local_checks"] = local_checks
         if lifecycle.reused_foreign:
             state.summary["reused_from_other_identity"] = lifecycle.reused_foreign
     state.summary["wall_s"] = round(time.monotonic() - state.started, 3)
