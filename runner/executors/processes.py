@@ -22,6 +22,8 @@ goes to the workers. A run shorter than the start-up is then never slower than t
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import importlib.util
 import logging
 import os
 import threading
@@ -30,7 +32,7 @@ import uuid
 from typing import Any, Callable, List, Optional, Sequence, Set
 
 from runner.candidates import Verdict
-from runner.errors import CheckError, ConfigError
+from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.dask import DaskExecutor, import_distributed
 from runner.executors.local import LocalExecutor
@@ -93,7 +95,8 @@ class ProcessExecutor(DaskExecutor):
         timeout_s: float = 60.0,
         local_start: bool = True,
     ):
-        distributed = import_distributed("executor=processes")
+        if importlib.util.find_spec("distributed") is None:  # imported by the start thread (a second or so)
+            raise MissingExtraError("distributed", "dask", "executor=processes")
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
         listed = [str(g) for g in (gpus or [])]
@@ -109,26 +112,16 @@ class ProcessExecutor(DaskExecutor):
         if not listed:
             pinned = [None] * count
         self.names = [f"check-{i}" for i in range(count)]
-        self.specs = {
-            name: {
-                "cls": distributed.Nanny,
-                "options": {
-                    "nthreads": 1,
-                    "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
-                    "env": {"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {},
-                    "silence_logs": logging.CRITICAL,  # a worker's lost heartbeat at close is no news
-                    "dashboard": False,
-                },
-            }
-            for name, gpu in zip(self.names, pinned)
-        }
+        self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
         if not log.isEnabledFor(logging.DEBUG):  # verbose=true keeps Dask's own log of its workers
             logging.getLogger("distributed").setLevel(logging.WARNING)
-        self.distributed = distributed
+        self.distributed: Any = None  # the module, once the start thread imported it
         self.timeout_s = float(timeout_s)
         self.cluster: Any = None
         self._client: Any = None
         self._failed: Optional[BaseException] = None
+        self._lock = threading.Lock()  # the start thread publishes the cluster and client under it
+        self._closing = False
         Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
         self.run_id = uuid.uuid4().hex[:12]
         self.local_start = bool(local_start)
@@ -147,12 +140,28 @@ class ProcessExecutor(DaskExecutor):
         log.info("Starting %d worker processes%s", count, where)
 
     def _start(self) -> None:
-        """Start the cluster, connect, wait for every worker and import what checks need there
-        (in the background thread; an error is kept for ``client`` to raise)."""
+        """Import Dask, start the cluster, connect, wait for every worker and import what checks
+        need there (in the background thread; an error is kept for ``client`` to raise). A close
+        that comes meanwhile stops it after the step it is in."""
         try:
+            distributed = import_distributed("executor=processes")
+            self.distributed = distributed
+            specs = {
+                name: {
+                    "cls": distributed.Nanny,
+                    "options": {
+                        "nthreads": 1,
+                        "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
+                        "env": env,
+                        "silence_logs": logging.CRITICAL,  # a worker's lost heartbeat at close is no news
+                        "dashboard": False,
+                    },
+                }
+                for name, env in zip(self.names, self.env)
+            }
             # allowed_failures=0: a check that kills its worker is not run again on the restarted one
             scheduler = {
-                "cls": self.distributed.Scheduler,
+                "cls": distributed.Scheduler,
                 "options": {
                     "dashboard": False,
                     "dashboard_address": "127.0.0.1:0",  # never 8787, which another cluster may hold
@@ -160,19 +169,29 @@ class ProcessExecutor(DaskExecutor):
                     "host": "127.0.0.1",
                 },
             }
-            self.cluster = self.distributed.SpecCluster(
-                workers=self.specs, scheduler=scheduler, silence_logs=logging.ERROR
-            )
+            if self._closing:
+                return
+            cluster = distributed.SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
+            with self._lock:
+                if self._closing:
+                    cluster.close()
+                    return
+                self.cluster = cluster
             log.debug("Worker processes spawned after %.1f s", time.monotonic() - self._began)
-            self._client = self.distributed.Client(self.cluster, set_as_default=False)
-            self._client.wait_for_workers(len(self.names), timeout=self.timeout_s)
+            client = distributed.Client(cluster, set_as_default=False)
+            with self._lock:
+                if self._closing:
+                    client.close()
+                    return
+                self._client = client
+            client.wait_for_workers(len(self.names), timeout=self.timeout_s)
             log.debug("Workers connected after %.1f s; importing ONNX Runtime there", time.monotonic() - self._began)
-            self._client.run(_warm)
+            client.run(_warm)
         except BaseException as e:  # raised in the runner's thread by the next use of the client
             self._failed = e
         finally:
             self._ready.set()
-        if self._failed is None:
+        if self._failed is None and not self._closing:
             log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
 
     @property
@@ -229,6 +248,15 @@ class ProcessExecutor(DaskExecutor):
         slot.pinned = slot.gpu is not None
         return slot
 
+    def cancel_flag(self, iteration: int) -> Any:
+        """A ``distributed.Event`` named after this run and the iteration (once the workers started).
+
+        Raises:
+            ConfigError: the workers did not start (see ``client``).
+        """
+        client = self.client
+        return self.distributed.Event(f"runner-{self.run_id}-cancel-{iteration}", client=client)
+
     def share(self, obj: Any) -> Any:
         """``obj`` as every check receives it: scattered to the workers when the first check goes
         to them, itself for a check run here."""
@@ -257,29 +285,35 @@ class ProcessExecutor(DaskExecutor):
         Raises:
             CheckError: the check's worker process died (a crash in the backend, or killed).
         """
+        if isinstance(future, concurrent.futures.Future):  # a check run here
+            return future.result()
         try:
             return future.result()
-        except self.distributed.KilledWorker:  # a check run here that crashed took the runner with it
+        except self.distributed.KilledWorker:
             raise CheckError(
                 f"iteration {iteration}: the check's worker process died (a crash in the backend, or killed); "
                 "reduce the crash with a command check (checker=command) that runs the backend in its own process"
             ) from None
 
     def close(self) -> None:
-        """Close the connection and stop every worker process and the scheduler (once they have
-        started: a close during start-up waits for it), after the threads of the checks run here."""
+        """Stop every worker process and the scheduler, after the threads of the checks run here.
+        During the start-up it does not wait for the workers to be ready: it stops them once the
+        cluster exists (Dask's ``SpecCluster`` cannot be stopped while it is made)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        self._starting.join()
+        with self._lock:
+            self._closing = True
+            client, cluster = self._client, self.cluster
+            self._client = self.cluster = None
         try:
-            if self._client is not None:
-                self._client.close()
+            if client is not None:
+                with contextlib.suppress(Exception):  # a client still connecting ends with an error
+                    client.close()
         finally:
-            self._client = None
-            if self.cluster is not None:
-                self.cluster.close()
-                self.cluster = None
+            if cluster is not None:
+                cluster.close()
+            self._starting.join()  # a cluster made after the lock was taken is closed by the start thread
 
 
 class _Shared:
