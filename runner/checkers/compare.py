@@ -152,6 +152,7 @@ class CompareChecker(Checker):
         self._warned = False
 
     uses_payload = True
+    repeatable = True
 
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the

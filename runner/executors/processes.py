@@ -13,10 +13,13 @@ elsewhere. The check of slot ``i`` always runs on worker ``i``, so its GPU and `
 A worker process that dies in a check (a crash in the backend) is not given the check again: the
 run stops with an error naming the iteration, instead of a verdict the check never gave.
 
-Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each). With
-``local_start`` (the default) the checks of the rounds that start before the workers are ready
-run here, in threads as ``executor=local`` runs them, each on its slot's GPU; every round after
-goes to the workers. A run shorter than the start-up is then never slower than threads.
+Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each), and a
+worker's first check of the model costs more again (the model's kernels load, its first session
+allocates). With ``local_start`` (the default) the checks of the rounds that start before the
+workers are ready run here, in threads as ``executor=local`` runs them, each on its slot's GPU.
+With a checker whose check can be repeated unseen (``Checker.repeatable``: the compare checker),
+each worker then checks the first candidate checked here again, its verdict unused, while the
+rounds go on here; once every worker has, every round goes to the workers.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ class ProcessExecutor(DaskExecutor):
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here at the start
         self._here: Set[int] = set()  # id() of the slots whose check runs here
         self._scattered: Any = None  # the shared checker as the workers hold it
+        self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
+        self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         self._began = time.monotonic()
         self._ready = threading.Event()  # set when the start ends, started or failed
         #: checks run here before the workers were ready
@@ -221,8 +226,15 @@ class ProcessExecutor(DaskExecutor):
         self._client = value
 
     def starting(self) -> bool:
-        """True while the workers start and checks run here (``local_start``)."""
-        return self.local_start and not self._ready.is_set()
+        """True while checks run here (``local_start``): the workers start, or (with a repeatable
+        checker) have not all ended their warm-up check."""
+        if not self.local_start:
+            return False
+        if not self._ready.is_set():
+            return True
+        if self._failed is not None or self._closing or not self._repeatable:
+            return False
+        return self._warming is None or not all(f.done() for f in self._warming)
 
     def slot(self, worker: int, iteration: int) -> Slot:
         """The slot of a check: while the workers start (``local_start``), one that runs here as
@@ -260,6 +272,7 @@ class ProcessExecutor(DaskExecutor):
     def share(self, obj: Any) -> Any:
         """``obj`` as every check receives it: scattered to the workers when the first check goes
         to them, itself for a check run here."""
+        self._repeatable = bool(getattr(obj, "repeatable", False))
         return _Shared(obj)
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
@@ -271,13 +284,32 @@ class ProcessExecutor(DaskExecutor):
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
             self.local_checks += 1
-            return self._pool.submit(fn, *(a.obj if isinstance(a, _Shared) else a for a in args))
+            future = self._pool.submit(fn, *(a.obj if isinstance(a, _Shared) else a for a in args))
+            if self._warming is None and self._repeatable and self._ready.is_set() and self._failed is None:
+                self._warm_workers(fn, args, slots[0])
+            return future
         client = self.client
-        if any(isinstance(a, _Shared) for a in args) and self._scattered is None:
-            shared = next(a for a in args if isinstance(a, _Shared))
-            self._scattered = client.scatter(shared.obj, broadcast=True, hash=False)
-        sent = [self._scattered if isinstance(a, _Shared) else a for a in args]
+        sent = [self._scatter(client, a) if isinstance(a, _Shared) else a for a in args]
         return client.submit(fn, *sent, pure=False, workers=[self.names[worker]], allow_other_workers=False)
+
+    def _scatter(self, client: Any, shared: _Shared) -> Any:
+        """The shared checker as the workers hold it: scattered to every worker on the first call."""
+        if self._scattered is None:
+            self._scattered = client.scatter(shared.obj, broadcast=True, hash=False)
+        return self._scattered
+
+    def _warm_workers(self, fn: Callable[..., Verdict], args: Sequence[Any], slot: Slot) -> None:
+        """Send every worker the check just started here, its verdict unused: the model's kernels
+        load and its first session is made there while the rounds go on here."""
+        client = self.client
+        self._warming = []
+        for w, name in enumerate(self.names):
+            pinned = Slot(w, self.gpus[w] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus))
+            sent = [self._scatter(client, a) if isinstance(a, _Shared) else pinned if a is slot else a for a in args]
+            self._warming.append(client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False))
+        log.info(
+            "Warming the %d workers with a check of a candidate checked here (its verdict is not used)", len(self.names)
+        )
 
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.

@@ -192,6 +192,39 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
     assert not any(alive(pid) for pid in later), "the run's end stops the workers"
 
 
+def test_a_repeatable_check_warms_every_worker_before_checks_go_to_them():
+    """With a repeatable checker, the first check run here once the workers are up is sent to every worker
+    too (its verdict unused); checks run here until those warm-up checks end, then on the workers."""
+    executor = ProcessExecutor(workers=2)
+    try:
+        shared = executor.share(_Repeatable())
+        assert executor.client is not None  # the workers are up: the next slot runs here, cold workers warm meanwhile
+        slot = executor.slot(0, 1)
+        here = executor.submit(_pid_check, shared, slot, worker=0).result(timeout=60)
+        assert executor._warming is not None and len(executor._warming) == 2
+        warm_pids = {f.result(timeout=60) for f in executor._warming}
+        later = [
+            executor.submit(_pid_check, shared, executor.slot(w, 2 + w), worker=w).result(timeout=60) for w in (0, 1)
+        ]
+    finally:
+        executor.close()
+    import os
+
+    assert here == os.getpid() and executor.local_checks == 1
+    assert len(warm_pids) == 2 and os.getpid() not in warm_pids
+    assert set(later) == warm_pids, "after the warm-up, checks run on the warmed workers"
+
+
+class _Repeatable:
+    repeatable = True
+
+
+def _pid_check(checker, slot) -> int:
+    import os
+
+    return os.getpid()
+
+
 def _pid() -> int:
     import os
 
