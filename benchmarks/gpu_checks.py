@@ -198,7 +198,9 @@ def runs(
                 continue
             s = json.loads((run_dir / "summary.json").read_text())
             replay = json.loads((run_dir / "replay.json").read_text())["iterations"]
-            per_check = [e["details"]["check_s"] for e in replay if not e["reused"] and "check_s" in e["details"]]
+            ran = [e["details"] for e in replay if not e["reused"] and "check_s" in e["details"]]
+            per_check = [d["check_s"] for d in ran]
+            overhead_s = [d["verdict_s"] - d["check_s"] for d in ran if "verdict_s" in d]
             if keep is not None:
                 for name in ("runner.log", "replay.json", "summary.json"):
                     if (run_dir / name).exists():
@@ -219,6 +221,7 @@ def runs(
                     "check_s": s.get("check_s"),
                     "check_median_s": round(statistics.median(per_check), 3) if per_check else None,
                     "local_checks": s.get("local_checks"),
+                    "dispatch_median_s": round(statistics.median(overhead_s), 3) if overhead_s else None,
                     "answer": f"{len(names)}: {','.join(names[:4])}{'...' if len(names) > 4 else ''}",
                 }
             )

@@ -33,6 +33,7 @@ class Pending:
         artifact: its iteration artifact path (per worker slot).
         cancelled: its check was cancelled (no verdict).
         sorted: its artifacts were sorted.
+        submitted: ``time.monotonic()`` when its check was handed to the executor.
     """
 
     iteration: int
@@ -43,6 +44,7 @@ class Pending:
     artifact: Optional[Path] = None
     cancelled: bool = False
     sorted: bool = False
+    submitted: float = 0.0
 
 
 def word(verdict: Verdict) -> str:
@@ -102,6 +104,7 @@ class RoundChecks:
                 shipped = self.executor.ship(pending.candidate)
                 args = (self.checker, pending.artifact, pending.iteration, shipped, pending.slot)
                 assert pending.slot is not None
+                pending.submitted = time.monotonic()
                 futures[self.executor.submit(run_check, *args, worker=pending.slot.worker)] = pending
                 if progress is not None:
                     progress(len(futures))
@@ -143,6 +146,8 @@ class RoundChecks:
                 return
             raise
         verdict = pending.verdict
+        # from handing the check over to its verdict here: beside check_s, what the executor costs
+        verdict.details["verdict_s"] = round(time.monotonic() - pending.submitted, 4)
         log.info(
             "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(verdict), verdict.reason
         )

@@ -30,7 +30,8 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         slot: the check's slot (worker, GPU, cancel flag).
 
     Returns:
-        The verdict, with ``details["check_s"]``: the seconds ``checker.check`` took where it ran.
+        The verdict, with ``details["check_s"]``: the seconds ``checker.check`` took where it ran
+        (the lifecycle adds ``verdict_s``: the seconds from handing the check over to its verdict).
 
     Raises:
         CheckCancelled: the slot was cancelled before or during the check.

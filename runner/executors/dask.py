@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
+import threading
 import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
@@ -76,6 +76,8 @@ class DaskExecutor(Executor):
         lookahead: bool = True,
     ):
         distributed = import_distributed("executor=dask")
+        self._watched: Set[Any] = set()  # futures whose end sets _any_ended
+        self._any_ended = threading.Event()
         if not address:
             raise ConfigError("executor=dask needs executor.address=tcp://HOST:8786 (the Dask scheduler's address)")
         try:
@@ -138,15 +140,24 @@ class DaskExecutor(Executor):
         return self.client.submit(fn, *args, pure=False)
 
     def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
-        """Look at the futures every 50 ms until one has ended or ``timeout_s`` seconds passed
-        (``distributed.wait`` would need this client as the process's default client)."""
+        """Wait up to ``timeout_s`` seconds for the first of ``futures`` to end: ``(done, not_done)``.
+        Each future tells when it ends (``add_done_callback``, once per future), so a verdict is
+        seen as it comes (``distributed.wait`` would need this client as the process's default)."""
         pending = set(futures)
-        end = time.monotonic() + timeout_s
-        while True:
+        for future in pending - self._watched:
+            self._watched.add(future)
+            future.add_done_callback(self._ended)
+        self._any_ended.clear()  # an end from here on sets it again
+        done = {f for f in pending if f.done()}
+        if not done and timeout_s > 0:
+            self._any_ended.wait(timeout_s)
             done = {f for f in pending if f.done()}
-            if done or time.monotonic() >= end:
-                return done, pending - done
-            time.sleep(0.05)
+        self._watched -= done
+        return done, pending - done
+
+    def _ended(self, future: Any) -> None:
+        """A watched future ended (called in Dask's callback thread, or the check's)."""
+        self._any_ended.set()
 
     def close(self) -> None:
         """Close the connection (the cluster keeps running)."""

@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any, Callable, List, Optional, Sequence, Set
 
-from runner.candidates import Verdict
+from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.dask import DaskExecutor, import_distributed
@@ -124,6 +124,8 @@ class ProcessExecutor(DaskExecutor):
         self._client: Any = None
         self._failed: Optional[BaseException] = None
         self._lock = threading.Lock()  # the start thread publishes the cluster and client under it
+        self._watched: Set[Any] = set()  # futures whose end sets _any_ended (DaskExecutor.wait)
+        self._any_ended = threading.Event()
         self._closing = False
         Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
         self.run_id = uuid.uuid4().hex[:12]
@@ -288,9 +290,17 @@ class ProcessExecutor(DaskExecutor):
             if self._warming is None and self._repeatable and self._ready.is_set() and self._failed is None:
                 self._warm_workers(fn, args, slots[0])
             return future
-        client = self.client
-        sent = [self._scatter(client, a) if isinstance(a, _Shared) else a for a in args]
-        return client.submit(fn, *sent, pure=False, workers=[self.names[worker]], allow_other_workers=False)
+        client, name = self.client, self.names[worker]
+        sent = [self._scatter(client, a) if isinstance(a, _Shared) else self._send(client, a, name) for a in args]
+        return client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False)
+
+    @staticmethod
+    def _send(client: Any, arg: Any, name: str) -> Any:
+        """A candidate (its model built) sent straight to worker ``name`` ahead of its task: through
+        the scheduler with the task, a detector's 4.7 MB took 85 ms there and back, directly 25 ms."""
+        if isinstance(arg, Candidate) and arg.payload is not None:
+            return client.scatter(arg, workers=[name], direct=True, hash=False)
+        return arg
 
     def _scatter(self, client: Any, shared: _Shared) -> Any:
         """The shared checker as the workers hold it: scattered to every worker on the first call."""
@@ -305,7 +315,14 @@ class ProcessExecutor(DaskExecutor):
         self._warming = []
         for w, name in enumerate(self.names):
             pinned = Slot(w, self.gpus[w] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus))
-            sent = [self._scatter(client, a) if isinstance(a, _Shared) else pinned if a is slot else a for a in args]
+            sent = [
+                self._scatter(client, a)
+                if isinstance(a, _Shared)
+                else pinned
+                if a is slot
+                else self._send(client, a, name)
+                for a in args
+            ]
             self._warming.append(client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False))
         log.info(
             "Warming the %d workers with a check of a candidate checked here (its verdict is not used)", len(self.names)
