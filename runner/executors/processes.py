@@ -153,6 +153,8 @@ class ProcessExecutor(DaskExecutor):
         try:
             distributed = import_distributed("executor=processes")
             self.distributed = distributed
+            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels
+                logging.getLogger("distributed").setLevel(logging.WARNING)
             specs = {
                 name: {
                     "cls": distributed.Nanny,
