@@ -8,10 +8,12 @@ imports ONNX Runtime) and keeps the checker it received once, with its golden va
 sessions, between checks.
 
 The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes (one thread each)
-with the scheduler in this process, driven exactly as ``executor=dask`` drives a cluster
-elsewhere. The check of slot ``i`` always runs on worker ``i``, so its GPU and ``{worker}`` match.
-A worker process that dies in a check (a crash in the backend) is not given the check again: the
-run stops with an error naming the iteration, instead of a verdict the check never gave.
+in a process of its own (``runner.executors.cluster``), driven through a ``Client`` exactly as
+``executor=dask`` drives a cluster elsewhere; Dask is imported here only once the workers are
+ready, so a run that ends sooner never pays for it. The check of slot ``i`` always runs on
+worker ``i``, so its GPU and ``{worker}`` match. A worker process that dies in a check (a crash
+in the backend) is not given the check again: the run stops with an error naming the iteration,
+instead of a verdict the check never gave.
 
 Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each), and a
 worker's first check of the model costs more again (the model's kernels load, its first session
@@ -27,8 +29,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import importlib.util
+import json
 import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -120,7 +126,7 @@ class ProcessExecutor(DaskExecutor):
             logging.getLogger("distributed").setLevel(logging.WARNING)
         self.distributed: Any = None  # the module, once the start thread imported it
         self.timeout_s = float(timeout_s)
-        self.cluster: Any = None
+        self._helper: Optional[subprocess.Popen] = None  # the cluster's process (runner.executors.cluster)
         self._client: Any = None
         self._failed: Optional[BaseException] = None
         self._lock = threading.Lock()  # the start thread publishes the cluster and client under it
@@ -147,61 +153,68 @@ class ProcessExecutor(DaskExecutor):
         log.info("Starting %d worker processes%s", count, where)
 
     def _start(self) -> None:
-        """Import Dask, start the cluster, connect, wait for every worker and import what checks
-        need there (in the background thread; an error is kept for ``client`` to raise). A close
-        that comes meanwhile stops it after the step it is in."""
+        """Start the cluster's process, wait for the scheduler's address it prints once every
+        worker is warm, then import Dask and connect (in the background thread; an error is kept
+        for ``client`` to raise). A close that comes meanwhile ends it."""
+        spec = {
+            "names": self.names,
+            "env": self.env,
+            "timeout_s": self.timeout_s,
+            "log": log.isEnabledFor(logging.DEBUG),
+        }
         try:
-            distributed = import_distributed("executor=processes")
-            self.distributed = distributed
-            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels
-                logging.getLogger("distributed").setLevel(logging.WARNING)
-            specs = {
-                name: {
-                    "cls": distributed.Nanny,
-                    "options": {
-                        "nthreads": 1,
-                        "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
-                        "env": env,
-                        "silence_logs": logging.CRITICAL,  # a worker's lost heartbeat at close is no news
-                        "dashboard": False,
-                    },
-                }
-                for name, env in zip(self.names, self.env)
-            }
-            # allowed_failures=0: a check that kills its worker is not run again on the restarted one
-            scheduler = {
-                "cls": distributed.Scheduler,
-                "options": {
-                    "dashboard": False,
-                    "dashboard_address": "127.0.0.1:0",  # never 8787, which another cluster may hold
-                    "allowed_failures": 0,
-                    "host": "127.0.0.1",
-                },
-            }
-            if self._closing:
-                return
-            cluster = distributed.SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
             with self._lock:
                 if self._closing:
-                    cluster.close()
                     return
-                self.cluster = cluster
-            log.debug("Worker processes spawned after %.1f s", time.monotonic() - self._began)
-            client = distributed.Client(cluster, set_as_default=False)
+                self._helper = subprocess.Popen(
+                    [sys.executable, "-m", "runner.executors.cluster", json.dumps(spec)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=None if spec["log"] else subprocess.PIPE,
+                    start_new_session=True,  # its own process group: close() stops every worker with it
+                    text=True,
+                    # the workers import what this process can (a python check, a data loader): its sys.path
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
+                )
+            timer = threading.Timer(self.timeout_s + 30, self._stop_helper)  # the cluster's own timeout comes first
+            timer.start()
+            try:
+                address = self._helper.stdout.readline().strip() if self._helper.stdout else ""
+            finally:
+                timer.cancel()
+            if not address:
+                if self._closing:
+                    return
+                self._helper.wait()
+                said = (self._helper.stderr.read() if self._helper.stderr else "").strip().splitlines()
+                raise _StartFailed(
+                    said[-1] if said else f"the cluster's process ended with exit code {self._helper.returncode}"
+                )
+            log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
+            distributed = import_distributed("executor=processes")
+            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels
+                logging.getLogger("distributed").setLevel(logging.WARNING)
+            self.distributed = distributed
+            client = distributed.Client(address, set_as_default=False, timeout=self.timeout_s)
             with self._lock:
                 if self._closing:
                     client.close()
                     return
                 self._client = client
-            client.wait_for_workers(len(self.names), timeout=self.timeout_s)
-            log.debug("Workers connected after %.1f s; importing ONNX Runtime there", time.monotonic() - self._began)
-            client.run(_warm)
         except BaseException as e:  # raised in the runner's thread by the next use of the client
             self._failed = e
         finally:
             self._ready.set()
         if self._failed is None and not self._closing:
             log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
+
+    def _stop_helper(self) -> None:
+        """Stop the cluster's process group: the process, its nannies and every worker process."""
+        helper = self._helper
+        if helper is not None and helper.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(helper.pid, signal.SIGKILL)
+            helper.wait()
 
     @property
     def client(self) -> Any:
@@ -214,7 +227,7 @@ class ProcessExecutor(DaskExecutor):
         if self._failed is not None:
             failed, self._failed = self._failed, None
             self.close()
-            if isinstance(failed, TimeoutError):
+            if isinstance(failed, _StartFailed) and str(failed).startswith("TimeoutError"):
                 raise ConfigError(
                     f"executor=processes: {self.workers} worker processes did not start within {self.timeout_s:g} s; "
                     "raise executor.timeout_s or start fewer (executor.workers, executor.per_gpu)"
@@ -347,24 +360,23 @@ class ProcessExecutor(DaskExecutor):
             ) from None
 
     def close(self) -> None:
-        """Stop every worker process and the scheduler, after the threads of the checks run here.
-        During the start-up it does not wait for the workers to be ready: it stops them once the
-        cluster exists (Dask's ``SpecCluster`` cannot be stopped while it is made)."""
+        """Stop every worker process with the cluster's process, after the threads of the checks
+        run here; during the start-up too, without waiting for it."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         with self._lock:
             self._closing = True
-            client, cluster = self._client, self.cluster
-            self._client = self.cluster = None
-        try:
-            if client is not None:
-                with contextlib.suppress(Exception):  # a client still connecting ends with an error
-                    client.close()
-        finally:
-            if cluster is not None:
-                cluster.close()
-            self._starting.join()  # a cluster made after the lock was taken is closed by the start thread
+            client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):  # a cluster already gone ends the connection with an error
+                client.close(timeout=5)
+        self._stop_helper()
+        self._starting.join()
+
+
+class _StartFailed(Exception):
+    """The cluster's process could not start the workers; the message is its last line."""
 
 
 class _Shared:
@@ -372,30 +384,3 @@ class _Shared:
 
     def __init__(self, obj: Any):
         self.obj = obj
-
-
-def _warm() -> None:
-    """Make a worker process ready before its first check: import what a check needs (ONNX
-    Runtime, the checkers) and, in a worker pinned to a GPU, create the CUDA context and cuDNN's
-    handles with a one-Conv session on ONNX Runtime's CUDA provider (the second or so every new
-    process pays once), while the runner still prepares the run."""
-    import onnxruntime as ort
-
-    import runner.checkers.compare
-    import runner.executors.base  # noqa: F401
-
-    if not os.environ.get("CUDA_VISIBLE_DEVICES") or "CUDAExecutionProvider" not in ort.get_available_providers():
-        return
-    import numpy as np
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
-        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
-    except Exception as e:  # the first check will say what is wrong with the GPU
-        log.debug("Warming CUDA in a worker failed: %s", e)
