@@ -22,14 +22,14 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Dict, List
+from typing import Any, Dict, List, TextIO
 
 log = logging.getLogger(__name__)
 
 
-def serve(spec: Dict[str, Any]) -> None:
-    """Start the cluster SPEC describes, print the scheduler's address once every worker is warm,
-    and wait until standard input closes.
+def serve(spec: Dict[str, Any], out: TextIO) -> None:
+    """Start the cluster SPEC describes, write the scheduler's address on one line to ``out`` once
+    every worker is warm, and wait until standard input closes.
 
     Raises:
         TimeoutError: the workers did not all start within ``spec["timeout_s"]`` seconds.
@@ -68,7 +68,8 @@ def serve(spec: Dict[str, Any]) -> None:
     client.wait_for_workers(len(names), timeout=float(spec["timeout_s"]))
     client.run(warm)
     client.close()
-    print(cluster.scheduler_address, flush=True)
+    print(cluster.scheduler_address, file=out, flush=True)
+    out.close()
     threading.Event().wait()
 
 
@@ -109,16 +110,21 @@ def warm() -> None:
 
 
 def main(argv: List[str]) -> int:
-    """Entry point: ``argv[1]`` is the JSON SPEC. Returns 1 (after one line on standard error)
-    when the cluster cannot start; it does not return otherwise."""
+    """Entry point: ``argv[1]`` is the JSON SPEC. The one line the runner reads comes on standard
+    output: the scheduler's address, or ``error: TYPE: MESSAGE`` (then it returns 1); it does not
+    return otherwise. Everything else this process and its workers write to standard output goes
+    to standard error (the runner's): a pipe nobody reads would stop them once full."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", closefd=False)
     spec = json.loads(argv[1])
     if not spec.get("log"):
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
     try:
-        serve(spec)
+        serve(spec, out)
     except BaseException as e:  # the runner shows this line in its error
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"{type(e).__name__}: {first}", file=sys.stderr, flush=True)
+        print(f"error: {type(e).__name__}: {first}", file=out, flush=True)
         return 1
     return 0
 

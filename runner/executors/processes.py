@@ -133,6 +133,7 @@ class ProcessExecutor(DaskExecutor):
         self._watched: Set[Any] = set()  # futures whose end sets _any_ended (DaskExecutor.wait)
         self._any_ended = threading.Event()
         self._closing = False
+        self._timed_out = False
         Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
         self.run_id = uuid.uuid4().hex[:12]
         self.local_start = bool(local_start)
@@ -170,32 +171,34 @@ class ProcessExecutor(DaskExecutor):
                     [sys.executable, "-m", "runner.executors.cluster", json.dumps(spec)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=None if spec["log"] else subprocess.PIPE,
+                    stderr=None,  # the workers' warnings and a python check's prints reach the user as with threads
                     start_new_session=True,  # its own process group: close() stops every worker with it
                     text=True,
                     # the workers import what this process can (a python check, a data loader): its sys.path
                     env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
                 )
-            timer = threading.Timer(self.timeout_s + 30, self._stop_helper)  # the cluster's own timeout comes first
+            timer = threading.Timer(self.timeout_s, self._start_timed_out)
             timer.start()
             try:
                 address = self._helper.stdout.readline().strip() if self._helper.stdout else ""
             finally:
                 timer.cancel()
-            if not address:
+            if not address.startswith("tcp://"):
                 if self._closing:
                     return
                 self._helper.wait()
-                said = (self._helper.stderr.read() if self._helper.stderr else "").strip().splitlines()
+                if self._timed_out:
+                    raise TimeoutError(f"no worker ready within {self.timeout_s:g} s")
                 raise _StartFailed(
-                    said[-1] if said else f"the cluster's process ended with exit code {self._helper.returncode}"
+                    address.removeprefix("error: ")
+                    or f"the cluster's process ended with exit code {self._helper.returncode}"
                 )
             log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
             distributed = import_distributed("executor=processes")
             if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels
                 logging.getLogger("distributed").setLevel(logging.WARNING)
             self.distributed = distributed
-            client = distributed.Client(address, set_as_default=False, timeout=self.timeout_s)
+            client = distributed.Client(address, set_as_default=False, timeout=max(self.timeout_s, 10.0))
             with self._lock:
                 if self._closing:
                     client.close()
@@ -207,6 +210,11 @@ class ProcessExecutor(DaskExecutor):
             self._ready.set()
         if self._failed is None and not self._closing:
             log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
+
+    def _start_timed_out(self) -> None:
+        """``timeout_s`` passed before every worker was ready: stop them (the start thread reports it)."""
+        self._timed_out = True
+        self._stop_helper()
 
     def _stop_helper(self) -> None:
         """Stop the cluster's process group: the process, its nannies and every worker process."""
@@ -227,7 +235,7 @@ class ProcessExecutor(DaskExecutor):
         if self._failed is not None:
             failed, self._failed = self._failed, None
             self.close()
-            if isinstance(failed, _StartFailed) and str(failed).startswith("TimeoutError"):
+            if isinstance(failed, TimeoutError) or str(failed).startswith("TimeoutError"):
                 raise ConfigError(
                     f"executor=processes: {self.workers} worker processes did not start within {self.timeout_s:g} s; "
                     "raise executor.timeout_s or start fewer (executor.workers, executor.per_gpu)"

@@ -225,6 +225,47 @@ def _pid_check(checker, slot) -> int:
     return os.getpid()
 
 
+#: a python check that writes 256 KB to standard output and to standard error (ONNX Runtime's CUDA
+#: provider warns on stderr at every session), then passes while the model lacks the named nodes
+LOUD_CHECK = """
+import sys
+import onnx
+
+def check(path, *names):
+    sys.stdout.write("o" * 262144 + "\\n")
+    sys.stderr.write("e" * 262144 + "\\n")
+    present = {node.name for node in onnx.load(path, load_external_data=False).graph.node}
+    return not set(names) <= present
+"""
+
+
+@pytest.mark.slow
+def test_checks_that_write_much_output_in_the_workers_do_not_stall_the_run(run_cli, tmp_path, chain):
+    """The workers' standard output and error are the runner's, never a pipe nobody reads (which stalled a
+    GPU run once ONNX Runtime's warnings filled it)."""
+    (tmp_path / "loudcheck.py").write_text(LOUD_CHECK)
+    r = run_cli(
+        "mode=reduce",
+        f"model={chain}",
+        "checker=python",
+        "checker.target=loudcheck.check",
+        "checker.args=[n2,n5]",
+        *PROCESSES,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["n2", "n5"]
+
+
+def test_workers_that_cannot_start_in_time_are_one_line(tmp_path):
+    executor = ProcessExecutor(workers=1, timeout_s=0.001, local_start=False)
+    try:
+        with pytest.raises(ConfigError, match=r"did not start within 0\.001 s"):
+            _ = executor.client
+    finally:
+        executor.close()
+
+
 def _pid() -> int:
     import os
 
