@@ -27,7 +27,8 @@ from omegaconf.errors import MissingMandatoryValue
 from runner import console, signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
-from runner.config import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, plain, set_keys
+from runner.config import plain
+from runner.config_keys import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, set_keys
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor, executor_classes

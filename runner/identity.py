@@ -17,7 +17,8 @@ from typing import Any, Dict, Iterable, List, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import candidate_options, plain
+from runner.config import plain
+from runner.config_keys import candidate_options
 
 #: checker options that change what is printed, not the verdict
 DISPLAY_ONLY = {"show_output", "hide_fail_output"}

@@ -130,6 +130,6 @@ def executor_classes() -> Dict[str, type]:
     ``_target_``): the one place that lists them is the config group itself."""
     from hydra.utils import get_class
 
-    from runner.config import group_targets
+    from runner.config_keys import group_targets
 
     return {name: get_class(target) for name, target in group_targets("executor").items()}

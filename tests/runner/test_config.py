@@ -97,7 +97,7 @@ def _readme_commands():
 @pytest.mark.parametrize("overrides", list(_readme_commands()), ids=lambda o: " ".join(o)[:60])
 @pytest.mark.slow
 def test_every_readme_command_composes_and_uses_only_its_modes_keys(overrides):
-    from runner.config import check_mode_keys, set_keys
+    from runner.config_keys import check_mode_keys, set_keys
 
     cfg = compose("config", overrides=overrides)
     check_mode_keys(cfg.mode.name, set_keys(overrides))
@@ -108,7 +108,7 @@ def test_each_mode_is_one_module_whose_create_takes_only_its_keys():
     of those keys (no catch-all), so a name that drifts fails here, not silently at run time."""
     from omegaconf import OmegaConf
 
-    from runner.config import create_parameters, mode_keys
+    from runner.config_keys import create_parameters, mode_keys
 
     modes = mode_keys()
     assert set(modes) == {"reduce", "precision", "layerwise", "repeat", "build", "diff_tactics"}
@@ -121,7 +121,7 @@ def test_each_mode_is_one_module_whose_create_takes_only_its_keys():
 
 
 def test_a_create_parameter_that_names_no_key_is_an_error():
-    from runner.config import mode_options
+    from runner.config_keys import mode_options
 
     def create(ctx, marker, direction="forward", drifted=None):  # "drifted" is no key of precision
         return None
@@ -132,7 +132,7 @@ def test_a_create_parameter_that_names_no_key_is_an_error():
 
 def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
     """A replay recorded with other values of these is not reused (runner.identity)."""
-    from runner.config import candidate_options
+    from runner.config_keys import candidate_options
 
     assert candidate_options() == [
         "calibration",
@@ -178,7 +178,7 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
 
 
 def test_help_lists_every_mode_from_its_yaml():
-    from runner.config import mode_keys, modes_help
+    from runner.config_keys import mode_keys, modes_help
 
     lines = modes_help().splitlines()
     listed = [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")]

@@ -1,0 +1,197 @@
+"""Which keys each mode and each option takes, checked against the command line.
+
+A mode's keys are the ``KEYS`` dataclass its module exports (``strategies/<mode>.py``), found through
+its ``conf/mode/<mode>.yaml``; an option's keys (``executor=...``) are the parameters of the class
+its YAML names. A key set for a mode or option that does not use it is a one-line error naming the
+ones that do; ``--help`` lists the modes from their YAML files.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import fields, make_dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping
+
+from runner.config import CommonKeys, plain
+from runner.errors import ConfigError
+
+
+def _names(cls: type) -> List[str]:
+    return [f.name for f in fields(cls)]
+
+
+def set_keys(overrides: Iterable[str]) -> List[str]:
+    """The top-level keys a list of Hydra overrides sets (``+fp16=true`` -> ``fp16``)."""
+    return _keys_after("", overrides)
+
+
+def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
+    """The keys right after ``prefix`` (e.g. ``"executor."``) that overrides set, in order, once each."""
+    out: List[str] = []
+    for text in overrides:
+        match = re.match(rf"^[~+]*{re.escape(prefix)}([A-Za-z_][\w-]*)", text)
+        if match and match.group(1) not in out:
+            out.append(match.group(1))
+    return out
+
+
+def group_keys(group: str, overrides: Iterable[str]) -> List[str]:
+    """The keys of config group ``group`` that Hydra overrides set (``executor.gpus=[0]`` -> ``gpus``)."""
+    return _keys_after(group + ".", overrides)
+
+
+def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> List[str]:
+    """Check that every key of ``group`` the user set is a parameter of the chosen option's class, and
+    return those parameters (the keys to build it with).
+
+    Args:
+        group: the config group, e.g. "executor".
+        option: the option chosen (``executor=local``).
+        keys: the group's keys the user set (``group_keys``).
+        options: ``{option name: its class}`` for every option of the group.
+
+    Raises:
+        ConfigError: a key the option's class does not take, naming the options that take it.
+    """
+    import inspect
+
+    def takes(cls: Any) -> List[str]:
+        return [n for n, p in inspect.signature(cls).parameters.items() if p.kind is not p.VAR_KEYWORD]
+
+    allowed = set(takes(options[option])) | {"name", "_target_"}
+    for key in keys:
+        if key in allowed:
+            continue
+        users = [name for name, cls in options.items() if key in takes(cls)]
+        where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
+        raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
+    return takes(options[option])
+
+
+def group_targets(group: str) -> Dict[str, str]:
+    """``{option name: its _target_}`` of a config group, read from ``conf/<group>/*.yaml``: the group
+    is the one list of its options (modes, executors)."""
+    from pathlib import Path
+
+    from omegaconf import DictConfig, OmegaConf
+
+    import conf
+
+    found: Dict[str, str] = {}
+    for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        if not isinstance(spec, DictConfig):
+            continue
+        found[str(spec.name)] = str(spec._target_)
+    return found
+
+
+@functools.cache
+def mode_keys() -> Dict[str, type]:
+    """``{mode name: its keys dataclass}``: each ``conf/mode/<mode>.yaml`` names its strategy's
+    ``create`` (``_target_``, ``strategies.<mode>.<Class>.create``), whose module exports ``KEYS``.
+
+    Raises:
+        ImportError: a mode's module cannot be imported. AttributeError: it exports no ``KEYS``.
+    """
+    import importlib
+
+    return {
+        name: importlib.import_module(".".join(target.split(".")[:2])).KEYS
+        for name, target in group_targets("mode").items()
+    }
+
+
+def run_config() -> type:
+    """The top-level schema: every key a user types on the command line, the union of the modes'
+    keys (``mode_keys``) and ``CommonKeys``."""
+    return make_dataclass("RunConfig", [], bases=(*mode_keys().values(), CommonKeys))
+
+
+def candidate_options() -> List[str]:
+    """The top-level keys marked ``candidate`` in any mode's keys, sorted."""
+    return sorted({f.name for cls in mode_keys().values() for f in fields(cls) if f.metadata.get("candidate")})
+
+
+def mode_uses(mode: str, key: str) -> bool:
+    """Whether ``mode`` uses the top-level key ``key`` (its keys dataclass holds it)."""
+    return key in _names(mode_keys()[mode])
+
+
+def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
+    """Check that every key the user set is used by ``mode``.
+
+    Args:
+        mode: the mode's name (a key of ``mode_keys()``).
+        keys: the top-level keys the user set (``set_keys`` of the overrides).
+
+    Raises:
+        ConfigError: a key no mode knows (``+fp16=true``), or one the mode does not use, naming
+            the modes that do.
+    """
+    modes = mode_keys()
+    used = set(_names(modes[mode])) | set(_names(CommonKeys))
+    for key in keys:
+        if key == "hydra" or key in used:
+            continue
+        users = [m for m, cls in modes.items() if key in _names(cls)]
+        if not users:
+            raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
+        raise ConfigError(
+            f"{key}= is not used by mode={mode}; it is an option of {', '.join(f'mode={m}' for m in users)}"
+        )
+
+
+def create_parameters(factory: Any) -> List[str]:
+    """The keys a mode's ``create`` takes: its parameters but ``ctx`` and the built objects
+    (``checker``, ``marker``), which the run passes itself."""
+    import inspect
+
+    return [n for n in inspect.signature(factory).parameters if n not in ("ctx", "checker", "marker")]
+
+
+def mode_options(mode: str, cfg: Any, factory: Any) -> Dict[str, Any]:
+    """The options a mode's ``create`` takes, from the config.
+
+    Args:
+        mode: the mode's name.
+        cfg: the run's config.
+        factory: the mode's ``create`` (``cfg.mode._target_``).
+
+    Returns:
+        ``{key: value}`` for each parameter of ``factory`` that is a key of the mode, values as plain
+        Python (enums by value); the mode's other keys reach it through the run context.
+
+    Raises:
+        ConfigError: a parameter of ``factory`` that names no key of the mode (a name that drifted).
+    """
+    keys = set(_names(mode_keys()[mode]))
+    taken = create_parameters(factory)
+    stray = [name for name in taken if name not in keys]
+    if stray:
+        raise ConfigError(f"mode={mode}: its create() takes {stray}, which are not keys of the mode; fix the mode")
+    return {name: plain(cfg.get(name)) for name in taken}
+
+
+def modes_help() -> str:
+    """The "Modes" lines of ``--help``, from each mode's YAML (``help``, ``help_order``): a mode added as
+    one module and one YAML file is listed with no other change. Registered as the ``${modes_help:}``
+    resolver that ``conf/config.yaml``'s help template holds."""
+    from omegaconf import DictConfig, OmegaConf
+
+    import conf
+
+    modes = []
+    for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
+        spec = OmegaConf.load(path)
+        if not isinstance(spec, DictConfig):
+            continue
+        name = str(spec.get("name", path.stem))
+        modes.append((int(spec.get("help_order", 100)), name, str(spec.get("help", "")).strip().splitlines() or [""]))
+    lines = []
+    for _, name, text in sorted(modes):
+        lines.append(f"  {name:<13} {text[0]}")
+        lines.extend(f"  {'':<13} {more}" for more in text[1:])
+    return "\n".join(lines)
