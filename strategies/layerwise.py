@@ -36,6 +36,7 @@ from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
+from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.scope import Scope
@@ -173,7 +174,7 @@ class LayerwiseStrategy(Strategy):
                 f"{self.ctx.model_path} is a QDQ (quantized) model: give its float original as reference_model=FILE "
                 "to compare with, or give the float model with checker.low_precision=int8"
             )
-        if low == "int8" and not has_qdq(model):
+        if is_quantized(low) and not has_qdq(model):
             if not self.ctx.inputs and not self.ctx.data_loader:
                 raise ConfigError(
                     "checker.low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
@@ -186,7 +187,7 @@ class LayerwiseStrategy(Strategy):
                 "The target is the model quantized to int8 QDQ (the run's calibration), as mode=precision builds it"
             )
             return reference, model, Quantizer(model, self.calibration, self.quant).convert([])
-        if low is not None and low != "int8" and not has_low_precision(model):
+        if low is not None and not is_quantized(low) and not has_low_precision(model):
             log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)
             target = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the model")
         return reference, model, target

@@ -35,6 +35,7 @@ from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.load import fingerprint
+from runner.graph.precisions import is_quantized
 from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
@@ -229,7 +230,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 "use precision=float32 with low_precision=float16, bfloat16 or int8"
             )
         quantizer = None
-        if low_precision == "int8":
+        if is_quantized(low_precision):
             if weak_typing:
                 raise ConfigError(
                     "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "

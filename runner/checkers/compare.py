@@ -26,7 +26,7 @@ from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
-from runner.graph.precisions import emulated_by
+from runner.graph.precisions import emulated_by, is_quantized
 from runner.graph.precisions import low_precision as low_precision_named
 from runner.graph.qdq import has_qdq
 from runner.graph.validate import converted
@@ -127,7 +127,7 @@ class CompareChecker(Checker):
     ):
         implied = emulated_by(backend)
         self.low = low_precision or (implied.name if implied is not None else None)
-        if self.low is not None and self.low != "int8":  # int8: QDQ models, quantized by the mode
+        if self.low is not None and not is_quantized(self.low):  # int8: QDQ models, quantized by the mode
             low_precision_named(self.low, "checker.low_precision")
         self._said_converting = False
         # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
@@ -278,7 +278,7 @@ class CompareChecker(Checker):
             InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
         """
         assert self.low is not None
-        if self.low == "int8":
+        if is_quantized(self.low):
             raise ConfigError(
                 "checker.low_precision=int8 needs a calibration, which mode=layerwise and mode=precision "
                 "(low_precision=int8) compute; in this mode give QDQ models (quantize_static's output)"

@@ -43,6 +43,10 @@ BFLOAT16 = LowPrecision(
     "bfloat16", TensorProto.BFLOAT16, "tensor(bfloat16)", 3.3895313892515355e38, 13, 16, "bf16_emulation"
 )
 
+#: the quantized low precision: int8 QDQ (Q/DQ pairs around float nodes, calibrated ranges), made by
+#: ``runner.graph.quantize`` rather than by casting; a float type it is not, so it has no entry below
+INT8 = "int8"
+
 #: every low precision, by name
 LOW_PRECISIONS: Dict[str, LowPrecision] = {p.name: p for p in (FLOAT16, BFLOAT16)}
 #: their ONNX element types
@@ -64,3 +68,8 @@ def low_precision(name: str, option: str = "low_precision") -> LowPrecision:
 def emulated_by(backend: str) -> Optional[LowPrecision]:
     """The precision a compare backend emulates (``fp16_emulation`` -> float16), or None."""
     return next((p for p in LOW_PRECISIONS.values() if p.emulation == backend), None)
+
+
+def is_quantized(name: Optional[str]) -> bool:
+    """Whether the low precision called ``name`` is int8 QDQ (quantized, not cast); False for None."""
+    return name == INT8

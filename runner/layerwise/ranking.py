@@ -23,6 +23,7 @@ from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.graph.convert import to_low_precision
+from runner.graph.precisions import is_quantized
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.tensors import nan_as_inf, weight_peaks
 
@@ -66,7 +67,7 @@ def ranking_backend(checker: Optional[Checker], low: str = "float16") -> Backend
     if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
         log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
         return checker.backend
-    if low == "int8":
+    if is_quantized(low):
         return make_backend("onnxruntime")
     return make_backend("fp16_emulation")  # rounds fp16 and bf16 tensors alike
 
