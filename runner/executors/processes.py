@@ -70,9 +70,9 @@ def visible_gpu(gpu: str) -> str:
 
 
 class ProcessExecutor(DaskExecutor):
-    """Starts ``workers`` worker processes (a Dask ``SpecCluster`` of its own, started in a
-    background thread while the run prepares) and runs one check at a time on each; closes them
-    when the run ends, on an error or on Ctrl-C.
+    """Starts ``workers`` worker processes (a Dask ``SpecCluster`` in a process of its own,
+    ``runner.executors.cluster``, started from a background thread while the run prepares) and
+    runs one check at a time on each; stops them when the run ends, on an error or on Ctrl-C.
 
     Args:
         workers: worker processes; with ``gpus`` it must be ``len(gpus) * per_gpu`` (the default),
@@ -81,7 +81,8 @@ class ProcessExecutor(DaskExecutor):
         per_gpu: workers per GPU (>= 1): two let one worker convert and build its session while
             the other's model runs.
         lookahead: as ``Executor``'s.
-        timeout_s: seconds to wait for the workers to start.
+        timeout_s: seconds the workers get to start and warm (their process group is stopped
+            after that, and the next round's first check raises).
         local_start: run the checks of rounds that start before every worker is ready in this
             process (threads, one per slot, each on its slot's GPU) instead of waiting for them.
             False: every check runs in a worker process (a check that may crash its process).
