@@ -65,6 +65,7 @@ def test_compare_checks_in_worker_processes_give_the_serial_answer(run, tmp_path
     assert parallel.summary["rounds"] <= serial.summary["rounds"]
 
 
+@pytest.mark.slow
 def test_each_check_runs_on_the_worker_of_its_slot(tmp_path):
     """Slot i's check runs in worker process i (the one pinned to slot i's GPU), and a worker keeps
     the checker it was sent between checks."""
@@ -192,6 +193,7 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
     assert not any(alive(pid) for pid in later), "the run's end stops the workers"
 
 
+@pytest.mark.slow
 def test_a_repeatable_check_warms_every_worker_before_checks_go_to_them():
     """With a repeatable checker, the first check run here once the workers are up is sent to every worker
     too (its verdict unused); checks run here until those warm-up checks end, then on the workers."""
@@ -257,6 +259,7 @@ def test_checks_that_write_much_output_in_the_workers_do_not_stall_the_run(run_c
     assert [n["name"] for n in r.summary["reduced_nodes"]] == ["n2", "n5"]
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_start_in_time_are_one_line(tmp_path):
     executor = ProcessExecutor(workers=1, timeout_s=0.001, local_start=False)
     try:
