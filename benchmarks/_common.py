@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: run a command, count check runs, count nodes."""
+"""Helpers shared by the benchmark scripts: run a command or a runner job, count check runs, count nodes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import onnx
 
@@ -30,6 +30,17 @@ def timed(cmd: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, subpro
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True)
     return time.monotonic() - start, proc
+
+
+def run_job(
+    args: List[str], run_dir: Path, cwd: Path, what: str, env: Optional[Dict[str, str]] = None
+) -> Tuple[float, Dict]:
+    """Run ``python -m runner ARGS`` with its run directory at ``run_dir``; return (wall seconds, its
+    ``summary.json``). Exits the benchmark, naming ``what`` and the run's stderr, if the run fails."""
+    wall, proc = timed(runner_cmd(*args, f"hydra.run.dir={run_dir}"), cwd, env or {})
+    if proc.returncode != 0:
+        sys.exit(f"{what} failed:\n{proc.stderr[-2000:]}")
+    return wall, json.loads((run_dir / "summary.json").read_text())
 
 
 def compute_nodes(path: Path) -> Tuple[int, int]:

@@ -12,14 +12,13 @@ Usage: python benchmarks/int8_precision.py [--part runs|cost|all]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import print_rows, runner_cmd, timed
+from _common import print_rows, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -50,8 +49,8 @@ def runs(work: Path) -> None:
         for marker, direction in markers:
             run_dir = work / f"{label}-{marker}-{direction}"
             out = run_dir.with_suffix(".onnx")
-            wall, proc = timed(
-                runner_cmd(
+            wall, s = run_job(
+                [
                     "mode=precision",
                     "low_precision=int8",
                     f"marker={marker}",
@@ -62,14 +61,11 @@ def runs(work: Path) -> None:
                     f"checker.target=examples.text_pages.{check}",
                     f"checker.args=[{model}]",
                     f"output={out}",
-                    f"hydra.run.dir={run_dir}",
-                ),
+                ],
+                run_dir,
                 ROOT,
-                {},
+                f"{label} {marker} {direction}",
             )
-            if proc.returncode != 0:
-                sys.exit(f"{label} {marker} {direction} failed:\n{proc.stderr[-2000:]}")
-            s = json.loads((run_dir / "summary.json").read_text())
             rows.append(
                 {
                     "model": label,

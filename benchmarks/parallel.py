@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import onnx
-from _common import MODELS, print_rows, runner_cmd, timed
+from _common import MODELS, print_rows, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 DETECTOR = MODELS / "ch_PP-OCRv4_det_infer.onnx"
@@ -79,20 +79,9 @@ def run(name: str, workers: int, sleep_s: float, work: Path) -> Dict:
     """One run; its row (checks, rounds, wall seconds, the answer)."""
     out = work / f"{name.replace(' ', '_')}_{workers}"
     executor = ["executor=serial"] if workers == 1 else ["executor=local", f"executor.workers={workers}"]
-    cmd = runner_cmd(
-        *RUNS[name],
-        f"model={DETECTOR}",
-        "checker=python",
-        f"checker.args=[{NODE},{sleep_s}]",
-        *executor,
-        f"output={out}.onnx",
-        f"hydra.run.dir={out}",
-    )
+    args = [*RUNS[name], f"model={DETECTOR}", "checker=python", f"checker.args=[{NODE},{sleep_s}]", *executor]
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)])}
-    wall, proc = timed(cmd, ROOT, env)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name} with {workers} workers failed:\n{proc.stderr[-2000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    wall, summary = run_job([*args, f"output={out}.onnx"], out, ROOT, f"{name} with {workers} workers", env)
     answer = summary.get("reduced_nodes") or summary.get("kept_nodes") or summary.get("kept")
     return {
         "search": name,

@@ -11,7 +11,6 @@ Usage: python benchmarks/precision_markers.py [--size 96] [--layers 8]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from _common import MODELS, print_rows, runner_cmd, timed
+from _common import MODELS, print_rows, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -86,8 +85,8 @@ def main() -> None:
         for label, model, inputs, tol in cases:
             for marker, direction in RUNS:
                 run_dir = work / f"{label}-{marker}-{direction}".replace(" ", "_")
-                wall, proc = timed(
-                    runner_cmd(
+                wall, s = run_job(
+                    [
                         "mode=precision",
                         f"marker={marker}",
                         f"direction={direction}",
@@ -97,14 +96,11 @@ def main() -> None:
                         "checker.backend=fp16_emulation",
                         *tol,
                         f"output={run_dir}.onnx",
-                        f"hydra.run.dir={run_dir}",
-                    ),
+                    ],
+                    run_dir,
                     work,
-                    {},
+                    f"{label} {marker}",
                 )
-                if proc.returncode != 0:
-                    sys.exit(f"{label} {marker} failed:\n{proc.stderr[-2000:]}")
-                s = json.loads((run_dir / "summary.json").read_text())
                 rows.append(
                     {
                         "model": label,
