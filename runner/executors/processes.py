@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Set
 
 from runner.candidates import Candidate, Verdict
@@ -123,8 +124,6 @@ class ProcessExecutor(DaskExecutor):
             pinned = [None] * count
         self.names = [f"check-{i}" for i in range(count)]
         self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
-        if not log.isEnabledFor(logging.DEBUG):  # verbose=true keeps Dask's own log of its workers
-            logging.getLogger("distributed").setLevel(logging.WARNING)
         self.distributed: Any = None  # the module, once the start thread imported it
         self.timeout_s = float(timeout_s)
         self._helper: Optional[subprocess.Popen] = None  # the cluster's process (runner.executors.cluster)
@@ -196,7 +195,7 @@ class ProcessExecutor(DaskExecutor):
                 )
             log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
             distributed = import_distributed("executor=processes")
-            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels
+            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels; verbose=true keeps them
                 logging.getLogger("distributed").setLevel(logging.WARNING)
             self.distributed = distributed
             client = distributed.Client(address, set_as_default=False, timeout=max(self.timeout_s, 10.0))
@@ -224,6 +223,10 @@ class ProcessExecutor(DaskExecutor):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(helper.pid, signal.SIGKILL)
             helper.wait()
+            # SIGKILL lands asynchronously: wait until no process of the group still runs
+            deadline = time.monotonic() + 10.0
+            while _group_running(helper.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
 
     @property
     def client(self) -> Any:
@@ -382,6 +385,20 @@ class ProcessExecutor(DaskExecutor):
                 client.close(timeout=5)
         self._stop_helper()
         self._starting.join()
+
+
+def _group_running(pgid: int) -> bool:
+    """True while a process of group ``pgid`` runs (a zombie does not count), read from Linux's
+    ``/proc/<pid>/stat``; False where there is no ``/proc``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # after "pid (comm)" come: state, ppid, pgrp, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 class _StartFailed(Exception):
