@@ -121,111 +121,131 @@ def executors(gpus: int) -> List[tuple]:
         ("serial", []),
         ("local 2 threads, 1 GPU", ["executor=local", "executor.workers=2", "executor.gpus=[0,0]"]),
         ("processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2"]),
-        (
-            "processes 2, 1 GPU, no local start",
-            ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2", "executor.local_start=false"],
-        ),
+        ("processes 1x2 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=2"]),
         ("processes 4, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=4"]),
+        ("processes 1x4 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=4"]),
     ]
     if gpus >= 2:
         rows += [
             ("local 4 threads, 2 GPUs", ["executor=local", "executor.workers=4", "executor.gpus=[0,1,0,1]"]),
             ("processes 2, 2 GPUs", ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=1"]),
             ("processes 4, 2 GPUs", ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=2"]),
+            (
+                "processes 2x2 threads, 2 GPUs",
+                ["executor=processes", "executor.gpus=[0,1]", "executor.threads_per_worker=2"],
+            ),
         ]
     return rows
 
 
-#: the session options of the runs: the defaults (cheap sessions), and ONNX Runtime's own
-#: (cuDNN's exhaustive search per session: checks 16x dearer, as before checker.provider_options)
-#: (a dict override merges into the default, so the default's keys are set back to ONNX Runtime's values)
+#: the session options of the runs: the defaults (cheap sessions), and cuDNN's exhaustive convolution
+#: search per session (ONNX Runtime's own default: checks about 16x dearer, as every check was before
+#: checker.provider_options; TF32 stays off, with it the all-fp32 candidate fails against CPU golden outputs)
 SESSIONS = {
     "cheap": [],
-    "ort defaults": [
-        "checker.provider_options.CUDAExecutionProvider.cudnn_conv_algo_search=EXHAUSTIVE",
-        "checker.provider_options.CUDAExecutionProvider.use_tf32=1",
-    ],
+    "exhaustive": ["checker.provider_options.CUDAExecutionProvider.cudnn_conv_algo_search=EXHAUSTIVE"],
+}
+
+#: the runs' modes: their overrides
+MODES = {
+    "precision": ["mode=precision", "marker=bisect", "direction=ranked"],
+    "reduce": ["mode=reduce", "checker.low_precision=float16"],
 }
 
 
+def one_run(model_path: Path, inputs: Path, work: Path, provider: str, args: List[str], tag: str) -> Dict[str, Any]:
+    """One ``python -m runner`` run with ``args`` (mode, executor, sessions) in ``work/tag``: a row of
+    its wall seconds, ``summary.json``'s run seconds, checks, rounds, checks run in the runner's
+    process, the checks' seconds (sum and median), the median hand-over (``verdict_s - check_s``)
+    and the answer; ``answer`` says how a failed run ended."""
+    run_dir = work / tag
+    cmd = runner_cmd(
+        *args,
+        f"model={model_path}",
+        f"inputs={inputs}",
+        "checker=compare",
+        "checker.backend=onnxruntime",
+        f"checker.providers=[{provider}]",
+        *TOLERANCE,
+        f"hydra.run.dir={run_dir}",
+        f"output={run_dir}/answer.onnx",
+    )
+    wall, proc = timed(cmd, work, {})
+    row: Dict[str, Any] = dict.fromkeys(
+        ["wall_s", "run_s", "checks", "rounds", "check_s", "check_median_s", "local_checks", "dispatch_median_s"]
+    )
+    row["wall_s"] = round(wall, 1)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        row["answer"] = f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:80]}"
+        return row
+    s = json.loads((run_dir / "summary.json").read_text())
+    replay = json.loads((run_dir / "replay.json").read_text())["iterations"]
+    ran = [e["details"] for e in replay if not e["reused"] and "check_s" in e["details"]]
+    per_check = [d["check_s"] for d in ran]
+    handover = [d["verdict_s"] - d["check_s"] for d in ran if "verdict_s" in d]
+    names = [n["name"] for n in s.get("kept_nodes", s.get("reduced_nodes", []))]
+    row.update(
+        run_s=s["wall_s"],
+        checks=s["checks"],
+        rounds=s.get("rounds", s["checks"]),
+        check_s=s.get("check_s"),
+        check_median_s=round(statistics.median(per_check), 3) if per_check else None,
+        local_checks=s.get("local_checks"),
+        dispatch_median_s=round(statistics.median(handover), 3) if handover else None,
+        answer=f"{len(names)}: {','.join(names[:4])}{'...' if len(names) > 4 else ''}",
+    )
+    return row
+
+
 def runs(
-    model_path: Path, inputs: Path, gpus: int, work: Path, provider: str, sessions: List[str], keep: Optional[Path]
+    model_path: Path,
+    inputs: Path,
+    gpus: int,
+    work: Path,
+    provider: str,
+    sessions: List[str],
+    keep: Optional[Path],
+    modes: List[str],
+    repeat: int = 1,
+    only: Optional[List[str]] = None,
 ) -> List[Dict]:
-    """Rows: per mode, session options and executor, wall seconds, checks, rounds, the answer,
-    the ratio to serial, the seconds of the checks where they ran (sum and median), the checks run
-    in the runner's process while the workers started. ``keep``: copy each run's log, replay and
-    summary there."""
-    modes = {
-        "precision bisect ranked": ["mode=precision", "marker=bisect", "direction=ranked"],
-        "reduce": ["mode=reduce", "checker.low_precision=float16"],
-    }
+    """Rows: per mode, session options and executor, the median run of ``repeat`` (by ``summary.json``'s
+    run seconds, with the ratio to serial's and every run's seconds); the executors take turns, so a
+    slow spell of the machine hits them alike. Each mode and session begins with a serial run that
+    is not counted (it warms the disk cache, CUDA and cuDNN). ``modes``: keys of ``MODES``; ``only``:
+    the executors whose label starts with one of these (serial always runs); ``keep``: copy each
+    counted run's log, replay and summary there."""
+    chosen = [
+        (label, overrides)
+        for label, overrides in executors(gpus)
+        if label == "serial" or not only or any(label.startswith(o) for o in only)
+    ]
     rows: List[Dict[str, Any]] = []
-    for (mode, args), session in itertools.product(modes.items(), sessions):
-        serial_s = None
-        for label, overrides in executors(gpus):
-            tag = f"{mode.split()[0]}_{session}_{label}".replace(" ", "_").replace(",", "")
-            run_dir = work / tag
-            cmd = runner_cmd(
-                *args,
-                f"model={model_path}",
-                f"inputs={inputs}",
-                "checker=compare",
-                "checker.backend=onnxruntime",
-                f"checker.providers=[{provider}]",
-                *TOLERANCE,
-                *overrides,
-                *SESSIONS[session],
-                f"hydra.run.dir={run_dir}",
-                f"output={run_dir}/answer.onnx",
-            )
-            wall, proc = timed(cmd, work, {})
-            if proc.returncode != 0:
-                print(proc.stderr[-2000:], file=sys.stderr)
-                last = (proc.stderr.strip().splitlines() or [""])[-1][:80]
-                rows.append(
-                    dict(
-                        mode=mode,
-                        sessions=session,
-                        executor=label,
-                        wall_s=round(wall, 1),
-                        run_s=None,
-                        run_ratio=None,
-                        checks=None,
-                        rounds=None,
-                        answer=f"exit {proc.returncode}: {last}",
-                    )
-                )
-                continue
-            s = json.loads((run_dir / "summary.json").read_text())
-            replay = json.loads((run_dir / "replay.json").read_text())["iterations"]
-            ran = [e["details"] for e in replay if not e["reused"] and "check_s" in e["details"]]
-            per_check = [d["check_s"] for d in ran]
-            overhead_s = [d["verdict_s"] - d["check_s"] for d in ran if "verdict_s" in d]
+    for mode, session in itertools.product(modes, sessions):
+        base = MODES[mode] + SESSIONS[session]
+        one_run(model_path, inputs, work, provider, base, f"{mode}_{session}_warm-up")
+        tried: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _ in chosen}
+        for turn, (label, overrides) in itertools.product(range(repeat), chosen):
+            tag = f"{mode}_{session}_{label}_{turn}".replace(" ", "_").replace(",", "")
+            row = one_run(model_path, inputs, work, provider, base + overrides, tag)
+            print({"mode": mode, "sessions": session, "executor": label, **row}, flush=True)
+            tried[label].append(row)
             if keep is not None:
                 for name in ("runner.log", "replay.json", "summary.json"):
-                    if (run_dir / name).exists():
+                    if (work / tag / name).exists():
                         (keep / tag).mkdir(parents=True, exist_ok=True)
-                        shutil.copy(run_dir / name, keep / tag / name)
-            names = [n["name"] for n in s.get("kept_nodes", s.get("reduced_nodes", []))]
-            serial_s = serial_s or s["wall_s"]
+                        shutil.copy(work / tag / name, keep / tag / name)
+        serial_s = None
+        for label, _ in chosen:
+            done = [r for r in tried[label] if r["run_s"] is not None]
+            row = sorted(done, key=lambda r: r["run_s"])[(len(done) - 1) // 2] if done else tried[label][0]
+            serial_s = serial_s or row["run_s"]
+            ratio = round(row["run_s"] / serial_s, 2) if row["run_s"] and serial_s else None
+            runs_s = [r["run_s"] for r in tried[label]]
             rows.append(
-                {
-                    "mode": mode,
-                    "sessions": session,
-                    "executor": label,
-                    "wall_s": round(wall, 1),
-                    "run_s": s["wall_s"],
-                    "run_ratio": round(s["wall_s"] / serial_s, 2),
-                    "checks": s["checks"],
-                    "rounds": s.get("rounds", s["checks"]),
-                    "check_s": s.get("check_s"),
-                    "check_median_s": round(statistics.median(per_check), 3) if per_check else None,
-                    "local_checks": s.get("local_checks"),
-                    "dispatch_median_s": round(statistics.median(overhead_s), 3) if overhead_s else None,
-                    "answer": f"{len(names)}: {','.join(names[:4])}{'...' if len(names) > 4 else ''}",
-                }
+                {"mode": mode, "sessions": session, "executor": label, **row, "run_ratio": ratio, "runs_s": runs_s}
             )
-            print(rows[-1], flush=True)
     return rows
 
 
@@ -237,6 +257,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--checks", type=int, default=6, help="checks per session configuration (overhead)")
     parser.add_argument("--sessions", nargs="+", choices=list(SESSIONS), default=list(SESSIONS))
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--repeat", type=int, default=1, help="runs per executor (runs part); the median counts")
+    parser.add_argument("--only", nargs="+", help="executors whose label starts with one of these (and serial)")
     parser.add_argument("--provider", default="CUDAExecutionProvider", help="CPUExecutionProvider: a dry run")
     parser.add_argument("--keep", type=Path, help="copy each run's runner.log, replay.json and summary.json here")
     args = parser.parse_args()
@@ -247,7 +270,18 @@ def main() -> None:
         rows = overhead(args.model, inputs, args.checks, args.provider)
         print_rows(f"Per-check cost, detector {args.size}x{args.size}, {args.provider}", rows)
     if args.part in ("runs", "all"):
-        rows = runs(args.model, inputs, args.gpus, work, args.provider, args.sessions, args.keep)
+        rows = runs(
+            args.model,
+            inputs,
+            args.gpus,
+            work,
+            args.provider,
+            args.sessions,
+            args.keep,
+            args.modes,
+            args.repeat,
+            args.only,
+        )
         print_rows(f"Runs, detector {args.size}x{args.size}, {args.provider}", rows)
 
 

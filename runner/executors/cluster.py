@@ -11,7 +11,8 @@ It ends, with every worker process, when its standard input closes: the runner c
 its end, and the system does when the runner dies. The runner started it as the leader of a
 process group of its own, so the runner can also stop the whole group at once.
 
-SPEC is JSON: ``{"names": [str], "env": [{str: str}], "timeout_s": float, "log": bool}``.
+SPEC is JSON: ``{"names": [str], "env": [{str: str}], "nthreads": int, "timeout_s": float, "log": bool}``
+(``nthreads``: checks at once in each worker process, 1 when absent).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def serve(spec: Dict[str, Any], out: TextIO) -> None:
         name: {
             "cls": distributed.Nanny,
             "options": {
-                "nthreads": 1,
+                "nthreads": int(spec.get("nthreads", 1)),
                 "memory_limit": 0,  # the checks' memory is theirs: no spilling or pausing by Dask
                 "env": env,
                 "silence_logs": quiet,  # a worker's lost heartbeat at close is no news

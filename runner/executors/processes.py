@@ -105,11 +105,14 @@ class ProcessExecutor(DaskExecutor):
         lookahead: bool = True,
         timeout_s: float = 60.0,
         local_start: bool = True,
+        threads_per_worker: int = 1,
     ):
         if importlib.util.find_spec("distributed") is None:  # imported by the start thread (a second or so)
             raise MissingExtraError("distributed", "dask", "executor=processes")
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
+        if int(threads_per_worker) < 1:
+            raise ConfigError(f"executor.threads_per_worker={threads_per_worker} must be 1 or more checks per worker")
         listed = [str(g) for g in (gpus or [])]
         pinned: List[Optional[str]] = [g for g in listed for _ in range(int(per_gpu))]
         if listed and workers is not None and int(workers) != len(pinned):
@@ -122,6 +125,8 @@ class ProcessExecutor(DaskExecutor):
             raise ConfigError(f"executor.workers={workers} must be 1 or more worker processes")
         if not listed:
             pinned = [None] * count
+        #: checks at once in each worker process (its threads share its CUDA context)
+        self.threads = int(threads_per_worker)
         self.names = [f"check-{i}" for i in range(count)]
         self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
         self.distributed: Any = None  # the module, once the start thread imported it
@@ -134,7 +139,9 @@ class ProcessExecutor(DaskExecutor):
         self._any_ended = threading.Event()
         self._closing = False
         self._timed_out = False
-        Executor.__init__(self, count, [g for g in pinned if g is not None], lookahead)
+        # slot i runs on worker process i // threads, on that process's GPU
+        slot_gpus = [g for g in pinned if g is not None for _ in range(self.threads)]
+        Executor.__init__(self, count * self.threads, slot_gpus, lookahead)
         self.run_id = uuid.uuid4().hex[:12]
         self.local_start = bool(local_start)
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here at the start
@@ -151,7 +158,8 @@ class ProcessExecutor(DaskExecutor):
         self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._starting.start()
         where = f" on GPUs {listed}, {per_gpu} each" if listed else ""
-        log.info("Starting %d worker processes%s", count, where)
+        each = f", {self.threads} checks at once in each" if self.threads > 1 else ""
+        log.info("Starting %d worker processes%s%s", count, where, each)
 
     def _start(self) -> None:
         """Start the cluster's process, wait for the scheduler's address it prints once every
@@ -160,6 +168,7 @@ class ProcessExecutor(DaskExecutor):
         spec = {
             "names": self.names,
             "env": self.env,
+            "nthreads": self.threads,
             "timeout_s": self.timeout_s,
             "log": log.isEnabledFor(logging.DEBUG),
         }
@@ -241,7 +250,8 @@ class ProcessExecutor(DaskExecutor):
             self.close()
             if isinstance(failed, TimeoutError) or str(failed).startswith("TimeoutError"):
                 raise ConfigError(
-                    f"executor=processes: {self.workers} worker processes did not start within {self.timeout_s:g} s; "
+                    f"executor=processes: {len(self.names)} worker processes did not start within "
+                    f"{self.timeout_s:g} s; "
                     "raise executor.timeout_s or start fewer (executor.workers, executor.per_gpu)"
                 ) from None
             raise ConfigError(
@@ -317,7 +327,7 @@ class ProcessExecutor(DaskExecutor):
             if self._warming is None and self._repeatable and self._ready.is_set() and self._failed is None:
                 self._warm_workers(fn, args, slots[0])
             return future
-        client, name = self.client, self.names[worker]
+        client, name = self.client, self.names[worker // self.threads]
         sent = [self._scatter(client, a) if isinstance(a, _Shared) else self._send(client, a, name) for a in args]
         return client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False)
 
@@ -341,7 +351,8 @@ class ProcessExecutor(DaskExecutor):
         client = self.client
         self._warming = []
         for w, name in enumerate(self.names):
-            pinned = Slot(w, self.gpus[w] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus))
+            first = w * self.threads  # the process's first slot
+            pinned = Slot(first, self.gpus[first] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus))
             sent = [
                 self._scatter(client, a)
                 if isinstance(a, _Shared)

@@ -81,9 +81,37 @@ def test_each_check_runs_on_the_worker_of_its_slot(tmp_path):
     assert not any(alive(pid) for pid in set(pids)), "close() stops the worker processes"
 
 
+@pytest.mark.slow
+def test_threads_per_worker_runs_that_many_checks_at_once_in_one_process(tmp_path):
+    """``threads_per_worker=2`` on one GPU: two slots, both on that GPU, whose checks run at the
+    same time in one worker process (one CUDA context on the GPU)."""
+    executor = ProcessExecutor(gpus=[0], threads_per_worker=2, local_start=False)
+    try:
+        assert executor.workers == 2 and len(executor.names) == 1
+        slots = [executor.slot(w, 1) for w in (0, 1)]
+        assert [s.gpu for s in slots] == ["0", "0"] and all(s.pinned for s in slots)
+        futures = [executor.submit(_pid_span, 0.5, worker=w) for w in (0, 1)]
+        (pid0, start0, end0), (pid1, start1, end1) = (f.result(timeout=60) for f in futures)
+    finally:
+        executor.close()
+    assert pid0 == pid1, "both slots run in the GPU's one worker process"
+    assert start1 < end0 and start0 < end1, "the two checks ran at the same time"
+
+
+def _pid_span(seconds: float):
+    import os
+    import time
+
+    start = time.monotonic()
+    time.sleep(seconds)
+    return os.getpid(), start, time.monotonic()
+
+
 def test_process_executor_options_are_checked():
     with pytest.raises(ConfigError, match="per_gpu=0"):
         ProcessExecutor(per_gpu=0)
+    with pytest.raises(ConfigError, match="threads_per_worker=0"):
+        ProcessExecutor(threads_per_worker=0)
     with pytest.raises(ConfigError, match="starts 4 workers"):
         ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
 
