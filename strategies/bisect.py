@@ -2,12 +2,21 @@
 
 Pure: no I/O, no ONNX, no logging. Given that the predicate holds at ``count`` and not at 0,
 it finds the smallest index where it holds in ceil(log2(count)) tests.
+
+A round of ``k`` tests at once (parallel checks) is speculative execution of the serial search:
+the first ``k`` nodes of its decision tree, breadth first (the midpoint, the midpoints of both
+halves, ...), with the round's verdicts taken along the path the serial search would follow.
+So the boundary is the serial one whatever the check does, monotone or not (a check whose
+verdicts are not monotone in the index, such as a tolerance met by some prefixes and missed by
+longer ones, still gets the serial answer, never one that depends on the number of workers);
+``2**d - 1`` tests decide ``d`` serial steps in one round, the information of a ``2**d``-ary split.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from collections import deque
+from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from strategies.boundary import BoundaryMarker
 
@@ -17,16 +26,49 @@ class BisectMarker(BoundaryMarker):
 
     def next(self) -> Optional[int]:
         """The midpoint of the open gap, or None when ``hi`` is the boundary."""
-        if self.hi - self.lo <= 1:
-            return None
-        return (self.lo + self.hi) // 2
+        return _midpoint(self.lo, self.hi)
 
     def _propose(self, k: int) -> List[int]:
-        """``k`` indices splitting the open gap into ``k + 1`` near-equal parts (a (k+1)-ary search:
-        ceil(log_{k+1}(count)) rounds); every index of the gap when it holds ``k`` or fewer."""
-        return self._split(k)
+        """The serial search's next ``k`` tests if every outcome were possible: its decision tree
+        from (lo, hi), breadth first, lower half first; fewer when the tree is smaller (every
+        index of a gap of ``k`` or fewer)."""
+        probes: List[int] = []
+        gaps: Deque[Tuple[int, int]] = deque([(self.lo, self.hi)])
+        while gaps and len(probes) < k:
+            lo, hi = gaps.popleft()
+            mid = _midpoint(lo, hi)
+            if mid is not None:
+                probes.append(mid)
+                gaps.extend([(lo, mid), (mid, hi)])
+        return probes
+
+    def step_round(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> None:
+        """Take a round's verdicts, ``(index, hit)``, along the serial search's path: from the
+        midpoint, each verdict picks the half whose midpoint is the next test, until that test was
+        not in the round or its verdict is missing (None: cancelled). Verdicts off the path are
+        ignored, as the serial search never made those tests."""
+        known: Dict[int, Optional[bool]] = dict(verdicts)
+        while (index := self.next()) is not None and known.get(index) is not None:
+            self.step(index, bool(known[index]))
+
+    def settled(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> bool:
+        """True when the verdicts known so far (None: still running) lead the serial path out of
+        the round: every check still running is off the path and can be cancelled."""
+        known: Dict[int, Optional[bool]] = dict(verdicts)
+        lo, hi = self.lo, self.hi
+        while (mid := _midpoint(lo, hi)) is not None and mid in known:
+            hit = known[mid]
+            if hit is None:
+                return False
+            lo, hi = (lo, mid) if hit else (mid, hi)
+        return True
 
     def remaining(self) -> int:
         """Tests left: ceil(log2(hi - lo))."""
         gap = self.hi - self.lo
         return math.ceil(math.log2(gap)) if gap > 1 else 0
+
+
+def _midpoint(lo: int, hi: int) -> Optional[int]:
+    """The serial search's test in the open gap (lo, hi), or None when the gap holds no index."""
+    return (lo + hi) // 2 if hi - lo > 1 else None

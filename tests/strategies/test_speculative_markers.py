@@ -39,12 +39,38 @@ def test_rounds_give_the_serial_boundary(cls, k, count, boundary):
     found, rounds, _ = _rounds(cls(count), lambda i: i >= boundary, k)
     assert found == _serial(cls(count), lambda i: i >= boundary) == boundary
     if cls is BisectMarker and count > 1:
-        assert rounds <= math.ceil(math.log(count, k + 1)) + 1
+        # a round holds the first floor(log2(k + 1)) levels of the serial search's decision tree
+        assert rounds <= math.ceil(math.log2(count) / math.floor(math.log2(k + 1))) + 1
 
 
-def test_bisect_with_four_workers_needs_about_log5_rounds():
-    _, rounds, _ = _rounds(BisectMarker(672), lambda i: i >= 300, 4)
-    assert rounds <= 5 < math.ceil(math.log2(672))
+def test_bisect_with_three_workers_decides_two_serial_steps_a_round():
+    serial = math.ceil(math.log2(672))
+    for boundary in (1, 100, 300, 672):
+        _, rounds, _ = _rounds(BisectMarker(672), lambda i, b=boundary: i >= b, 3)
+        assert rounds <= math.ceil(serial / 2) < serial
+
+
+def test_bisect_rounds_give_the_serial_answer_on_a_non_monotone_check():
+    """A round's verdicts are taken along the serial search's path, so the boundary does not depend
+    on the number of workers even when the check's verdicts are not monotone in the index."""
+    for seed in range(50):
+        rng = random.Random(seed)
+        table = {i: rng.random() < 0.5 for i in range(1, 300)}
+        table[300] = True
+        serial = _serial(BisectMarker(300), table.__getitem__)
+        for k in (2, 3, 4, 7, 16):
+            found, _, _ = _rounds(BisectMarker(300), table.__getitem__, k)
+            assert found == serial
+
+
+def test_a_bisect_round_is_settled_once_the_serial_path_leaves_it():
+    marker = BisectMarker(16)
+    assert marker.propose(3) == [8, 4, 12]
+    assert not marker.settled([(8, None), (4, True), (12, None)])
+    assert marker.settled([(8, True), (4, None), (12, None)]) is False  # 4 is on the path
+    assert marker.settled([(8, False), (4, None), (12, True)])  # 4 is off the path: moot
+    marker.step_round([(8, False), (4, None), (12, True)])
+    assert (marker.lo, marker.hi) == (8, 12)
 
 
 def test_linear_rounds_give_the_serial_answer_on_a_non_monotone_check():
