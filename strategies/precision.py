@@ -19,7 +19,6 @@ Markers:
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +39,8 @@ from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
 from runner.graph.scope import Scope
-from runner.graph.summaries import TensorSummary, summarize
 from runner.graph.validate import Validator
-from runner.layerwise.ranking import introduced_ranking, ranking_backend
+from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
@@ -64,36 +62,6 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
 
 
 KEYS = PrecisionKeys
-
-
-def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Mapping[str, TensorSummary]) -> List[int]:
-    """Order ``layers`` by the largest magnitude among each node's outputs and weights, largest first.
-
-    Args:
-        model: the fp32 model (Constant nodes already initializers).
-        layers: node indices to rank.
-        summaries: the fp32 run's summary of each tensor (its peak magnitude; one reference run,
-            streamed in bounded memory).
-
-    Returns:
-        ``layers`` reordered; nodes whose values pass the fp16 range (65504) come first, ties
-        keep topological order.
-    """
-    inits = {t.name: t for t in model.graph.initializer}
-
-    @functools.cache
-    def peak(name: str) -> float:
-        if name in summaries:
-            return summaries[name].peak
-        if name in inits:
-            return summarize(onnx.numpy_helper.to_array(inits[name])).peak
-        return 0.0
-
-    score = {}
-    for i in layers:
-        node = model.graph.node[i]
-        score[i] = max([peak(n) for n in list(node.output) + list(node.input) if n] or [0.0])
-    return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
 
 
 class PrecisionStrategy(OnnxSearchStrategy):
@@ -248,10 +216,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
         forced: List[int] = []
         if scope.given:
-            nodes = [(model.graph.node[i].name, model.graph.node[i].op_type) for i in layers]
-            scope.check(nodes, f"the model's {len(layers)} float nodes")
-            forced = [i for i in layers if scope.excluded(*nodes[layers.index(i)])]
-            searched = [i for i in layers if scope.selects(*nodes[layers.index(i)])]
+            nodes = {i: [(model.graph.node[i].name, model.graph.node[i].op_type)] for i in layers}
+            searched, forced = scope.split(nodes, f"the model's {len(layers)} float nodes")
             log.info(
                 "Scope: %d of %d float nodes searched, %d kept in float32 whatever the search finds",
                 len(searched),

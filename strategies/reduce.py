@@ -31,8 +31,8 @@ from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
-from runner.errors import ConfigError, NothingToDoError, ShapeError
-from runner.graph.load import is_large, load_model, save_model
+from runner.errors import ConfigError, NothingToDoError
+from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
@@ -178,10 +178,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
         in_scope = None
         if scope.given:
-            described = {u: index.describe([u]) for u in index.units}
-            nodes = {u: [(d["name"], d["op"]) for d in found] for u, found in described.items()}
-            scope.check([pair for pairs in nodes.values() for pair in pairs])
-            in_scope = frozenset(u for u, pairs in nodes.items() if any(scope.selects(*p) for p in pairs))
+            nodes = {u: [(d["name"], d["op"]) for d in index.describe([u])] for u in index.units}
+            in_scope = frozenset(scope.split(nodes)[0])
             log.info(
                 "Scope: the search covers %d of %d nodes; the others stay in every candidate", len(in_scope), len(nodes)
             )
@@ -257,34 +255,10 @@ class ReduceStrategy(OnnxSearchStrategy):
         them too, in place of symbolic dimensions, when ONNX Runtime loads it so (an If branch
         that a concrete shape makes inconsistent can refuse it; the symbolic form is kept then)."""
         model = self.model_for(units)
+        load = self.weights.load_into if self.weights is not None else None
         if self.concrete:
-            model = self._concrete(units, model)
-        return self.weights.load_into(model) if self.weights is not None else model
-
-    def _concrete(self, units: Units, symbolic: onnx.ModelProto) -> onnx.ModelProto:
-        """``units`` with concrete graph input/output shapes, or ``symbolic`` when it would not load."""
-        try:
-            concrete = self.index.extract(self.closure(units), concrete=True)
-        except ShapeError:
-            return symbolic
-        if [i.type for i in concrete.graph.input] == [i.type for i in symbolic.graph.input] and [
-            o.type for o in concrete.graph.output
-        ] == [o.type for o in symbolic.graph.output]:
-            return symbolic
-        whole = self.weights.load_into(concrete) if self.weights is not None else concrete
-        if is_large(whole):
-            return concrete  # checked as written after it is saved
-        try:
-            import onnxruntime as ort
-
-            ort.InferenceSession(whole.SerializeToString(), providers=["CPUExecutionProvider"])
-        except Exception as e:  # ONNX Runtime raises Fail/InvalidGraph at load
-            log.info(
-                "The answer keeps symbolic input/output dims: with concrete ones ONNX Runtime refuses it (%s)",
-                str(e).splitlines()[0][:200],
-            )
-            return symbolic
-        return concrete
+            model = self.index.concrete_io(self.closure(units), model, load)
+        return load(model) if load is not None else model
 
     # -- gates --------------------------------------------------------------------------------
 

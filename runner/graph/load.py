@@ -189,15 +189,17 @@ def check_saved(path: str | Path) -> None:
         raise ModelError(f"{path} does not pass onnx.checker: {first}") from None
 
 
-def loads_on_cpu(path: Path) -> Optional[str]:
-    """None when ONNX Runtime on CPU creates a session for the model file at ``path``, else why not
-    (starting "no CPU kernel" when only a kernel is missing, e.g. bfloat16 ops)."""
+def loads_on_cpu(model: Path | onnx.ModelProto) -> Optional[str]:
+    """None when ONNX Runtime on CPU creates a session for ``model`` (a model file, or a model under
+    2 GB in memory), else why not (starting "no CPU kernel" when only a kernel is missing, e.g.
+    bfloat16 ops)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     try:
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:
         first = " ".join(str(e).split())[:300]
         if type(e).__name__ == "NotImplemented" or "NOT_IMPLEMENTED" in first:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Pattern, Sequence, Tuple
+from typing import Hashable, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple, TypeVar
 
 from runner.errors import ConfigError
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -105,3 +107,22 @@ class Scope:
                 raise ConfigError(f"{option}: {what} has no node of op type {missing}; it has {sorted(ops)}")
         if pairs and not any(self.selects(name, op) for name, op in pairs):
             raise ConfigError(f"the scope options leave no node of {what} in scope; loosen include_*/exclude_*")
+
+    def split(self, groups: Mapping[K, Sequence[Tuple[str, str]]], what: str = "the model") -> Tuple[List[K], List[K]]:
+        """Check the options against every node of ``groups`` (``check``), then split the groups:
+        one is in scope when a node of it is, excluded when a node of it matches an exclude.
+
+        Args:
+            groups: per key (a node index, a unit of fused nodes), its nodes' ``(name, op type)``.
+            what: the node set's name in errors.
+
+        Returns:
+            (the keys in scope, the keys excluded), each in the order of ``groups``.
+
+        Raises:
+            ConfigError: as ``check``.
+        """
+        self.check([pair for pairs in groups.values() for pair in pairs], what)
+        selected = [k for k, pairs in groups.items() if any(self.selects(*p) for p in pairs)]
+        excluded = [k for k, pairs in groups.items() if any(self.excluded(*p) for p in pairs)]
+        return selected, excluded

@@ -9,7 +9,7 @@ tensors its bodies read count as its inputs.
 from __future__ import annotations
 
 import logging
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import onnx
@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 
 from runner.errors import ModelError, ShapeError
 from runner.graph.constants import constants_to_initializers
-from runner.graph.load import fingerprint
+from runner.graph.load import fingerprint, is_large, loads_on_cpu
 from runner.graph.meta import TensorMeta
 
 log = logging.getLogger(__name__)
@@ -242,6 +242,45 @@ class GraphIndex:
             outputs = [n for n in dangling if self.meta.get(n) is not None]
         self._last_boundary = (keep, (order, inputs, outputs))
         return order, inputs, outputs
+
+    def concrete_io(
+        self,
+        units: Iterable[int],
+        symbolic: onnx.ModelProto,
+        load: Optional[Callable[[onnx.ModelProto], onnx.ModelProto]] = None,
+    ) -> onnx.ModelProto:
+        """``units`` as ``extract(units, concrete=True)`` makes them (the model's own graph inputs
+        and outputs with the concrete shapes the run measured), when that changes their declarations
+        and ONNX Runtime on CPU loads the result; else ``symbolic``, the same units extracted with
+        symbolic dimensions (an If branch that a concrete shape makes inconsistent can refuse it).
+
+        Args:
+            units: the unit indices, closed as the candidate is.
+            symbolic: ``extract(units)``.
+            load: the model with its weights read back (shared weights), for the load test; None:
+                the model holds its weights.
+
+        Returns:
+            The concrete model (weights as ``symbolic`` holds them), or ``symbolic``. A model past
+            2 GB is not test-loaded here (it is checked as written once saved).
+        """
+        try:
+            concrete = self.extract(units, concrete=True)
+        except ShapeError:
+            return symbolic
+        declared = [[v.type for v in m.graph.input] + [v.type for v in m.graph.output] for m in (concrete, symbolic)]
+        if declared[0] == declared[1]:
+            return symbolic
+        whole = load(concrete) if load is not None else concrete
+        if is_large(whole):
+            return concrete
+        refused = loads_on_cpu(whole)
+        if refused is not None:
+            log.info(
+                "The answer keeps symbolic input/output dims: with concrete ones ONNX Runtime refuses it (%s)", refused
+            )
+            return symbolic
+        return concrete
 
     def extract(self, units: Iterable[int], concrete: bool = False) -> onnx.ModelProto:
         """The subgraph made of ``units`` as a model, with original opsets, domains and metadata.

@@ -6,11 +6,13 @@ come first that, run alone in the low precision, make NaN/Inf or read a value pa
 range (their producer's overflow reaches them), then by the relative L2 error they introduce,
 then by the larger magnitude of their values and weights. (On the detector fed 0-255 pixels this
 order puts the three nodes a 1-minimal kept set needs at places 1, 2 and 12 of 330; ordering by
-the largest absolute error or by magnitude alone scatters them far wider.)
+the largest absolute error or by magnitude alone scatters them far wider.) Where the comparison
+cannot run, ``sensitivity_ranking`` orders by magnitude alone, from the fp32 run's summaries.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import List, Mapping, Optional, Sequence, Tuple
 
@@ -24,6 +26,7 @@ from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.graph.convert import to_low_precision
 from runner.graph.precisions import is_quantized
+from runner.graph.summaries import TensorSummary, summarize
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.tensors import nan_as_inf, weight_peaks
 
@@ -122,3 +125,33 @@ def introduced_ranking(
     score = {names[r.node]: precision_key(r) for r in rows if r.node in names}
     lowest = (False, False, -1.0, 0.0)
     return sorted(layers, key=lambda i: score.get(i, lowest), reverse=True) if score else None
+
+
+def sensitivity_ranking(model: onnx.ModelProto, layers: List[int], summaries: Mapping[str, TensorSummary]) -> List[int]:
+    """Order ``layers`` by the largest magnitude among each node's outputs and weights, largest first.
+
+    Args:
+        model: the fp32 model (Constant nodes already initializers).
+        layers: node indices to rank.
+        summaries: the fp32 run's summary of each tensor (its peak magnitude; one reference run,
+            streamed in bounded memory).
+
+    Returns:
+        ``layers`` reordered; nodes whose values pass the fp16 range (65504) come first, ties
+        keep topological order.
+    """
+    inits = {t.name: t for t in model.graph.initializer}
+
+    @functools.cache
+    def peak(name: str) -> float:
+        if name in summaries:
+            return summaries[name].peak
+        if name in inits:
+            return summarize(onnx.numpy_helper.to_array(inits[name])).peak
+        return 0.0
+
+    score = {}
+    for i in layers:
+        node = model.graph.node[i]
+        score[i] = max([peak(n) for n in list(node.output) + list(node.input) if n] or [0.0])
+    return sorted(layers, key=lambda i: -score[i])  # stable: ties keep topological order
