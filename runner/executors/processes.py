@@ -29,21 +29,17 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import importlib.util
-import json
 import logging
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Set
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
+from runner.executors.cluster_process import ClusterProcess
 from runner.executors.dask import DaskExecutor, import_distributed
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot
@@ -131,14 +127,12 @@ class ProcessExecutor(DaskExecutor):
         self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
         self.distributed: Any = None  # the module, once the start thread imported it
         self.timeout_s = float(timeout_s)
-        self._helper: Optional[subprocess.Popen] = None  # the cluster's process (runner.executors.cluster)
         self._client: Any = None
         self._failed: Optional[BaseException] = None
         self._lock = threading.Lock()  # the start thread publishes the cluster and client under it
         self._watched: Set[Any] = set()  # futures whose end sets _any_ended (DaskExecutor.wait)
         self._any_ended = threading.Event()
         self._closing = False
-        self._timed_out = False
         # slot i runs on worker process i // threads, on that process's GPU
         slot_gpus = [g for g in pinned if g is not None for _ in range(self.threads)]
         Executor.__init__(self, count * self.threads, slot_gpus, lookahead)
@@ -154,6 +148,9 @@ class ProcessExecutor(DaskExecutor):
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
+        spec = {"names": self.names, "env": self.env, "nthreads": self.threads, "timeout_s": self.timeout_s}
+        #: the process hosting the cluster (runner.executors.cluster)
+        self._cluster = ClusterProcess({**spec, "log": log.isEnabledFor(logging.DEBUG)})
         # the workers start while the runner loads the model and computes golden values
         self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._starting.start()
@@ -165,43 +162,10 @@ class ProcessExecutor(DaskExecutor):
         """Start the cluster's process, wait for the scheduler's address it prints once every
         worker is warm, then import Dask and connect (in the background thread; an error is kept
         for ``client`` to raise). A close that comes meanwhile ends it."""
-        spec = {
-            "names": self.names,
-            "env": self.env,
-            "nthreads": self.threads,
-            "timeout_s": self.timeout_s,
-            "log": log.isEnabledFor(logging.DEBUG),
-        }
         try:
-            with self._lock:
-                if self._closing:
-                    return
-                self._helper = subprocess.Popen(
-                    [sys.executable, "-m", "runner.executors.cluster", json.dumps(spec)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=None,  # the workers' warnings and a python check's prints reach the user as with threads
-                    start_new_session=True,  # its own process group: close() stops every worker with it
-                    text=True,
-                    # the workers import what this process can (a python check, a data loader): its sys.path
-                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
-                )
-            timer = threading.Timer(self.timeout_s, self._start_timed_out)
-            timer.start()
-            try:
-                address = self._helper.stdout.readline().strip() if self._helper.stdout else ""
-            finally:
-                timer.cancel()
-            if not address.startswith("tcp://"):
-                if self._closing:
-                    return
-                self._helper.wait()
-                if self._timed_out:
-                    raise TimeoutError(f"no worker ready within {self.timeout_s:g} s")
-                raise _StartFailed(
-                    address.removeprefix("error: ")
-                    or f"the cluster's process ended with exit code {self._helper.returncode}"
-                )
+            address = self._cluster.address(self.timeout_s)
+            if address is None:  # closed meanwhile
+                return
             log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
             distributed = import_distributed("executor=processes")
             if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels; verbose=true keeps them
@@ -219,23 +183,6 @@ class ProcessExecutor(DaskExecutor):
             self._ready.set()
         if self._failed is None and not self._closing:
             log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
-
-    def _start_timed_out(self) -> None:
-        """``timeout_s`` passed before every worker was ready: stop them (the start thread reports it)."""
-        self._timed_out = True
-        self._stop_helper()
-
-    def _stop_helper(self) -> None:
-        """Stop the cluster's process group: the process, its nannies and every worker process."""
-        helper = self._helper
-        if helper is not None and helper.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(helper.pid, signal.SIGKILL)
-            helper.wait()
-            # SIGKILL lands asynchronously: wait until no process of the group still runs
-            deadline = time.monotonic() + 10.0
-            while _group_running(helper.pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
 
     @property
     def client(self) -> Any:
@@ -394,26 +341,8 @@ class ProcessExecutor(DaskExecutor):
         if client is not None:
             with contextlib.suppress(Exception):  # a cluster already gone ends the connection with an error
                 client.close(timeout=5)
-        self._stop_helper()
+        self._cluster.stop()
         self._starting.join()
-
-
-def _group_running(pgid: int) -> bool:
-    """True while a process of group ``pgid`` runs (a zombie does not count), read from Linux's
-    ``/proc/<pid>/stat``; False where there is no ``/proc``."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # after "pid (comm)" come: state, ppid, pgrp, ...
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
-class _StartFailed(Exception):
-    """The cluster's process could not start the workers; the message is its last line."""
 
 
 class _Shared:

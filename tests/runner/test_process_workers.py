@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import signal
 import time
@@ -15,6 +16,7 @@ import onnx
 import pytest
 
 from runner.errors import ConfigError
+from runner.executors.cluster_process import ClusterProcess, group_running
 from runner.executors.processes import ProcessExecutor, visible_gpu
 from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
 from tests.helpers.graphs import GRAPHS
@@ -114,6 +116,24 @@ def test_process_executor_options_are_checked():
         ProcessExecutor(threads_per_worker=0)
     with pytest.raises(ConfigError, match="starts 4 workers"):
         ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
+
+
+def test_a_cluster_process_stopped_before_it_starts_never_starts():
+    cluster = ClusterProcess({"names": ["check-0"], "env": [{}], "timeout_s": 5})
+    cluster.stop()
+    assert cluster.address(5) is None and cluster.process is None
+
+
+def test_group_running_sees_a_live_group_and_not_an_ended_one():
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert group_running(child.pid) and group_running(os.getpgid(0))
+    finally:
+        child.kill()
+        child.wait()
+    assert not group_running(child.pid)
 
 
 def test_gpus_are_numbered_as_this_process_sees_them(monkeypatch):
