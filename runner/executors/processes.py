@@ -2,12 +2,14 @@
 
 In-process checks (``checker=compare`` on ONNX Runtime's CUDA execution provider) spend their time
 in Python: converting, serializing, building a session. Threads of one process share the
-interpreter for that, so ``executor=local`` runs them no faster than one at a time; worker
-processes do not. Each worker is pinned to its GPU (``CUDA_VISIBLE_DEVICES`` is set before it
-imports ONNX Runtime) and keeps the checker it received once, with its golden values and cached
-sessions, between checks.
+interpreter for that, so ``executor=local`` gains little from running them at once (2 threads on
+an H100: 0.86 to 0.96x serial, README "GPU checks"); worker processes do not share it, but each
+pays its start-up and its first session of the model (seconds). Each worker is pinned to its
+GPU (``CUDA_VISIBLE_DEVICES`` is set before it imports ONNX Runtime) and keeps the checker it
+received once, with its golden values and cached sessions, between checks.
 
-The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes (one thread each)
+The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes (``threads_per_worker``
+threads each)
 in a process of its own (``runner.executors.cluster``), driven through a ``Client`` exactly as
 ``executor=dask`` drives a cluster elsewhere; Dask is imported here only once the workers are
 ready, so a run that ends sooner never pays for it. The check of slot ``i`` always runs on
@@ -69,7 +71,9 @@ def visible_gpu(gpu: str) -> str:
 class ProcessExecutor(DaskExecutor):
     """Starts ``workers`` worker processes (a Dask ``SpecCluster`` in a process of its own,
     ``runner.executors.cluster``, started from a background thread while the run prepares) and
-    runs one check at a time on each; stops them when the run ends, on an error or on Ctrl-C.
+    runs ``threads_per_worker`` checks at a time on each; stops them when the run ends, on an
+    error or on Ctrl-C. The executor's slots (``workers`` attribute) are the checks at once:
+    processes times ``threads_per_worker``; slot ``i`` runs on process ``i // threads_per_worker``.
 
     Args:
         workers: worker processes; with ``gpus`` it must be ``len(gpus) * per_gpu`` (the default),
@@ -83,12 +87,15 @@ class ProcessExecutor(DaskExecutor):
         local_start: run the checks of rounds that start before every worker is ready in this
             process (threads, one per slot, each on its slot's GPU) instead of waiting for them.
             False: every check runs in a worker process (a check that may crash its process).
+        threads_per_worker: checks at once in each worker process (>= 1), in threads that share
+            its CUDA context (two processes on one GPU time-slice it; on an H100 two threads paid
+            for checks of 0.3 s and lost for checks of 3 s, README "GPU checks").
 
     Raises:
         MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
-        ConfigError: ``per_gpu`` < 1, or ``workers`` disagreeing with ``gpus`` and ``per_gpu``;
-            from the first use of ``client`` (the round's first check), workers that did not start
-            within ``timeout_s``.
+        ConfigError: ``per_gpu`` or ``threads_per_worker`` < 1, or ``workers`` disagreeing with
+            ``gpus`` and ``per_gpu``; from the first use of ``client`` (the round's first check),
+            workers that did not start within ``timeout_s``.
     """
 
     name = "processes"
