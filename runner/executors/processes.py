@@ -8,12 +8,12 @@ pays its start-up and its first session of the model (seconds). Each worker is p
 GPU (``CUDA_VISIBLE_DEVICES`` is set before it imports ONNX Runtime) and keeps the checker it
 received once, with its golden values and cached sessions, between checks.
 
-The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes (``threads_per_worker``
-threads each)
-in a process of its own (``runner.executors.cluster``), driven through a ``Client`` exactly as
-``executor=dask`` drives a cluster elsewhere; Dask is imported here only once the workers are
-ready, so a run that ends sooner never pays for it. The check of slot ``i`` always runs on
-worker ``i``, so its GPU and ``{worker}`` match. A worker process that dies in a check (a crash
+The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes
+(``threads_per_worker`` threads each) in a process of its own (``runner.executors.cluster``),
+driven through a ``Client`` exactly as ``executor=dask`` drives a cluster elsewhere; Dask is
+imported here only once the workers are ready, so a run that ends sooner never pays for it. The
+check of slot ``i`` always runs on worker ``i // threads_per_worker``, so its GPU and
+``{worker}`` match. A worker process that dies in a check (a crash
 in the backend) is not given the check again: the run stops with an error naming the iteration,
 instead of a verdict the check never gave.
 
