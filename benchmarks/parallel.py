@@ -4,7 +4,8 @@ and the answer (the same each time).
 
 Rows:
 - ``reduce bisect|linear|minimal``: ``mode=reduce`` with each marker, i.e. the set search (the check
-  fails while the chosen Conv is in the subgraph). Bisect becomes a (k+1)-ary search, linear checks
+  fails while the chosen Conv is in the subgraph). Bisect checks the next tests of its serial search's
+  decision tree (3 workers decide 2 serial steps a round), linear checks
   k subgraphs at once, and the probe of the needed node alone shares a round with the next splits.
 - ``precision bisect|linear``: ``mode=precision`` (Polygraphy's prefix search; the check passes when
   the chosen Conv is kept in float32). Each of its candidates takes 0.12 to 0.25 s of the runner's

@@ -81,13 +81,14 @@ def test_ranked_search_rounds_find_the_planted_set(k):
 
 
 def test_the_set_search_checks_the_splits_of_a_round_together():
-    """One needed node among 672: 10 serial checks; with 4 workers, 5 rounds (the probe of R alone
-    shares a round with the next round's splits)."""
+    """One needed node among 672: 10 serial checks; with 4 workers, 6 rounds or fewer (5.4 on
+    average over the node's position; the probe of R alone shares a round with the next round's
+    splits)."""
     target = lambda s: 300 in s  # noqa: E731
     _, serial_checks = _serial(SetSearch(range(672), BisectMarker), target)
     found, rounds, _ = _parallel(SetSearch(range(672), BisectMarker), target, 4, random.Random(0))
     assert found == {300}
-    assert serial_checks == 10 and rounds <= 5
+    assert serial_checks == 10 and rounds <= 6
 
 
 def test_linear_rounds_cancel_the_checks_below_the_first_miss():
