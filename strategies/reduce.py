@@ -257,7 +257,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         model = self.model_for(units)
         load = self.weights.load_into if self.weights is not None else None
         if self.concrete:
-            model = self.index.concrete_io(self.closure(units), model, load)
+            return self.index.concrete_io(self.closure(units), model, load)
         return load(model) if load is not None else model
 
     # -- gates --------------------------------------------------------------------------------

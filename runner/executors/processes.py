@@ -155,9 +155,16 @@ class ProcessExecutor(DaskExecutor):
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
-        spec = {"names": self.names, "env": self.env, "nthreads": self.threads, "timeout_s": self.timeout_s}
         #: the process hosting the cluster (runner.executors.cluster)
-        self._cluster = ClusterProcess({**spec, "log": log.isEnabledFor(logging.DEBUG)})
+        self._cluster = ClusterProcess(
+            {
+                "names": self.names,
+                "env": self.env,
+                "nthreads": self.threads,
+                "timeout_s": self.timeout_s,
+                "log": log.isEnabledFor(logging.DEBUG),
+            }
+        )
         # the workers start while the runner loads the model and computes golden values
         self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._starting.start()

@@ -257,30 +257,30 @@ class GraphIndex:
         Args:
             units: the unit indices, closed as the candidate is.
             symbolic: ``extract(units)``.
-            load: the model with its weights read back (shared weights), for the load test; None:
-                the model holds its weights.
+            load: reads the model's weights back in (shared weights); None: the model holds them.
 
         Returns:
-            The concrete model (weights as ``symbolic`` holds them), or ``symbolic``. A model past
-            2 GB is not test-loaded here (it is checked as written once saved).
+            The model chosen, ``load`` applied once. A model past 2 GB is not test-loaded here (it is
+            checked as written once saved).
         """
+        loaded = load if load is not None else (lambda m: m)
         try:
             concrete = self.extract(units, concrete=True)
         except ShapeError:
-            return symbolic
+            return loaded(symbolic)
         declared = [[v.type for v in m.graph.input] + [v.type for v in m.graph.output] for m in (concrete, symbolic)]
         if declared[0] == declared[1]:
-            return symbolic
-        whole = load(concrete) if load is not None else concrete
+            return loaded(symbolic)
+        whole = loaded(concrete)
         if is_large(whole):
-            return concrete
+            return whole
         refused = loads_on_cpu(whole)
         if refused is not None:
             log.info(
                 "The answer keeps symbolic input/output dims: with concrete ones ONNX Runtime refuses it (%s)", refused
             )
-            return symbolic
-        return concrete
+            return loaded(symbolic)
+        return whole
 
     def extract(self, units: Iterable[int], concrete: bool = False) -> onnx.ModelProto:
         """The subgraph made of ``units`` as a model, with original opsets, domains and metadata.
