@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from runner.errors import ConfigError
+from runner.executors.base import Spread, spread_here
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import (
     check_input_shapes,
@@ -58,6 +59,9 @@ class RunContext:
         seed: the seed for generated inputs.
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
+        spread: runs jobs that are not checks (precision's ranking) where the executor can
+            (``Executor.spread``); default in this thread.
+        lanes: jobs ``spread`` runs at once at most (``Executor.lanes``).
     """
 
     mode: str
@@ -73,6 +77,8 @@ class RunContext:
     val_range: Any = None
     value_budget: int = 2**30
     workers: int = 1
+    spread: Spread = spread_here
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         """Check what can be checked before any work.

@@ -230,7 +230,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         def rank() -> List[int]:
             target = quantizer.convert([]) if quantizer is not None else None
             backend = ranking_backend(checker, low_precision)
-            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target)
+            spread = (ctx.spread, ctx.lanes)
+            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, *spread)
             if order is None:
                 order = sensitivity_ranking(model, layers, ctx.summaries)
             log.info(

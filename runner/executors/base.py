@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -16,6 +17,57 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
+
+#: ``spread(fn, shared, jobs) -> [fn(shared, job) for job in jobs]``, run where an executor can
+Spread = Callable[[Callable[[Any, Any], Any], Any, Iterable[Any]], List[Any]]
+
+
+def spread_here(fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
+    """``[fn(shared, job) for job in jobs]`` in this thread, in order: ``Executor.spread`` without
+    workers to spread over."""
+    return [fn(shared, job) for job in jobs]
+
+
+class Jobs:
+    """``enumerate(jobs)`` that several threads take from, each job once; ``close`` ends it early.
+
+    Args:
+        jobs: any iterable (a generator builds each job when a lane takes it, so only the jobs
+            in flight are held).
+    """
+
+    def __init__(self, jobs: Iterable[Any]):
+        self._jobs = enumerate(jobs)
+        self._lock = threading.Lock()
+        self._closed = False
+        #: jobs taken so far
+        self.taken = 0
+
+    def take(self) -> Optional[Tuple[int, Any]]:
+        """The next ``(index, job)``, or None once every job was taken or ``close`` was called.
+
+        Raises:
+            Whatever building the job raises (it is built under the lock, in the taking thread).
+        """
+        with self._lock:
+            if self._closed:
+                return None
+            item = next(self._jobs, None)
+            if item is None:
+                self._closed = True
+            else:
+                self.taken += 1
+            return item
+
+    @property
+    def exhausted(self) -> bool:
+        """True once no job is left to take."""
+        return self._closed
+
+    def close(self) -> None:
+        """Hand out no more jobs."""
+        with self._lock:
+            self._closed = True
 
 
 def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:
@@ -120,6 +172,31 @@ class Executor(abc.ABC):
     def cancel(self, future: Any) -> None:
         """Drop a future that has not started (a started check stops by its cancel flag)."""
         future.cancel()
+
+    @property
+    def lanes(self) -> int:
+        """Jobs ``spread`` runs at once at most (1: one after another, here)."""
+        return 1
+
+    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
+        """``[fn(shared, job) for job in jobs]``: work that is not a check (precision's ranking runs
+        each node alone on the checker's backend) spread over this executor's workers where it can;
+        here, in this thread and in order (``spread_here``).
+
+        Args:
+            fn: a module-level function (it may be sent to a worker process); what it returns must
+                pickle. Called with the current slot (``runner.executors.slot.current``) of the
+                lane that runs it: its GPU is the lane's.
+            shared: the object every call gets (a backend), sent once to each worker.
+            jobs: the jobs, built as lanes take them.
+
+        Returns:
+            One result per job, in the jobs' order.
+
+        Raises:
+            Whatever ``fn`` raises (in this process; a job that fails elsewhere is run again here).
+        """
+        return spread_here(fn, shared, jobs)
 
     def close(self) -> None:
         """Release threads or the cluster connection."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from runner.candidates import Verdict
-from runner.executors.base import Executor
+from runner.executors.base import Executor, Jobs
+from runner.executors.slot import Slot, set_current
 
 
 class LocalExecutor(Executor):
@@ -37,6 +38,36 @@ class LocalExecutor(Executor):
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
         """Run ``fn(*args)`` on a pool thread (any: the slot carries the GPU)."""
         return self.pool.submit(fn, *args)
+
+    @property
+    def lanes(self) -> int:
+        """``workers``: one thread each."""
+        return self.workers
+
+    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
+        """As ``Executor.spread``: ``workers`` threads take jobs, each with the slot of its worker
+        (its GPU); the first error stops every thread from taking more, and is raised."""
+        source, results = Jobs(jobs), {}
+
+        def lane(worker: int) -> None:
+            set_current(Slot(worker, self.gpus[worker] if self.gpus else None))
+            try:
+                while (item := source.take()) is not None:
+                    results[item[0]] = fn(shared, item[1])
+            except BaseException:
+                source.close()
+                raise
+            finally:
+                set_current(None)
+
+        with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="spread") as lanes:
+            futures = [lanes.submit(lane, w) for w in range(self.workers)]
+            try:
+                for future in futures:
+                    future.result()
+            finally:
+                source.close()  # Ctrl-C here: the lanes end with the jobs they hold
+        return [results[i] for i in range(len(results))]
 
     def close(self) -> None:
         """Wait for the pool's threads (their checks were cancelled or have ended)."""

@@ -36,13 +36,14 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, List, Optional, Sequence, Set
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.cluster_process import ClusterProcess
 from runner.executors.dask import DaskExecutor, import_distributed
+from runner.executors.lanes import spread_with_workers
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot
 
@@ -326,6 +327,35 @@ class ProcessExecutor(DaskExecutor):
         log.info(
             "Warming the %d workers with a check of a candidate checked here (its verdict is not used)", len(self.names)
         )
+
+    @property
+    def lanes(self) -> int:
+        """One for each check slot of the workers and one for the runner."""
+        return self.workers + 1
+
+    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
+        """As ``Executor.spread``: jobs run here from the start and, once the workers are ready, on
+        each worker's threads as well (``runner.executors.lanes``); a job a worker does not finish
+        runs here."""
+        lanes = [
+            (name, Slot(i, self.gpus[i] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus)))
+            for w, name in enumerate(self.names)
+            for i in range(w * self.threads, (w + 1) * self.threads)
+        ]
+        started = time.monotonic()
+        results, elsewhere = spread_with_workers(fn, shared, jobs, self._connected, lambda: self.distributed, lanes)
+        log.info(
+            "%d of %d jobs ran on the worker processes (%.1f s)", elsewhere, len(results), time.monotonic() - started
+        )
+        return results
+
+    def _connected(self, timeout_s: float) -> Any:
+        """The client once the workers are ready (after waiting up to ``timeout_s`` seconds), None
+        while they start, False when they never will (``WorkerLanes``'s ``connect``)."""
+        if not self._ready.wait(timeout_s):
+            return None
+        with self._lock:
+            return self._client if self._client is not None and not self._closing else False
 
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -31,6 +31,7 @@ import onnx
 from runner.backends.base import Backend
 from runner.checkers.tolerance import Tolerances, compare_tensor
 from runner.errors import ModelError
+from runner.executors.base import Spread, spread_here
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
@@ -99,6 +100,11 @@ class LayerwiseComparison:
         sizes: ``{tensor: bytes}`` estimates for chunking.
         pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
             the nodes.
+        spread: runs the nodes alone (``Executor.spread``: on the run's workers too, each on its
+            GPU); default here, one after another.
+        lanes: jobs ``spread`` runs at once (``Executor.lanes``): with more than one, each group of
+            nodes run alone is split into ``2 * lanes`` models (interleaved in topological order, so
+            each holds early and late nodes alike) for the lanes to share as they free up.
 
     Raises:
         ModelError: a backend cannot run a model.
@@ -117,8 +123,11 @@ class LayerwiseComparison:
         chunk_bytes: Optional[int] = None,
         sizes: Optional[Mapping[str, int]] = None,
         pairs: bool = True,
+        spread: Spread = spread_here,
+        lanes: int = 1,
     ):
         self.reference, self.target = reference, target
+        self.spread, self.lanes = spread, lanes
         self.weights_of = weights_of
         self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
         ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
@@ -298,7 +307,27 @@ class LayerwiseComparison:
                 len(skipped),
                 skipped[0],
             )
-        for group in isolated_groups(self.target, runnable):
+        sizes: List[int] = []  # nodes of each job, in the jobs' order
+        jobs = self._alone_jobs(runnable, ref_value, saturated, sizes)
+        for size, (got, error) in zip(sizes, self.spread(run_alone, self.backend, jobs)):
+            if error:
+                log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", size, error)
+            out.update(got)
+        return out, saturated
+
+    def _alone_jobs(
+        self,
+        runnable: List[onnx.NodeProto],
+        ref_value: Callable[[str], Optional[np.ndarray]],
+        saturated: Set[str],
+        sizes: List[int],
+    ) -> Iterator[AloneJob]:
+        """``run_alone``'s job for each group of ``runnable`` nodes that can run alone, built as it
+        is taken (its feeds are copies in the isolated model's types); the inputs fed saturated go
+        into ``saturated`` and each job's node count into ``sizes``."""
+        parts = 1 if self.lanes <= 1 else 2 * self.lanes
+        whole = isolated_groups(self.target, runnable)
+        for group in [g[i::parts] for g in whole for i in range(min(parts, len(g)))]:
             names = tuple(n.name for n in group)
             try:
                 model = self._built(("alone", names), functools.partial(self._isolated, group))
@@ -316,8 +345,20 @@ class LayerwiseComparison:
             if len(feeds) < len(model.graph.input):
                 log.warning("No reference value for an outer-scope input of %d nodes; not run alone", len(group))
                 continue
-            try:
-                out.update(self.backend.run(model, feeds, key=self._key("alone", names)))
-            except ModelError as e:
-                log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", len(group), e)
-        return out, saturated
+            sizes.append(len(group))
+            yield model, feeds, self._key("alone", names)
+
+
+#: one group of nodes run alone: (isolated model, feeds, session cache key)
+AloneJob = Tuple[onnx.ModelProto, Dict[str, np.ndarray], str]
+
+
+def run_alone(backend: Backend, job: AloneJob) -> Tuple[Dict[str, np.ndarray], str]:
+    """Run one isolated model (``LayerwiseComparison``'s job for ``Executor.spread``, perhaps in a
+    worker process): ``({output: value}, "")``, or ``({}, the backend's one-line error)`` when it
+    cannot run the model (a ``ModelError``)."""
+    model, feeds, key = job
+    try:
+        return backend.run(model, feeds, key=key), ""
+    except ModelError as e:
+        return {}, str(e)

@@ -1,0 +1,158 @@
+"""``Executor.spread``: jobs that are not checks (precision's ranking runs nodes alone) on the
+executor's lanes: threads with their GPUs for ``executor=local``; the runner and the ready worker
+processes at once for ``executor=processes``, a job whose worker dies run again here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+import pytest
+
+from runner.executors.base import Jobs, spread_here
+from runner.executors.local import LocalExecutor
+from runner.executors.slot import current
+from runner.graph.load import load_model
+from runner.layerwise.ranking import introduced_ranking
+from strategies.precision import float_nodes, prepare
+from tests.helpers.models import CLASSIFIER
+
+
+def _where(shared: int, job: int):
+    """A job that takes a while: its result, the process and the GPU of the lane that ran it."""
+    time.sleep(0.02)
+    return job * shared, os.getpid(), current().device
+
+
+def _fails_at(shared: int, job: int) -> int:
+    if job == shared:
+        raise ValueError(f"job {job}")
+    time.sleep(0.01)
+    return job
+
+
+def _dies_elsewhere(runner_pid: int, job: int) -> int:
+    """Ends any process but the runner's, as a crash in a backend would."""
+    if os.getpid() != runner_pid:
+        os._exit(3)
+    return job
+
+
+def test_jobs_hand_out_each_job_once_and_nothing_after_close():
+    jobs = Jobs(iter("abc"))
+    assert [jobs.take(), jobs.take()] == [(0, "a"), (1, "b")] and not jobs.exhausted
+    jobs.close()
+    assert jobs.take() is None and jobs.exhausted and jobs.taken == 2
+
+
+def test_local_spread_keeps_the_jobs_order_and_runs_each_lane_on_its_gpu():
+    executor = LocalExecutor(workers=2, gpus=["3", "5"])
+    try:
+        got = executor.spread(_where, 10, range(16))
+    finally:
+        executor.close()
+    assert executor.lanes == 2
+    assert [g[0] for g in got] == [10 * i for i in range(16)]
+    assert {g[2] for g in got} == {"3", "5"}, "each thread runs its jobs on its own slot's GPU"
+    assert current().device is None, "the caller's slot is left as it was"
+
+
+def test_local_spread_raises_the_first_error_and_takes_no_more_jobs():
+    taken = []
+
+    def jobs():
+        for i in range(200):
+            taken.append(i)
+            yield i
+
+    executor = LocalExecutor(workers=2)
+    try:
+        with pytest.raises(ValueError, match="job 3"):
+            executor.spread(_fails_at, 3, jobs())
+    finally:
+        executor.close()
+    assert len(taken) < 20
+
+
+@pytest.mark.slow
+def test_process_spread_runs_jobs_here_and_on_every_ready_worker():
+    pytest.importorskip("distributed")
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2)
+    try:
+        assert executor.client is not None  # ready: the jobs go to both workers as well as here
+        got = executor.spread(_where, 2, range(60))
+    finally:
+        executor.close()
+    assert executor.lanes == 3
+    assert [g[0] for g in got] == [2 * i for i in range(60)]
+    pids = {g[1] for g in got}
+    assert os.getpid() in pids and len(pids) == 3, "the runner and both worker processes ran jobs"
+
+
+@pytest.mark.slow
+def test_a_job_whose_worker_dies_runs_again_here():
+    pytest.importorskip("distributed")
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2)
+    try:
+        assert executor.client is not None
+        got = executor.spread(_dies_elsewhere, os.getpid(), range(8))
+    finally:
+        executor.close()
+    assert got == list(range(8))
+
+
+@pytest.mark.slow
+def test_process_spread_runs_everything_here_when_the_workers_cannot_start():
+    pytest.importorskip("distributed")
+    from runner.errors import ConfigError
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=1, timeout_s=0.001)
+    try:
+        got = executor.spread(_where, 1, range(5))
+        assert [g[0] for g in got] == list(range(5)) and {g[1] for g in got} == {os.getpid()}
+        with pytest.raises(ConfigError, match="did not start"):
+            _ = executor.client  # the first check still says why
+    finally:
+        executor.close()
+
+
+def _ranking(spread=spread_here, lanes=1):
+    model = prepare(load_model(CLASSIFIER), "float16")
+    layers = float_nodes(model)
+    feeds = [{"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}]
+    return introduced_ranking(model, layers, feeds, "float16", spread=spread, lanes=lanes)
+
+
+def test_a_ranking_spread_over_threads_is_the_serial_ranking():
+    """The classifier's nodes, run alone in 2 * 3 models on 3 threads, rank as when run alone in one."""
+    executor = LocalExecutor(workers=3)
+    try:
+        spread = _ranking(executor.spread, executor.lanes)
+    finally:
+        executor.close()
+    serial = _ranking()
+    assert serial is not None and len(serial) > 20
+    assert spread == serial
+
+
+@pytest.mark.slow
+def test_a_ranking_spread_over_worker_processes_is_the_serial_ranking(caplog):
+    pytest.importorskip("distributed")
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2)
+    try:
+        assert executor.client is not None
+        with caplog.at_level(logging.INFO, logger="runner.executors.processes"):
+            spread = _ranking(executor.spread, executor.lanes)
+    finally:
+        executor.close()
+    assert spread == _ranking()
+    assert any(m.endswith(")") and " of 6 jobs ran on the worker processes" in m for m in caplog.messages)
