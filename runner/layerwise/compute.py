@@ -20,8 +20,11 @@ model unless its values pass the memory budget).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -141,6 +144,8 @@ class LayerwiseComparison:
         self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
+        #: seconds ``run`` spent on the reference runs, the target runs, the nodes run alone and comparing
+        self.seconds = dict.fromkeys(["reference", "target", "alone", "compare"], 0.0)
 
     def pair_rows(self) -> List[PairRow]:
         """The Q/DQ pairs compared (``run`` fills them, ``QDQPairs.rows``); empty without Q/DQ or pairs."""
@@ -219,8 +224,10 @@ class LayerwiseComparison:
         outs = [o for n in chunk for o in n.output if o]
         reads = [i for n in chunk for i in n.input if i and i not in self.weights]
         needed = [self.ref_name(t) for t in outs + reads]
+        start = time.perf_counter()
         reference = self._built(("reference", id(chunk)), lambda: marked(self.reference, [n for n in needed if n]))
         ref = self.run_reference(reference, feeds, key=self._key("reference", chunk))
+        lap = self._lap("reference", start)
         ref = {**{k: np.asarray(v) for k, v in feeds.items()}, **ref}
 
         def ref_value(tensor: str) -> Optional[np.ndarray]:
@@ -234,27 +241,46 @@ class LayerwiseComparison:
         }
         target = self._built(("target", id(chunk)), lambda: marked(self.target, outs))
         got = self.backend.run(target, target_feeds, key=self._key("target", chunk))
+        lap = self._lap("target", lap)
         alone, saturated = self._introduced(chunk, ref_value)
+        lap = self._lap("alone", lap)
         if self.pairs is not None:
             self.pairs.compare(alone, ref_value)
-        for node in chunk:
-            if node.name not in reported:
-                continue
-            row = rows[node.name]
-            row.saturated = sorted(set(row.saturated) | {i for i in node.input if i in saturated})
-            for o in row.outputs:
+        nodes = [node for node in chunk if node.name in reported]
+
+        def compared(node: onnx.NodeProto) -> List[Tuple[str, Dict[str, Any], Optional[Dict[str, Any]], float]]:
+            """(output, accumulated, introduced or None, peak |golden|) of each output of ``node``."""
+            found = []
+            for o in rows[node.name].outputs:
                 golden = ref_value(o)
                 if golden is None or o not in got or golden.dtype.kind not in "biuf":
                     continue
                 atol, rtol = self.rule.for_output(o)
                 acc = asdict(compare_tensor(got[o], golden, atol, rtol, self.rule, light=True))
-                if not row.accumulated or worse(acc, row.accumulated):
-                    row.accumulated, row.tensor, row.passes = acc, o, acc["passed"]
-                row.magnitude = max(row.magnitude, peak(golden))
+                intro = None
                 if o in alone:
                     intro = asdict(compare_tensor(alone[o], golden, atol, rtol, self.rule, light=True))
-                    if row.introduced is None or worse(intro, row.introduced):
+                found.append((o, acc, intro, peak(golden)))
+            return found
+
+        # numpy lets go of the GIL over a tensor's values: the comparisons take the machine's cores
+        with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="compare") as pool:
+            for node, found in zip(nodes, pool.map(compared, nodes)):
+                row = rows[node.name]
+                row.saturated = sorted(set(row.saturated) | {i for i in node.input if i in saturated})
+                for o, acc, intro, magnitude in found:
+                    if not row.accumulated or worse(acc, row.accumulated):
+                        row.accumulated, row.tensor, row.passes = acc, o, acc["passed"]
+                    row.magnitude = max(row.magnitude, magnitude)
+                    if intro is not None and (row.introduced is None or worse(intro, row.introduced)):
                         row.introduced = intro
+        self._lap("compare", lap)
+
+    def _lap(self, phase: str, since: float) -> float:
+        """Add the seconds since ``since`` to ``phase``; return now."""
+        now = time.perf_counter()
+        self.seconds[phase] += now - since
+        return now
 
     def _built(self, what: Tuple[Any, ...], build: Callable[[], onnx.ModelProto]) -> onnx.ModelProto:
         """A model of the chunk being compared, built once for all samples (the models of one chunk
