@@ -70,6 +70,33 @@ class Jobs:
             self._closed = True
 
 
+def run_on_threads(fn: Callable[[Any, Any], Any], shared: Any, source: Jobs, slots: Sequence[Slot]) -> Dict[int, Any]:
+    """Take ``source``'s jobs on one thread per slot, each thread with its slot as the current one
+    (its GPU), until none is left: ``{job index: fn(shared, job)}``. The first error stops every
+    thread from taking more, and is raised once the others end their jobs (Ctrl-C likewise)."""
+    results: Dict[int, Any] = {}
+
+    def lane(slot: Slot) -> None:
+        set_current(slot)
+        try:
+            while (item := source.take()) is not None:
+                results[item[0]] = fn(shared, item[1])
+        except BaseException:
+            source.close()
+            raise
+        finally:
+            set_current(None)
+
+    with concurrent.futures.ThreadPoolExecutor(len(slots), thread_name_prefix="spread") as lanes:
+        futures = [lanes.submit(lane, slot) for slot in slots]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            source.close()  # the lanes end with the jobs they hold
+    return results
+
+
 def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:
     """The task of one check: write the artifact when the candidate writes it in its check (a
     TensorRT build), then ``checker.check`` it, with ``slot`` as this thread's current slot.

@@ -15,7 +15,7 @@ import queue
 import threading
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from runner.executors.base import Jobs
+from runner.executors.base import Jobs, run_on_threads
 from runner.executors.slot import Slot, set_current
 
 log = logging.getLogger(__name__)
@@ -142,10 +142,11 @@ def spread_with_workers(
     connect: Callable[[float], Any],
     distributed: Callable[[], Any],
     lanes: Sequence[Tuple[str, Slot]],
+    here: Sequence[Slot],
 ) -> Tuple[List[Any], int]:
-    """``[fn(shared, job) for job in jobs]``, run in this thread and, once ``connect`` gives a
-    client, on the workers' ``lanes`` as well (``WorkerLanes``); jobs a worker did not finish run
-    here after the rest.
+    """``[fn(shared, job) for job in jobs]``, run here on a thread per slot of ``here`` (each on
+    its GPU) and, once ``connect`` gives a client, on the workers' ``lanes`` as well
+    (``WorkerLanes``); jobs a worker did not finish run here after the rest.
 
     Returns:
         ``(results in the jobs' order, how many ran on the workers)``.
@@ -155,10 +156,8 @@ def spread_with_workers(
     """
     source = Jobs(jobs)
     workers = WorkerLanes(connect, distributed, lanes, fn, shared, source)
-    results: Dict[int, Any] = {}
     try:
-        while (item := source.take()) is not None:
-            results[item[0]] = fn(shared, item[1])
+        results = run_on_threads(fn, shared, source, here)
         workers.join()
         for index, job in workers.failed:
             results[index] = fn(shared, job)

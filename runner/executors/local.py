@@ -12,8 +12,8 @@ import threading
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from runner.candidates import Verdict
-from runner.executors.base import Executor, Jobs
-from runner.executors.slot import Slot, set_current
+from runner.executors.base import Executor, Jobs, run_on_threads
+from runner.executors.slot import Slot
 
 
 class LocalExecutor(Executor):
@@ -47,27 +47,11 @@ class LocalExecutor(Executor):
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
         """As ``Executor.spread``: ``workers`` threads take jobs, each with the slot of its worker
         (its GPU); the first error stops every thread from taking more, and is raised."""
-        source, results = Jobs(jobs), {}
-
-        def lane(worker: int) -> None:
-            set_current(Slot(worker, self.gpus[worker] if self.gpus else None))
-            try:
-                while (item := source.take()) is not None:
-                    results[item[0]] = fn(shared, item[1])
-            except BaseException:
-                source.close()
-                raise
-            finally:
-                set_current(None)
-
-        with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="spread") as lanes:
-            futures = [lanes.submit(lane, w) for w in range(self.workers)]
-            try:
-                for future in futures:
-                    future.result()
-            finally:
-                source.close()  # Ctrl-C here: the lanes end with the jobs they hold
-        return [results[i] for i in range(len(results))]
+        source = Jobs(jobs)
+        results = run_on_threads(
+            fn, shared, source, [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
+        )
+        return [results[i] for i in range(source.taken)]
 
     def close(self) -> None:
         """Wait for the pool's threads (their checks were cancelled or have ended)."""

@@ -330,20 +330,29 @@ class ProcessExecutor(DaskExecutor):
 
     @property
     def lanes(self) -> int:
-        """One for each check slot of the workers and one for the runner."""
-        return self.workers + 1
+        """Each slot's thread here (``local_start``; else one) and each slot on the workers."""
+        return len(self._here_slots()) + self.workers
+
+    def _here_slots(self) -> List[Slot]:
+        """The slots jobs run on here: one per slot, each on its GPU, as checks while the workers
+        start (``local_start``); else one, on this process's first GPU."""
+        if not self.local_start:
+            return [Slot()]
+        return [Slot(i, self.gpus[i] if self.gpus else None) for i in range(self.workers)]
 
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-        """As ``Executor.spread``: jobs run here from the start and, once the workers are ready, on
-        each worker's threads as well (``runner.executors.lanes``); a job a worker does not finish
-        runs here."""
+        """As ``Executor.spread``: jobs run here from the start (as checks do while the workers
+        start, ``_here_slots``) and, once the workers are ready, on each worker's threads as well
+        (``runner.executors.lanes``); a job a worker does not finish runs here."""
         lanes = [
             (name, Slot(i, self.gpus[i] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus)))
             for w, name in enumerate(self.names)
             for i in range(w * self.threads, (w + 1) * self.threads)
         ]
         started = time.monotonic()
-        results, elsewhere = spread_with_workers(fn, shared, jobs, self._connected, lambda: self.distributed, lanes)
+        results, elsewhere = spread_with_workers(
+            fn, shared, jobs, self._connected, lambda: self.distributed, lanes, self._here_slots()
+        )
         log.info(
             "%d of %d jobs ran on the worker processes (%.1f s)", elsewhere, len(results), time.monotonic() - started
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
 import logging
 import os
 import time
@@ -144,8 +145,8 @@ class LayerwiseComparison:
         self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
-        #: seconds ``run`` spent on the reference runs, the target runs, the nodes run alone and comparing
-        self.seconds = dict.fromkeys(["reference", "target", "alone", "compare"], 0.0)
+        #: seconds ``run`` spent on the reference runs, the target runs with the nodes run alone, and comparing
+        self.seconds = dict.fromkeys(["reference", "target and alone", "compare"], 0.0)
 
     def pair_rows(self) -> List[PairRow]:
         """The Q/DQ pairs compared (``run`` fills them, ``QDQPairs.rows``); empty without Q/DQ or pairs."""
@@ -240,10 +241,8 @@ class LayerwiseComparison:
             if i.name in feeds
         }
         target = self._built(("target", id(chunk)), lambda: marked(self.target, outs))
-        got = self.backend.run(target, target_feeds, key=self._key("target", chunk))
-        lap = self._lap("target", lap)
-        alone, saturated = self._introduced(chunk, ref_value)
-        lap = self._lap("alone", lap)
+        got, alone, saturated = self._introduced(chunk, ref_value, (target, target_feeds, self._key("target", chunk)))
+        lap = self._lap("target and alone", lap)
         if self.pairs is not None:
             self.pairs.compare(alone, ref_value)
         nodes = [node for node in chunk if node.name in reported]
@@ -311,11 +310,16 @@ class LayerwiseComparison:
         return tensor
 
     def _introduced(
-        self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]]
-    ) -> Tuple[Dict[str, np.ndarray], Set[str]]:
-        """Every output of the chunk's nodes, each node run alone on reference inputs (isolated
-        models on the target backend), and the inputs fed saturated (``_fed``); a group the
-        backend cannot run is logged and left out."""
+        self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]], target: AloneJob
+    ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray], Set[str]]:
+        """The ``target`` run's outputs, every output of the chunk's nodes, each node run alone on
+        reference inputs (isolated models on the target backend), and the inputs fed saturated
+        (``_fed``); a group the backend cannot run is logged and left out. The target run is the
+        first job of the same ``spread``: it runs while other lanes run nodes alone.
+
+        Raises:
+            ModelError: the backend cannot run the target model.
+        """
         out: Dict[str, np.ndarray] = {}
         saturated: Set[str] = set()
         runnable, skipped = [], []
@@ -333,13 +337,16 @@ class LayerwiseComparison:
                 len(skipped),
                 skipped[0],
             )
-        sizes: List[int] = []  # nodes of each job, in the jobs' order
-        jobs = self._alone_jobs(runnable, ref_value, saturated, sizes)
-        for size, (got, error) in zip(sizes, self.spread(run_alone, self.backend, jobs)):
+        sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
+        jobs = itertools.chain([target], self._alone_jobs(runnable, ref_value, saturated, sizes))
+        (whole, failed), *results = self.spread(run_alone, self.backend, jobs)
+        if failed:
+            raise ModelError(failed)
+        for size, (got, error) in zip(sizes, results):
             if error:
                 log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", size, error)
             out.update(got)
-        return out, saturated
+        return whole, out, saturated
 
     def _alone_jobs(
         self,

@@ -87,7 +87,7 @@ def test_process_spread_runs_jobs_here_and_on_every_ready_worker():
         got = executor.spread(_where, 2, range(60))
     finally:
         executor.close()
-    assert executor.lanes == 3
+    assert executor.lanes == 4, "two threads here (local_start: one per slot) and the two workers"
     assert [g[0] for g in got] == [2 * i for i in range(60)]
     pids = {g[1] for g in got}
     assert os.getpid() in pids and len(pids) == 3, "the runner and both worker processes ran jobs"
@@ -131,7 +131,8 @@ def _ranking(spread=spread_here, lanes=1):
 
 
 def test_a_ranking_spread_over_threads_is_the_serial_ranking():
-    """The classifier's nodes, run alone in 2 * 3 models on 3 threads, rank as when run alone in one."""
+    """The classifier's nodes, run alone in 2 * 3 models on 3 threads beside the whole model's run, rank as
+    when run alone in one model after it."""
     executor = LocalExecutor(workers=3)
     try:
         spread = _ranking(executor.spread, executor.lanes)
@@ -155,4 +156,4 @@ def test_a_ranking_spread_over_worker_processes_is_the_serial_ranking(caplog):
     finally:
         executor.close()
     assert spread == _ranking()
-    assert any(m.endswith(")") and " of 6 jobs ran on the worker processes" in m for m in caplog.messages)
+    assert any(m.endswith(")") and " of 9 jobs ran on the worker processes" in m for m in caplog.messages)
