@@ -157,3 +157,20 @@ def test_a_ranking_spread_over_worker_processes_is_the_serial_ranking(caplog):
         executor.close()
     assert spread == _ranking()
     assert any(m.endswith(")") and " of 9 jobs ran on the worker processes" in m for m in caplog.messages)
+
+
+def test_a_target_the_backend_cannot_run_leaves_no_ranking():
+    """The whole target run, the spread's first job, still ends the ranking when the backend cannot run it
+    (bf16 on ONNX Runtime's CPU provider): precision then ranks by magnitude."""
+    from runner.backends.base import make_backend
+
+    model = prepare(load_model(CLASSIFIER), "bfloat16")
+    feeds = [{"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}]
+    executor = LocalExecutor(workers=2)
+    try:
+        order = introduced_ranking(
+            model, float_nodes(model), feeds, "bfloat16", make_backend("onnxruntime"), spread=executor.spread, lanes=2
+        )
+    finally:
+        executor.close()
+    assert order is None
