@@ -96,18 +96,25 @@ def warm() -> None:
     if not os.environ.get("CUDA_VISIBLE_DEVICES") or "CUDAExecutionProvider" not in ort.get_available_providers():
         return
     import numpy as np
+
+    try:
+        session = ort.InferenceSession(warm_model().SerializeToString(), providers=["CUDAExecutionProvider"])
+        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
+    except Exception as e:  # the first check will say what is wrong with the GPU, if anything is
+        log.warning("Warming CUDA in a worker failed (its first check pays for it): %s", str(e).strip()[:200])
+
+
+def warm_model() -> Any:
+    """The one-Conv model ``warm`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6
+    loads (``make_model``'s default is the installed onnx's own IR version: onnx 1.20 writes 14, which
+    ONNX Runtime 1.31 refuses, and the warm-up failed unseen on the GPU machines)."""
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
     w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
-        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
-    except Exception as e:  # the first check will say what is wrong with the GPU
-        log.debug("Warming CUDA in a worker failed: %s", e)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
 def main(argv: List[str]) -> int:

@@ -136,6 +136,21 @@ def test_group_running_sees_a_live_group_and_not_an_ended_one():
     assert not group_running(child.pid)
 
 
+def test_the_warm_up_model_loads_in_runtimes_older_than_the_installed_onnx():
+    """``make_model`` writes the installed onnx's IR version (14 with onnx 1.20), which ONNX Runtime 1.31
+    refuses: the warm-up pins IR 7 and runs."""
+    import onnxruntime as ort
+
+    from runner.executors.cluster import warm_model
+
+    model = warm_model()
+    assert model.ir_version == 7
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones((1, 1, 4, 4), np.float32)}
+    )
+    assert got[0].shape == (1, 1, 4, 4)
+
+
 def test_gpus_are_numbered_as_this_process_sees_them(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     assert visible_gpu("0") == "2" and visible_gpu("1") == "3"
