@@ -89,14 +89,18 @@ class ClusterProcess:
 
     def stop(self) -> None:
         """Stop the process group and wait (up to 10 s) until none of its processes runs: SIGKILL
-        lands asynchronously. Before ``address`` started it: it never starts."""
+        lands asynchronously. The group is stopped even when its leader has ended (a cluster
+        process that died leaves its nannies and workers in the group). Before ``address``
+        started it: it never starts."""
         with self._lock:
             self._stopped = True
             process = self.process
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+        # a group id is not given to a new process while a member of the group lives
+        if process.poll() is None or group_running(process.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         deadline = time.monotonic() + 10.0
         while group_running(process.pid) and time.monotonic() < deadline:

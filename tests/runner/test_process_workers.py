@@ -124,6 +124,20 @@ def test_a_cluster_process_stopped_before_it_starts_never_starts():
     assert cluster.address(5) is None and cluster.process is None
 
 
+def test_stop_ends_the_group_of_a_cluster_process_that_died_first():
+    """The cluster's process dies and leaves a worker behind in its group: ``stop`` still ends it."""
+    import subprocess
+
+    cluster = ClusterProcess({})
+    leader = ["sh", "-c", "sleep 60 & echo $!"]
+    cluster.process = subprocess.Popen(leader, stdout=subprocess.PIPE, start_new_session=True)
+    orphan = int(cluster.process.stdout.readline())
+    cluster.process.wait()
+    assert alive(orphan) and group_running(cluster.process.pid)
+    cluster.stop()
+    assert not group_running(cluster.process.pid) and not alive(orphan)
+
+
 def test_group_running_sees_a_live_group_and_not_an_ended_one():
     import subprocess
 
