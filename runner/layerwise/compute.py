@@ -6,8 +6,8 @@ For each node of the target model (in topological order):
   against the reference run's values of the same tensors (what ``polygraphy run --onnx-outputs
   mark all`` compares);
 - **introduced** error: the node run alone on the target backend, fed the reference values of its
-  inputs, against the reference values of its outputs (``runner.graph.isolate``): what the node
-  itself adds, free of what reached it.
+  inputs, against the reference values of its outputs (``runner.graph.isolate``,
+  ``runner.layerwise.alone``): what the node itself adds, free of what reached it.
 
 Tensors are matched by name, through the float Casts a precision conversion inserts (as
 ``checker=compare`` matches them) and through Q/DQ pairs (``runner.graph.qdq``). In a QDQ (int8)
@@ -15,35 +15,34 @@ target a node runs alone with its own Q/DQ pairs (its inputs and weights rounded
 rounds them), and each pair's own error is measured too (``runner.layerwise.pairs``: the float
 tensor against itself quantized and dequantized, with its SQNR). Cost: per chunk of nodes, one
 reference run, one target run and one run of the isolated model per sample (a chunk is the whole
-model unless its values pass the memory budget).
+model unless its values pass the memory budget); with an executor's lanes the isolated model is
+``2 * lanes`` models and the target run goes beside them (``runner.layerwise.alone``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import itertools
 import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend
 from runner.checkers.tolerance import Tolerances, compare_tensor
-from runner.errors import ModelError
 from runner.executors.base import Spread, spread_here
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
-from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model, weight_names
+from runner.graph.isolate import weight_names
 from runner.graph.precisions import LOW_PRECISIONS
 from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
+from runner.layerwise.alone import AloneRuns
 from runner.layerwise.pairs import PairRow, QDQPairs
 from runner.layerwise.persistence import trace
-from runner.layerwise.tensors import cast_aliases, fed_value, peak, tensor_types, worse
+from runner.layerwise.tensors import cast_aliases, peak, tensor_types, worse
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +130,6 @@ class LayerwiseComparison:
         lanes: int = 1,
     ):
         self.reference, self.target = reference, target
-        self.spread, self.lanes = spread, lanes
         self.weights_of = weights_of
         self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
         ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
@@ -145,6 +143,7 @@ class LayerwiseComparison:
         self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
+        self.alone = AloneRuns(target, self.types, self.weights, self.chains, target_backend, self._key, spread, lanes)
         #: seconds ``run`` spent on the reference runs, the target runs with the nodes run alone, and comparing
         self.seconds = dict.fromkeys(["reference", "target and alone", "compare"], 0.0)
 
@@ -241,7 +240,7 @@ class LayerwiseComparison:
             if i.name in feeds
         }
         target = self._built(("target", id(chunk)), lambda: marked(self.target, outs))
-        got, alone, saturated = self._introduced(chunk, ref_value, (target, target_feeds, self._key("target", chunk)))
+        got, alone, saturated = self.alone.run(chunk, ref_value, (target, target_feeds, self._key("target", chunk)))
         lap = self._lap("target and alone", lap)
         if self.pairs is not None:
             self.pairs.compare(alone, ref_value)
@@ -287,111 +286,10 @@ class LayerwiseComparison:
         if what not in self._models:
             if what[0] == "reference":
                 self._models.clear()  # a new chunk: the previous chunk's models are done with
+                self.alone.clear()
             self._models[what] = build()
         return self._models[what]
-
-    def _isolated(self, group: List[onnx.NodeProto]) -> onnx.ModelProto:
-        return isolated_model(self.target, group, self.types, self.weights, self.chains)
 
     def _key(self, kind: str, what: Any) -> str:
         """A backend session cache key for a model of this comparison (sessions live across samples)."""
         return f"layerwise:{id(self)}:{kind}:{hash(tuple(what) if kind == 'alone' else id(what))}"
-
-    def _fed(self, tensor: str) -> Optional[str]:
-        """The tensor whose reference value feeds ``tensor`` when a node runs alone: the float tensor
-        its Q/DQ pairs quantize, None for a quantized weight, else itself."""
-        seen = set()
-        while tensor in self.chains and tensor not in seen:
-            seen.add(tensor)
-            source = self.chains[tensor].source
-            if source is None or source in self.weights:
-                return None
-            tensor = source
-        return tensor
-
-    def _introduced(
-        self, chunk: List[onnx.NodeProto], ref_value: Callable[[str], Optional[np.ndarray]], target: AloneJob
-    ) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray], Set[str]]:
-        """The ``target`` run's outputs, every output of the chunk's nodes, each node run alone on
-        reference inputs (isolated models on the target backend), and the inputs fed saturated
-        (``_fed``); a group the backend cannot run is logged and left out. The target run is the
-        first job of the same ``spread``: it runs while other lanes run nodes alone.
-
-        Raises:
-            ModelError: the backend cannot run the target model.
-        """
-        out: Dict[str, np.ndarray] = {}
-        saturated: Set[str] = set()
-        runnable, skipped = [], []
-        for node in chunk:
-            if is_qdq(node):
-                continue  # run with the node that reads it
-            reads = [self._fed(i) for i in node.input if i and i not in self.weights]
-            if all(i is None or (ref_value(i) is not None and i in self.types) for i in reads):
-                runnable.append(node)
-            else:
-                skipped.append(node.name)
-        if skipped:
-            log.warning(
-                "No reference value or type for an input of %d nodes (e.g. %s); they are not run alone",
-                len(skipped),
-                skipped[0],
-            )
-        sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
-        jobs = itertools.chain([target], self._alone_jobs(runnable, ref_value, saturated, sizes))
-        (whole, failed), *results = self.spread(run_alone, self.backend, jobs)
-        if failed:
-            raise ModelError(failed)
-        for size, (got, error) in zip(sizes, results):
-            if error:
-                log.warning("The target backend cannot run %d nodes alone (%s); no introduced error", size, error)
-            out.update(got)
-        return whole, out, saturated
-
-    def _alone_jobs(
-        self,
-        runnable: List[onnx.NodeProto],
-        ref_value: Callable[[str], Optional[np.ndarray]],
-        saturated: Set[str],
-        sizes: List[int],
-    ) -> Iterator[AloneJob]:
-        """``run_alone``'s job for each group of ``runnable`` nodes that can run alone, built as it
-        is taken (its feeds are copies in the isolated model's types); the inputs fed saturated go
-        into ``saturated`` and each job's node count into ``sizes``."""
-        parts = 1 if self.lanes <= 1 else 2 * self.lanes
-        whole = isolated_groups(self.target, runnable)
-        for group in [g[i::parts] for g in whole for i in range(min(parts, len(g)))]:
-            names = tuple(n.name for n in group)
-            try:
-                model = self._built(("alone", names), functools.partial(self._isolated, group))
-            except KeyError as e:  # an outer-scope tensor of a body with no type
-                log.warning("No type for tensor %s; %d nodes with subgraphs are not run alone", e, len(group))
-                continue
-            feeds: Dict[str, np.ndarray] = {}
-            for vi in model.graph.input:
-                tensor = vi.name[: -len(REF_SUFFIX)] if vi.name.endswith(REF_SUFFIX) else vi.name
-                value = ref_value(tensor)
-                if value is not None:
-                    feeds[vi.name], clipped = fed_value(value, vi.type.tensor_type.elem_type)
-                    if clipped:
-                        saturated.add(tensor)
-            if len(feeds) < len(model.graph.input):
-                log.warning("No reference value for an outer-scope input of %d nodes; not run alone", len(group))
-                continue
-            sizes.append(len(group))
-            yield model, feeds, self._key("alone", names)
-
-
-#: one group of nodes run alone: (isolated model, feeds, session cache key)
-AloneJob = Tuple[onnx.ModelProto, Dict[str, np.ndarray], str]
-
-
-def run_alone(backend: Backend, job: AloneJob) -> Tuple[Dict[str, np.ndarray], str]:
-    """Run one isolated model (``LayerwiseComparison``'s job for ``Executor.spread``, perhaps in a
-    worker process): ``({output: value}, "")``, or ``({}, the backend's one-line error)`` when it
-    cannot run the model (a ``ModelError``)."""
-    model, feeds, key = job
-    try:
-        return backend.run(model, feeds, key=key), ""
-    except ModelError as e:
-        return {}, str(e)
