@@ -135,6 +135,16 @@ class WorkerLanes:
             free.append((name, slot))
 
 
+def worker_lanes(names: Sequence[str], threads: int, gpus: Sequence[str], poll_s: float) -> List[Tuple[str, Slot]]:
+    """``(worker name, slot)`` of each check slot of ``executor=processes``'s workers: slot ``i``
+    on worker ``i // threads``, pinned to its GPU (``gpus[i]``) when there are GPUs."""
+    return [
+        (name, Slot(i, gpus[i] if gpus else None, None, poll_s, pinned=bool(gpus)))
+        for w, name in enumerate(names)
+        for i in range(w * threads, (w + 1) * threads)
+    ]
+
+
 def spread_with_workers(
     fn: Callable[[Any, Any], Any],
     shared: Any,

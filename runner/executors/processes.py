@@ -32,7 +32,6 @@ import concurrent.futures
 import contextlib
 import importlib.util
 import logging
-import os
 import threading
 import time
 import uuid
@@ -43,30 +42,11 @@ from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.cluster_process import ClusterProcess
 from runner.executors.dask import DaskExecutor, import_distributed
-from runner.executors.lanes import spread_with_workers
+from runner.executors.lanes import spread_with_workers, worker_lanes
 from runner.executors.local import LocalExecutor
-from runner.executors.slot import Slot
+from runner.executors.slot import Slot, visible_gpu
 
 log = logging.getLogger(__name__)
-
-
-def visible_gpu(gpu: str) -> str:
-    """GPU ``gpu`` as this process numbers it, in the numbering its children get from
-    ``CUDA_VISIBLE_DEVICES``: this process's own list maps it (``CUDA_VISIBLE_DEVICES=2,3``: GPU 0
-    is "2"); without one, ``gpu`` itself.
-
-    Raises:
-        ConfigError: ``gpu`` is a number past this process's ``CUDA_VISIBLE_DEVICES``.
-    """
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if not visible or not gpu.isdigit():
-        return gpu
-    if int(gpu) >= len(visible):
-        raise ConfigError(
-            f"executor.gpus names GPU {gpu}, but this process sees {len(visible)} (CUDA_VISIBLE_DEVICES="
-            f"{os.environ['CUDA_VISIBLE_DEVICES']}); number GPUs from 0 as ONNX Runtime here does"
-        )
-    return visible[int(gpu)]
 
 
 class ProcessExecutor(DaskExecutor):
@@ -344,11 +324,7 @@ class ProcessExecutor(DaskExecutor):
         """As ``Executor.spread``: jobs run here from the start (as checks do while the workers
         start, ``_here_slots``) and, once the workers are ready, on each worker's threads as well
         (``runner.executors.lanes``); a job a worker does not finish runs here."""
-        lanes = [
-            (name, Slot(i, self.gpus[i] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus)))
-            for w, name in enumerate(self.names)
-            for i in range(w * self.threads, (w + 1) * self.threads)
-        ]
+        lanes = worker_lanes(self.names, self.threads, self.gpus, self.poll_s)
         started = time.monotonic()
         results, elsewhere = spread_with_workers(
             fn, shared, jobs, self._connected, lambda: self.distributed, lanes, self._here_slots()

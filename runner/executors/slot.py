@@ -6,9 +6,12 @@ in-process code (a TensorRT build, a checker) asks ``current()``, set for the th
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Protocol
+
+from runner.errors import ConfigError
 
 
 class CancelFlag(Protocol):
@@ -78,3 +81,22 @@ def current() -> Slot:
 def set_current(slot: Optional[Slot]) -> None:
     """Make ``slot`` the current slot of this thread (None: none)."""
     _current.slot = slot
+
+
+def visible_gpu(gpu: str) -> str:
+    """GPU ``gpu`` as this process numbers it, in the numbering its children get from
+    ``CUDA_VISIBLE_DEVICES``: this process's own list maps it (``CUDA_VISIBLE_DEVICES=2,3``: GPU 0
+    is "2"); without one, ``gpu`` itself.
+
+    Raises:
+        ConfigError: ``gpu`` is a number past this process's ``CUDA_VISIBLE_DEVICES``.
+    """
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible or not gpu.isdigit():
+        return gpu
+    if int(gpu) >= len(visible):
+        raise ConfigError(
+            f"executor.gpus names GPU {gpu}, but this process sees {len(visible)} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ['CUDA_VISIBLE_DEVICES']}); number GPUs from 0 as ONNX Runtime here does"
+        )
+    return visible[int(gpu)]

@@ -17,7 +17,8 @@ import pytest
 
 from runner.errors import ConfigError
 from runner.executors.cluster_process import ClusterProcess, group_running
-from runner.executors.processes import ProcessExecutor, visible_gpu
+from runner.executors.processes import ProcessExecutor
+from runner.executors.slot import visible_gpu
 from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
 from tests.helpers.graphs import GRAPHS
 
