@@ -169,6 +169,11 @@ class Executor(abc.ABC):
         gpu = self.gpus[worker] if self.gpus else None
         return Slot(worker, gpu, self.cancel_flag(iteration), self.poll_s)
 
+    def expect(self, remaining: Optional[int]) -> None:
+        """The strategy's estimate of the checks still to come (None: unknown), given before each
+        round's slots are taken; an executor that starts workers may decide from it whether they
+        would pay (``executor=processes``). Unused here."""
+
     def cancel_flag(self, iteration: int) -> Any:
         """A fresh flag that cancels one check (None: checks are not cancelled this way)."""
         return None

@@ -42,6 +42,7 @@ from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.cluster_process import ClusterProcess
 from runner.executors.dask import DaskExecutor, import_distributed
+from runner.executors.handover import HandOver
 from runner.executors.lanes import spread_with_workers, worker_lanes
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot, visible_gpu
@@ -132,7 +133,10 @@ class ProcessExecutor(DaskExecutor):
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         self._began = time.monotonic()
-        self._ready = threading.Event()  # set when the start ends, started or failed
+        self._ready = threading.Event()  # set when the start ends, connected or failed
+        self._address = threading.Event()  # set when the workers are ready to be connected
+        #: whether to connect to the ready workers (the checks left may end sooner here)
+        self.handover = HandOver(count * self.threads)
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
@@ -161,6 +165,10 @@ class ProcessExecutor(DaskExecutor):
             address = self._cluster.address(self.timeout_s)
             if address is None:  # closed meanwhile
                 return
+            self._address.set()
+            while not self.handover.wanted.wait(0.05):
+                if self._closing:
+                    return
             log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
             distributed = import_distributed("executor=processes")
             if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels; verbose=true keeps them
@@ -186,6 +194,7 @@ class ProcessExecutor(DaskExecutor):
         Raises:
             ConfigError: the workers did not start (within ``timeout_s``, or at all).
         """
+        self.handover.want()
         self._starting.join()
         if self._failed is not None:
             failed, self._failed = self._failed, None
@@ -216,6 +225,11 @@ class ProcessExecutor(DaskExecutor):
         if self._failed is not None or self._closing or not self._repeatable:
             return False
         return self._warming is None or not all(f.done() for f in self._warming)
+
+    def expect(self, remaining: Optional[int]) -> None:
+        """As ``Executor.expect``: the ready workers are connected only when the checks left would
+        take longer here than handing them over costs (``runner.executors.handover``)."""
+        self.handover.expect(remaining, self._address.is_set())
 
     def slot(self, worker: int, iteration: int) -> Slot:
         """The slot of a check: while the workers start (``local_start``), one that runs here as
@@ -337,6 +351,8 @@ class ProcessExecutor(DaskExecutor):
     def _connected(self, timeout_s: float) -> Any:
         """The client once the workers are ready (after waiting up to ``timeout_s`` seconds), None
         while they start, False when they never will (``WorkerLanes``'s ``connect``)."""
+        if self._address.is_set():
+            self.handover.want()  # jobs are left for the ready workers
         if not self._ready.wait(timeout_s):
             return None
         with self._lock:
@@ -349,7 +365,9 @@ class ProcessExecutor(DaskExecutor):
             CheckError: the check's worker process died (a crash in the backend, or killed).
         """
         if isinstance(future, concurrent.futures.Future):  # a check run here
-            return future.result()
+            verdict: Verdict = future.result()
+            self.handover.checked_here(float(verdict.details.get("check_s", 0.0)))
+            return verdict
         try:
             return future.result()
         except self.distributed.KilledWorker:

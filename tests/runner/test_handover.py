@@ -1,0 +1,48 @@
+"""``executor=processes`` hands its checks to the ready workers only when the checks left would take
+longer in the runner than the hand-over costs (``runner.executors.handover``)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from runner.executors.handover import HandOver
+
+
+def test_an_unknown_estimate_or_no_check_here_yet_hands_over():
+    unknown, fresh = HandOver(2), HandOver(2)
+    unknown.checked_here(0.1)
+    unknown.expect(None, ready=True)
+    fresh.expect(3, ready=True)
+    assert unknown.wanted.is_set() and fresh.wanted.is_set()
+
+
+def test_checks_left_that_end_sooner_here_stay_here_until_more_are_expected(caplog):
+    handover = HandOver(2, cost_s=2.0)
+    for seconds in (0.3, 0.4, 0.5):
+        handover.checked_here(seconds)
+    with caplog.at_level(logging.INFO, logger="runner.executors.handover"):
+        handover.expect(8, ready=True)  # 8 checks of 0.4 s, 2 at once: 1.6 s here
+        handover.expect(6, ready=True)
+    assert not handover.wanted.is_set()
+    assert sum("less than handing them over costs" in m for m in caplog.messages) == 1
+    handover.expect(11, ready=True)  # 2.2 s here
+    assert handover.wanted.is_set()
+
+
+@pytest.mark.slow
+def test_ready_workers_are_not_connected_for_a_short_rest_and_are_once_work_asks():
+    pytest.importorskip("distributed")
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2)
+    try:
+        assert executor._address.wait(60), "the workers did not start"
+        executor.handover.checked_here(0.05)
+        executor.expect(4)
+        assert executor.starting() and executor._client is None, "a short rest stays here, unconnected"
+        assert executor.client is not None  # a check that must go to a worker connects at once
+        assert not executor.starting(), "connected: every later check goes to the workers"
+    finally:
+        executor.close()
