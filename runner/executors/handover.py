@@ -6,8 +6,9 @@ connecting, sending the checker and a warm-up check to each worker) and each wor
 of the model: on an H100, a cheap precision run whose workers were ready with five checks left
 ran 1.1 to 1.2x serial where threads alone ran 0.8 to 1.0x. ``HandOver`` keeps the checks here
 when the strategy's estimate of the checks left, at the pace the checks run here, ends sooner
-than ``cost_s``; it hands over at once when the estimate is unknown, when nothing was checked
-here yet, or when other work asks for the workers (precision's ranking, ``Executor.spread``).
+than ``cost_s``; it hands over at once when the estimate is unknown, when the workers are ready
+before anything was checked here, or when other work asks for them (precision's ranking,
+``Executor.spread``).
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ class HandOver:
         ``cost_s`` seconds."""
         if self.wanted.is_set():
             return
-        if remaining is None or not self._checks_s:
+        if remaining is None or (ready and not self._checks_s):
             self.want()
             return
+        if not self._checks_s:
+            return  # no pace to judge by yet, and nothing to connect to
         left_s = remaining * statistics.median(self._checks_s) / self.lanes
         if left_s > self.cost_s:
             self.want()

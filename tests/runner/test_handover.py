@@ -10,12 +10,14 @@ import pytest
 from runner.executors.handover import HandOver
 
 
-def test_an_unknown_estimate_or_no_check_here_yet_hands_over():
+def test_an_unknown_estimate_or_ready_workers_before_any_check_here_hand_over():
     unknown, fresh = HandOver(2), HandOver(2)
     unknown.checked_here(0.1)
     unknown.expect(None, ready=True)
+    fresh.expect(3, ready=False)
+    assert unknown.wanted.is_set() and not fresh.wanted.is_set(), "no pace yet: the first round decides nothing"
     fresh.expect(3, ready=True)
-    assert unknown.wanted.is_set() and fresh.wanted.is_set()
+    assert fresh.wanted.is_set()
 
 
 def test_checks_left_that_end_sooner_here_stay_here_until_more_are_expected(caplog):
