@@ -46,6 +46,12 @@ class HandOver:
         """Use the workers from now on."""
         self.wanted.set()
 
+    def ready(self) -> None:
+        """The workers are ready: hand over at once if no check here has ended yet (none started,
+        or they have run the whole start-up long); else the next ``expect`` decides."""
+        if not self._checks_s:
+            self.want()
+
     def expect(self, remaining: Optional[int], ready: bool) -> None:
         """Take the strategy's estimate of the checks still to come (None: unknown) before a round;
         ``ready``: the workers could be connected now. Sets ``wanted`` unless the checks left,

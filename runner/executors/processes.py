@@ -166,6 +166,7 @@ class ProcessExecutor(DaskExecutor):
             if address is None:  # closed meanwhile
                 return
             self._address.set()
+            self.handover.ready()
             while not self.handover.wanted.wait(0.05):
                 if self._closing:
                     return

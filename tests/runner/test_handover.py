@@ -18,6 +18,9 @@ def test_an_unknown_estimate_or_ready_workers_before_any_check_here_hand_over():
     assert unknown.wanted.is_set() and not fresh.wanted.is_set(), "no pace yet: the first round decides nothing"
     fresh.expect(3, ready=True)
     assert fresh.wanted.is_set()
+    slow = HandOver(2)
+    slow.ready()  # the workers came up while the first checks here still ran
+    assert slow.wanted.is_set()
 
 
 def test_checks_left_that_end_sooner_here_stay_here_until_more_are_expected(caplog):
