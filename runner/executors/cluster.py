@@ -5,7 +5,8 @@ live outside the runner's own process: in it they shared the interpreter with th
 there and made a 3-second reduce on an H100 2 seconds slower, with workers that never touched
 the GPU. It starts a ``SpecCluster`` (Dask's own), one ``Nanny`` and worker process per entry
 of SPEC, each with its own environment (``CUDA_VISIBLE_DEVICES`` set before it imports ONNX
-Runtime), warms every worker (``warm``), prints the scheduler's address on one line and waits.
+Runtime), warms every worker (``warm``: its imports; the runner warms its GPU once it connects,
+``warm_cuda``), prints the scheduler's address on one line and waits.
 
 It ends, with every worker process, when its standard input closes: the runner closes it at
 its end, and the system does when the runner dies. The runner started it as the leader of a
@@ -85,13 +86,19 @@ def _end_with_input() -> None:
 
 def warm() -> None:
     """Make a worker process ready before its first check: import what a check needs (ONNX
-    Runtime, the checkers) and, in a worker pinned to a GPU, create the CUDA context and cuDNN's
-    handles with a one-Conv session on ONNX Runtime's CUDA provider (the second or so every new
-    process pays once)."""
-    import onnxruntime as ort
+    Runtime, the checkers). Its GPU is left alone until the runner connects (``warm_cuda``): a
+    run that ends in the runner never has the workers contend with it for the GPU."""
+    import onnxruntime  # noqa: F401
 
     import runner.checkers.compare
     import runner.executors.base  # noqa: F401
+
+
+def warm_cuda() -> None:
+    """In a worker pinned to a GPU, create the CUDA context and cuDNN's handles with a one-Conv
+    session on ONNX Runtime's CUDA provider (the second or so every new process pays once); the
+    runner runs it on every worker when it connects. Elsewhere, nothing."""
+    import onnxruntime as ort
 
     if not os.environ.get("CUDA_VISIBLE_DEVICES") or "CUDAExecutionProvider" not in ort.get_available_providers():
         return
@@ -105,7 +112,7 @@ def warm() -> None:
 
 
 def warm_model() -> Any:
-    """The one-Conv model ``warm`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6
+    """The one-Conv model ``warm_cuda`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6
     loads (``make_model``'s default is the installed onnx's own IR version: onnx 1.20 writes 14, which
     ONNX Runtime 1.31 refuses, and the warm-up failed unseen on the GPU machines)."""
     from onnx import TensorProto, helper

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Set
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
+from runner.executors.cluster import warm_cuda
 from runner.executors.cluster_process import ClusterProcess
 from runner.executors.dask import DaskExecutor, import_distributed
 from runner.executors.handover import HandOver
@@ -176,6 +177,7 @@ class ProcessExecutor(DaskExecutor):
                 logging.getLogger("distributed").setLevel(logging.WARNING)
             self.distributed = distributed
             client = distributed.Client(address, set_as_default=False, timeout=max(self.timeout_s, 10.0))
+            client.run(warm_cuda)  # the workers' GPUs, untouched until they are wanted
             with self._lock:
                 if self._closing:
                     client.close()
