@@ -36,6 +36,8 @@ class HandOver:
         self.lanes, self.cost_s = max(1, lanes), cost_s
         self.wanted = threading.Event()
         self._checks_s: List[float] = []  # the checks run here so far, seconds each
+        self._remaining: Optional[int] = None  # the strategy's latest estimate of the checks left
+        self._ready = False
         self._said = False
 
     def checked_here(self, seconds: float) -> None:
@@ -47,31 +49,37 @@ class HandOver:
         self.wanted.set()
 
     def ready(self) -> None:
-        """The workers are ready: hand over at once if no check here has ended yet (none started,
-        or they have run the whole start-up long); else the next ``expect`` decides."""
-        if not self._checks_s:
-            self.want()
+        """The workers are ready: decide with the latest estimate (``expect``); with no check
+        ended here yet (none started, or they ran the whole start-up long), hand over."""
+        self._ready = True
+        self._decide()
 
     def expect(self, remaining: Optional[int], ready: bool) -> None:
         """Take the strategy's estimate of the checks still to come (None: unknown) before a round;
-        ``ready``: the workers could be connected now. Sets ``wanted`` unless the checks left,
-        run here ``lanes`` at a time at the median pace of the checks run here so far, end within
-        ``cost_s`` seconds."""
+        ``ready``: the workers could be connected now. The decision waits for the workers: until
+        they are ready the estimate is only kept (early in a search many checks are left, and
+        few may be by the time the workers are up)."""
+        self._remaining = remaining
+        self._ready = self._ready or ready
+        if self._ready:
+            self._decide()
+
+    def _decide(self) -> None:
+        """Set ``wanted`` unless the checks left, run here ``lanes`` at a time at the median pace of
+        the checks run here so far, end within ``cost_s`` seconds."""
         if self.wanted.is_set():
             return
-        if remaining is None or (ready and not self._checks_s):
+        if self._remaining is None or not self._checks_s:
             self.want()
             return
-        if not self._checks_s:
-            return  # no pace to judge by yet, and nothing to connect to
-        left_s = remaining * statistics.median(self._checks_s) / self.lanes
+        left_s = self._remaining * statistics.median(self._checks_s) / self.lanes
         if left_s > self.cost_s:
             self.want()
-        elif ready and not self._said:
+        elif not self._said:
             self._said = True
             log.info(
                 "The workers are ready, but the %d checks left would take about %.1f s here, less than handing "
                 "them over costs: they run here",
-                remaining,
+                self._remaining,
                 left_s,
             )

@@ -4,6 +4,7 @@ longer in the runner than the hand-over costs (``runner.executors.handover``).""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -11,24 +12,26 @@ from runner.executors.handover import HandOver
 
 
 def test_an_unknown_estimate_or_ready_workers_before_any_check_here_hand_over():
-    unknown, fresh = HandOver(2), HandOver(2)
+    unknown, fresh, slow = HandOver(2), HandOver(2), HandOver(2)
     unknown.checked_here(0.1)
     unknown.expect(None, ready=True)
     fresh.expect(3, ready=False)
-    assert unknown.wanted.is_set() and not fresh.wanted.is_set(), "no pace yet: the first round decides nothing"
+    assert unknown.wanted.is_set() and not fresh.wanted.is_set(), "nothing is decided before the workers are up"
     fresh.expect(3, ready=True)
     assert fresh.wanted.is_set()
-    slow = HandOver(2)
     slow.ready()  # the workers came up while the first checks here still ran
     assert slow.wanted.is_set()
 
 
-def test_checks_left_that_end_sooner_here_stay_here_until_more_are_expected(caplog):
+def test_the_decision_waits_for_the_workers_and_takes_the_latest_estimate(caplog):
     handover = HandOver(2, cost_s=2.0)
     for seconds in (0.3, 0.4, 0.5):
         handover.checked_here(seconds)
+    handover.expect(20, ready=False)  # 4 s here, but the workers are not up yet
+    assert not handover.wanted.is_set()
     with caplog.at_level(logging.INFO, logger="runner.executors.handover"):
-        handover.expect(8, ready=True)  # 8 checks of 0.4 s, 2 at once: 1.6 s here
+        handover.expect(8, ready=False)  # 8 checks of 0.4 s, 2 at once: 1.6 s here
+        handover.ready()
         handover.expect(6, ready=True)
     assert not handover.wanted.is_set()
     assert sum("less than handing them over costs" in m for m in caplog.messages) == 1
@@ -43,10 +46,12 @@ def test_ready_workers_are_not_connected_for_a_short_rest_and_are_once_work_asks
 
     executor = ProcessExecutor(workers=2)
     try:
+        executor.handover.checked_here(0.05)  # while the workers start: a check ran here,
+        executor.expect(4)  # and 4 are left
         assert executor._address.wait(60), "the workers did not start"
-        executor.handover.checked_here(0.05)
-        executor.expect(4)
+        time.sleep(1.0)
         assert executor.starting() and executor._client is None, "a short rest stays here, unconnected"
+        assert not executor._ready.is_set()
         assert executor.client is not None  # a check that must go to a worker connects at once
         assert not executor.starting(), "connected: every later check goes to the workers"
     finally:
