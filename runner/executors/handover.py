@@ -4,7 +4,9 @@ With ``local_start`` the checks run in the runner's threads while the workers st
 are ready, handing over costs the runner about a second of its interpreter (importing Dask,
 connecting, sending the checker and a warm-up check to each worker) and each worker a first check
 of the model: on an H100, a cheap precision run whose workers were ready with five checks left
-ran 1.1 to 1.2x serial where threads alone ran 0.8 to 1.0x. ``HandOver`` keeps the checks here
+ran 1.1 to 1.2x serial where threads alone ran 0.8 to 1.0x, and one handed over with about 2 s
+left here took 9.4 s where the two that kept their checks took 6.8 and 6.9 s (hence 3 s).
+``HandOver`` keeps the checks here
 when the strategy's estimate of the checks left, at the pace the checks run here, ends sooner
 than ``cost_s``; it hands over at once when the estimate is unknown, when the workers are ready
 before anything was checked here, or when other work asks for them (precision's ranking,
@@ -32,7 +34,7 @@ class HandOver:
         wanted: set once the workers should be used; the executor connects after it.
     """
 
-    def __init__(self, lanes: int, cost_s: float = 2.0):
+    def __init__(self, lanes: int, cost_s: float = 3.0):
         self.lanes, self.cost_s = max(1, lanes), cost_s
         self.wanted = threading.Event()
         self._checks_s: List[float] = []  # the checks run here so far, seconds each
