@@ -42,6 +42,8 @@ class Jobs:
         self._closed = False
         #: jobs taken so far
         self.taken = 0
+        #: what building a job raised (the jobs end there), or None
+        self.error: Optional[BaseException] = None
 
     def take(self) -> Optional[Tuple[int, Any]]:
         """The next ``(index, job)``, or None once every job was taken or ``close`` was called.
@@ -52,7 +54,11 @@ class Jobs:
         with self._lock:
             if self._closed:
                 return None
-            item = next(self._jobs, None)
+            try:
+                item = next(self._jobs, None)
+            except BaseException as e:  # no job after it: every taker stops, and ``error`` says why
+                self._closed, self.error = True, e
+                raise
             if item is None:
                 self._closed = True
             else:

@@ -1,7 +1,7 @@
 """Jobs that are not checks, spread over ``executor=processes``'s worker processes once they are ready.
 
-``ProcessExecutor.spread`` runs jobs in the runner's thread and, as soon as the workers are
-ready, hands jobs to each worker process as well (``WorkerLanes``, from a thread of its own):
+``ProcessExecutor.spread`` runs jobs in the runner, on a thread per slot, and, as soon as the
+workers are ready, hands jobs to each worker process as well (``WorkerLanes``, from a thread of its own):
 work that comes before the first check (precision's ranking runs some 330 nodes alone on the
 checker's backend) gains from the workers without waiting for them, and never runs slower than
 it does here alone by more than the hand-over. A job a worker fails (its process died, or ``fn``
@@ -162,13 +162,16 @@ def spread_with_workers(
         ``(results in the jobs' order, how many ran on the workers)``.
 
     Raises:
-        Whatever ``fn`` raises here (the lanes are stopped first).
+        Whatever ``fn`` raises here, or building a job raised in either place (the lanes are
+        stopped first).
     """
     source = Jobs(jobs)
     workers = WorkerLanes(connect, distributed, lanes, fn, shared, source)
     try:
         results = run_on_threads(fn, shared, source, here)
         workers.join()
+        if source.error is not None:  # raised in the workers' thread: no job after it was built
+            raise source.error
         for index, job in workers.failed:
             results[index] = fn(shared, job)
     finally:

@@ -174,3 +174,32 @@ def test_a_target_the_backend_cannot_run_leaves_no_ranking():
     finally:
         executor.close()
     assert order is None
+
+
+def _broken_jobs(after: int):
+    yield from range(after)
+    raise RuntimeError("job building failed")
+
+
+def test_a_job_that_cannot_be_built_is_raised_not_dropped():
+    """Building a job raises: the spread raises it, never returns the jobs before it as if they were all."""
+    executor = LocalExecutor(workers=2)
+    try:
+        with pytest.raises(RuntimeError, match="job building failed"):
+            executor.spread(_fails_at, -1, _broken_jobs(5))
+    finally:
+        executor.close()
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_be_built_on_the_workers_side_is_raised_in_the_runner():
+    pytest.importorskip("distributed")
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2, local_start=False)  # one lane here, two on the workers
+    try:
+        assert executor.client is not None
+        with pytest.raises(RuntimeError, match="job building failed"):
+            executor.spread(_where, 1, _broken_jobs(40))
+    finally:
+        executor.close()
