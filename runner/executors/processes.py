@@ -23,7 +23,10 @@ allocates). With ``local_start`` (the default) the checks of the rounds that sta
 workers are ready run here, in threads as ``executor=local`` runs them, each on its slot's GPU.
 With a checker whose check can be repeated unseen (``Checker.repeatable``: the compare checker),
 each worker then checks the first candidate checked here again, its verdict unused, while the
-rounds go on here; once every worker has, every round goes to the workers.
+rounds go on here; once every worker has, every round goes to the workers. Ready workers are
+connected (Dask imported, their GPUs warmed, ``warm_cuda``) only when the checks left would take
+longer here than that costs (``runner.executors.handover``), or when jobs of ``spread`` (precision's
+ranking) or a check that must run on a worker want them.
 """
 
 from __future__ import annotations
