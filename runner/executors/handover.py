@@ -6,11 +6,10 @@ connecting, sending the checker and a warm-up check to each worker) and each wor
 of the model: on an H100, a cheap precision run whose workers were ready with five checks left
 ran 1.1 to 1.2x serial where threads alone ran 0.8 to 1.0x, and one handed over with about 2 s
 left here took 9.4 s where the two that kept their checks took 6.8 and 6.9 s (hence 3 s).
-``HandOver`` keeps the checks here
-when the strategy's estimate of the checks left, at the pace the checks run here, ends sooner
-than ``cost_s``; it hands over at once when the estimate is unknown, when the workers are ready
-before anything was checked here, or when other work asks for them (precision's ranking,
-``Executor.spread``).
+``HandOver`` keeps the checks here when the strategy's estimate of the checks left, at the pace
+the checks run here, ends sooner than ``cost_s``; it hands over at once when the estimate is
+unknown, when the workers are ready before anything was checked here, or when other work asks
+for them (precision's ranking, ``Executor.spread``). It decides once the workers are ready.
 """
 
 from __future__ import annotations
