@@ -175,6 +175,11 @@ class Executor(abc.ABC):
         gpu = self.gpus[worker] if self.gpus else None
         return Slot(worker, gpu, self.cancel_flag(iteration), self.poll_s)
 
+    def thread_slots(self) -> List[Slot]:
+        """One slot per worker, each on its GPU as this process numbers them, for threads of this
+        process (no cancel flag): the lanes of ``spread`` run here."""
+        return [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
+
     def expect(self, remaining: Optional[int]) -> None:
         """The strategy's estimate of the checks still to come (None: unknown), given before each
         round's slots are taken; an executor that starts workers may decide from it whether they

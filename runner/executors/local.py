@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from runner.candidates import Verdict
 from runner.executors.base import Executor, Jobs, run_on_threads
-from runner.executors.slot import Slot
 
 
 class LocalExecutor(Executor):
@@ -48,9 +47,7 @@ class LocalExecutor(Executor):
         """As ``Executor.spread``: ``workers`` threads take jobs, each with the slot of its worker
         (its GPU); the first error stops every thread from taking more, and is raised."""
         source = Jobs(jobs)
-        results = run_on_threads(
-            fn, shared, source, [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
-        )
+        results = run_on_threads(fn, shared, source, self.thread_slots())
         return [results[i] for i in range(source.taken)]
 
     def close(self) -> None:

@@ -336,9 +336,7 @@ class ProcessExecutor(DaskExecutor):
     def _here_slots(self) -> List[Slot]:
         """The slots jobs run on here: one per slot, each on its GPU, as checks while the workers
         start (``local_start``); else one, on this process's first GPU."""
-        if not self.local_start:
-            return [Slot()]
-        return [Slot(i, self.gpus[i] if self.gpus else None) for i in range(self.workers)]
+        return self.thread_slots() if self.local_start else [Slot()]
 
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
         """As ``Executor.spread``: jobs run here from the start (as checks do while the workers
