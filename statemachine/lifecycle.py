@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set
 
 from transitions import Machine
 from transitions.experimental.utils import event, with_model_definitions
@@ -33,9 +33,9 @@ from runner.checkers.base import Checker
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
 from runner.executors.serial import SerialExecutor
-from runner.jsonio import write_json_atomic
 from runner.progress import Progress
 from runner.replay import Replay
+from statemachine.iter_info import IterInfo
 from statemachine.rounds import Pending, RoundChecks, word
 from strategies.base import Strategy
 
@@ -120,7 +120,7 @@ class Lifecycle:
         self.sorter = sorter
         self.replay = replay
         self.iter_artifact = Path(iter_artifact)
-        self.iter_info = Path(iter_info) if iter_info else None
+        self.iter_info = IterInfo(Path(iter_info) if iter_info else None, self.iter_artifact)
         self.progress = progress
         self.executor = executor if executor is not None else SerialExecutor()
         self.history: List[str] = ["ready"]
@@ -178,7 +178,7 @@ class Lifecycle:
             self.abort()
             raise
         finally:
-            self._clear_info()
+            self.iter_info.clear()
         return self.state
 
     def round_known(self) -> bool:
@@ -229,7 +229,7 @@ class Lifecycle:
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
                 self._prepare(pending, parallel)
-            self._write_info(self.round[-1] if not parallel else None)
+            self.iter_info.write(self.strategy.state(), self.round[-1] if not parallel else None, self.round)
             self.rounds += 1
             self.checks += len(todo)  # counted when started: a check that stops the run has run too
             for pending in todo:  # a check that kills the runner stays pending: a resume counts it as a crash
@@ -341,7 +341,7 @@ class Lifecycle:
             if not pending.reused:
                 self.check_s += float(pending.verdict.details.get("check_s") or 0.0)
             self.replay.record(pending.iteration, pending.candidate, pending.verdict, pending.reused)
-        self._clear_info()  # as Polygraphy: a check never reads another iteration's info
+        self.iter_info.clear()  # as Polygraphy: a check never reads another iteration's info
         self._progress(0)
         self.advanced()
 
@@ -372,30 +372,3 @@ class Lifecycle:
             self.passes += 1
         else:
             self.failure_codes.add(verdict.returncode)
-
-    def _clear_info(self) -> None:
-        """Remove ``iter_info`` once an iteration (a round) has its verdicts, or the run stops."""
-        if self.iter_info is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.iter_info.unlink()
-
-    def _write_info(self, pending: Optional[Pending]) -> None:
-        """Write ``iter_info`` before a check: one iteration, or, before a round of several checks,
-        the round (``in_flight``); ``_clear_info`` removes it once the verdicts are in."""
-        if self.iter_info is None:
-            return
-        info: Dict[str, Any] = {"state": self.strategy.state()}
-        if pending is not None:
-            candidate = pending.candidate
-            info.update(
-                iteration=pending.iteration,
-                artifact=str(pending.artifact or self.iter_artifact),
-                candidate={"key": candidate.key, "label": candidate.label, **candidate.info},
-            )
-        else:
-            info["in_flight"] = [
-                {"iteration": p.iteration, "artifact": str(p.artifact), "label": p.candidate.label}
-                for p in self.round
-                if p.verdict is None
-            ]
-        write_json_atomic(self.iter_info, info)
