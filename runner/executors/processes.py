@@ -24,7 +24,7 @@ workers are ready run here, in threads as ``executor=local`` runs them, each on 
 With a checker whose check can be repeated unseen (``Checker.repeatable``: the compare checker),
 each worker then checks the first candidate checked here again, its verdict unused, while the
 rounds go on here; once every worker has, every round goes to the workers. Ready workers are
-connected (Dask imported, their GPUs warmed, ``warm_cuda``) only when the checks left would take
+connected (``runner.executors.connection``: Dask imported, their GPUs warmed) only when the checks left would take
 longer here than that costs (``runner.executors.handover``), or when jobs of ``spread`` (precision's
 ranking) or a check that must run on a worker want them.
 """
@@ -32,7 +32,6 @@ ranking) or a check that must run on a worker want them.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import importlib.util
 import logging
 import threading
@@ -43,9 +42,8 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Set
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
-from runner.executors.cluster import warm_cuda
-from runner.executors.cluster_process import ClusterProcess
-from runner.executors.dask import DaskExecutor, import_distributed
+from runner.executors.connection import WorkerConnection
+from runner.executors.dask import DaskExecutor
 from runner.executors.handover import HandOver
 from runner.executors.lanes import spread_with_workers, worker_lanes
 from runner.executors.local import LocalExecutor
@@ -118,14 +116,9 @@ class ProcessExecutor(DaskExecutor):
         self.threads = int(threads_per_worker)
         self.names = [f"check-{i}" for i in range(count)]
         self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
-        self.distributed: Any = None  # the module, once the start thread imported it
         self.timeout_s = float(timeout_s)
-        self._client: Any = None
-        self._failed: Optional[BaseException] = None
-        self._lock = threading.Lock()  # the start thread publishes the cluster and client under it
         self._watched: Set[Any] = set()  # futures whose end sets _any_ended (DaskExecutor.wait)
         self._any_ended = threading.Event()
-        self._closing = False
         # slot i runs on worker process i // threads, on that process's GPU
         slot_gpus = [g for g in pinned if g is not None for _ in range(self.threads)]
         Executor.__init__(self, count * self.threads, slot_gpus, lookahead)
@@ -136,106 +129,63 @@ class ProcessExecutor(DaskExecutor):
         self._scattered: Any = None  # the shared checker as the workers hold it
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
-        self._began = time.monotonic()
-        self._ready = threading.Event()  # set when the start ends, connected or failed
-        self._address = threading.Event()  # set when the workers are ready to be connected
         #: whether to connect to the ready workers (the checks left may end sooner here)
         self.handover = HandOver(count * self.threads)
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
-        #: the process hosting the cluster (runner.executors.cluster)
-        self._cluster = ClusterProcess(
+        #: the workers, started now (while the runner loads the model and computes golden values)
+        self.connection = WorkerConnection(
             {
                 "names": self.names,
                 "env": self.env,
                 "nthreads": self.threads,
                 "timeout_s": self.timeout_s,
                 "log": log.isEnabledFor(logging.DEBUG),
-            }
+            },
+            self.handover,
         )
-        # the workers start while the runner loads the model and computes golden values
-        self._starting = threading.Thread(target=self._start, name="start-workers", daemon=True)
-        self._starting.start()
         where = f" on GPUs {listed}, {per_gpu} each" if listed else ""
         each = f", {self.threads} checks at once in each" if self.threads > 1 else ""
         log.info("Starting %d worker processes%s%s", count, where, each)
 
-    def _start(self) -> None:
-        """Start the cluster's process, wait for the scheduler's address it prints once every
-        worker is warm, then import Dask and connect (in the background thread; an error is kept
-        for ``client`` to raise). A close that comes meanwhile ends it."""
-        try:
-            address = self._cluster.address(self.timeout_s)
-            if address is None:  # closed meanwhile
-                return
-            self._address.set()
-            self.handover.ready()
-            while not self.handover.wanted.wait(0.05):
-                if self._closing:
-                    return
-            log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
-            distributed = import_distributed("executor=processes")
-            if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels; verbose=true keeps them
-                logging.getLogger("distributed").setLevel(logging.WARNING)
-            self.distributed = distributed
-            client = distributed.Client(address, set_as_default=False, timeout=max(self.timeout_s, 10.0))
-            client.run(warm_cuda)  # the workers' GPUs, untouched until they are wanted
-            with self._lock:
-                if self._closing:
-                    client.close()
-                    return
-                self._client = client
-        except BaseException as e:  # raised in the runner's thread by the next use of the client
-            self._failed = e
-        finally:
-            self._ready.set()
-        if self._failed is None and not self._closing:
-            log.info("%d worker processes ready after %.1f s", len(self.names), time.monotonic() - self._began)
-
     @property
     def client(self) -> Any:
-        """The cluster's client, once every worker has started.
+        """The cluster's client, once every worker has started (``WorkerConnection.client``).
 
         Raises:
             ConfigError: the workers did not start (within ``timeout_s``, or at all).
         """
-        self.handover.want()
-        self._starting.join()
-        if self._failed is not None:
-            failed, self._failed = self._failed, None
+        try:
+            return self.connection.client()
+        except ConfigError:
             self.close()
-            if isinstance(failed, TimeoutError) or str(failed).startswith("TimeoutError"):
-                raise ConfigError(
-                    f"executor=processes: {len(self.names)} worker processes did not start within "
-                    f"{self.timeout_s:g} s; "
-                    "raise executor.timeout_s or start fewer (executor.workers, executor.per_gpu)"
-                ) from None
-            raise ConfigError(
-                f"executor=processes: the worker processes could not start ({type(failed).__name__}: "
-                f"{str(failed).splitlines()[0] if str(failed) else ''}); run with verbose=true for Dask's log"
-            ) from failed
-        return self._client
+            raise
 
     @client.setter
     def client(self, value: Any) -> None:
-        self._client = value
+        self.connection._client = value
+
+    @property
+    def distributed(self) -> Any:
+        """Dask's ``distributed`` module, once the connection imported it."""
+        return self.connection.distributed
 
     def starting(self) -> bool:
         """True while checks run here (``local_start``): the workers start, or (with a repeatable
         checker) have not all ended their warm-up check."""
         if not self.local_start:
             return False
-        if not self._ready.is_set():
+        if not self.connection.ready.is_set():
             return True
-        if self._failed is not None or self._closing or not self._repeatable:
+        if self.connection.failed is not None or self.connection.closing or not self._repeatable:
             return False
         return self._warming is None or not all(f.done() for f in self._warming)
 
     def expect(self, remaining: Optional[int]) -> None:
         """As ``Executor.expect``: the ready workers are connected only when the checks left would
         take longer here than handing them over costs (``runner.executors.handover``)."""
-        self.handover.expect(remaining, self._address.is_set())
+        self.handover.expect(remaining, self.connection.address.is_set())
 
     def slot(self, worker: int, iteration: int) -> Slot:
         """The slot of a check: while the workers start (``local_start``), one that runs here as
@@ -286,7 +236,12 @@ class ProcessExecutor(DaskExecutor):
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
             self.local_checks += 1
             future = self._pool.submit(fn, *(a.obj if isinstance(a, _Shared) else a for a in args))
-            if self._warming is None and self._repeatable and self._ready.is_set() and self._failed is None:
+            if (
+                self._warming is None
+                and self._repeatable
+                and self.connection.ready.is_set()
+                and self.connection.failed is None
+            ):
                 self._warm_workers(fn, args, slots[0])
             return future
         client, name = self.client, self.names[worker // self.threads]
@@ -345,22 +300,12 @@ class ProcessExecutor(DaskExecutor):
         lanes = worker_lanes(self.names, self.threads, self.gpus, self.poll_s)
         started = time.monotonic()
         results, elsewhere = spread_with_workers(
-            fn, shared, jobs, self._connected, lambda: self.distributed, lanes, self._here_slots()
+            fn, shared, jobs, self.connection.connected, lambda: self.distributed, lanes, self._here_slots()
         )
         log.info(
             "%d of %d jobs ran on the worker processes (%.1f s)", elsewhere, len(results), time.monotonic() - started
         )
         return results
-
-    def _connected(self, timeout_s: float) -> Any:
-        """The client once the workers are ready (after waiting up to ``timeout_s`` seconds), None
-        while they start, False when they never will (``WorkerLanes``'s ``connect``)."""
-        if self._address.is_set():
-            self.handover.want()  # jobs are left for the ready workers
-        if not self._ready.wait(timeout_s):
-            return None
-        with self._lock:
-            return self._client if self._client is not None and not self._closing else False
 
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.
@@ -386,14 +331,7 @@ class ProcessExecutor(DaskExecutor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        with self._lock:
-            self._closing = True
-            client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):  # a cluster already gone ends the connection with an error
-                client.close(timeout=5)
-        self._cluster.stop()
-        self._starting.join()
+        self.connection.close()
 
 
 class _Shared:

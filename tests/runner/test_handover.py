@@ -48,10 +48,10 @@ def test_ready_workers_are_not_connected_for_a_short_rest_and_are_once_work_asks
     try:
         executor.handover.checked_here(0.05)  # while the workers start: a check ran here,
         executor.expect(4)  # and 4 are left
-        assert executor._address.wait(60), "the workers did not start"
+        assert executor.connection.address.wait(60), "the workers did not start"
         time.sleep(1.0)
-        assert executor.starting() and executor._client is None, "a short rest stays here, unconnected"
-        assert not executor._ready.is_set()
+        assert executor.starting() and executor.connection._client is None, "a short rest stays here, unconnected"
+        assert not executor.connection.ready.is_set()
         assert executor.client is not None  # a check that must go to a worker connects at once
         assert not executor.starting(), "connected: every later check goes to the workers"
     finally:
