@@ -115,14 +115,20 @@ def _same(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+#: worker processes started with the run, not once the work left pays for them (``executor.start=auto``)
+START_NOW = "executor.start=now"
+
+
 def executors(gpus: int) -> List[tuple]:
-    """(label, overrides) of the executors compared."""
+    """(label, overrides) of the executors compared; those labelled ``now:`` start their workers
+    with the run."""
     rows = [
         ("serial", []),
         ("local 2 threads, 1 GPU", ["executor=local", "executor.workers=2", "executor.gpus=[0,0]"]),
         ("processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2"]),
         ("processes 1x2 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=2"]),
         ("processes 4, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=4"]),
+        ("now: processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2", START_NOW]),
         ("processes 1x4 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=4"]),
     ]
     if gpus >= 2:
@@ -130,6 +136,10 @@ def executors(gpus: int) -> List[tuple]:
             ("local 4 threads, 2 GPUs", ["executor=local", "executor.workers=4", "executor.gpus=[0,1,0,1]"]),
             ("processes 2, 2 GPUs", ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=1"]),
             ("processes 4, 2 GPUs", ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=2"]),
+            (
+                "now: processes 4, 2 GPUs",
+                ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=2", START_NOW],
+            ),
             (
                 "processes 2x2 threads, 2 GPUs",
                 ["executor=processes", "executor.gpus=[0,1]", "executor.threads_per_worker=2"],

@@ -161,6 +161,8 @@ class ExecutorConf:
     per_gpu: int = 1  # processes: worker processes per GPU of gpus
     threads_per_worker: int = 1  # processes: checks at once in each worker process (sharing its CUDA context)
     local_start: bool = True  # processes: checks run here (threads) until the workers are ready
+    # processes: auto starts the workers once the work left would take longer here than their start-up; now: at once
+    start: str = "auto"
     lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
 
 

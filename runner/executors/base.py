@@ -12,7 +12,7 @@ import concurrent.futures
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
@@ -26,6 +26,26 @@ def spread_here(fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any])
     """``[fn(shared, job) for job in jobs]`` in this thread, in order: ``Executor.spread`` without
     workers to spread over."""
     return [fn(shared, job) for job in jobs]
+
+
+class SizedJobs:
+    """``jobs`` with a length: at most ``count`` jobs, still built as they are taken. ``len`` lets
+    an executor plan (``executor=processes`` starts its workers only when the jobs left would take
+    long here).
+
+    Args:
+        jobs: any iterable of at most ``count`` jobs.
+        count: how many it holds at most.
+    """
+
+    def __init__(self, jobs: Iterable[Any], count: int):
+        self.jobs, self.count = jobs, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.jobs)
 
 
 class Jobs:
@@ -231,7 +251,8 @@ class Executor(abc.ABC):
                 pickle. Called with the current slot (``runner.executors.slot.current``) of the
                 lane that runs it: its GPU is the lane's.
             shared: the object every call gets (a backend), sent once to each worker.
-            jobs: the jobs, built as lanes take them.
+            jobs: the jobs, built as lanes take them; with a length (``SizedJobs``, a list) the
+                executor can plan for the jobs left.
 
         Returns:
             One result per job, in the jobs' order.

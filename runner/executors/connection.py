@@ -1,11 +1,12 @@
 """The runner's connection to ``executor=processes``'s worker processes: start, connect, stop.
 
 ``WorkerConnection`` starts the cluster's process (``runner.executors.cluster_process``) from a
-thread of its own while the run prepares, and waits for the scheduler's address it prints once
-every worker has started. It connects only once the hand-over wants the workers
-(``runner.executors.handover``): then it imports Dask, connects a ``Client`` and warms the workers'
-GPUs (``runner.executors.cluster.warm_cuda``). An error there is kept for ``client`` to raise in
-the runner's thread; a close that comes meanwhile ends it all.
+thread of its own once the hand-over launches the workers (``runner.executors.handover``: at once,
+or once the work left pays for them), and waits for the scheduler's address it prints once every
+worker has started. It connects only once the hand-over wants the workers: then it imports Dask,
+connects a ``Client`` and warms the workers' GPUs (``runner.executors.cluster.warm_cuda``). An
+error there is kept for ``client`` to raise in the runner's thread; a close that comes meanwhile
+ends it all.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ log = logging.getLogger(__name__)
 
 
 class WorkerConnection:
-    """Starts the workers at once and connects to them when they are wanted.
+    """Starts the workers when they are launched and connects to them when they are wanted.
 
     Args:
         spec: the cluster's SPEC (``runner.executors.cluster``: ``names``, ``env``, ``nthreads``,
             ``timeout_s``, ``log``).
-        handover: decides when the ready workers are wanted.
+        handover: decides when the workers start (``launch``) and when the ready ones are
+            wanted.
 
     Attributes:
         distributed: Dask's ``distributed`` module, once imported (None before).
@@ -50,16 +52,22 @@ class WorkerConnection:
         self.closing = False
         self._client: Any = None
         self._lock = threading.Lock()  # the start thread publishes the client under it
-        self._began = time.monotonic()
+        self._began = 0.0  # when the workers were launched (time.monotonic)
         self._cluster = ClusterProcess(spec)
         self._thread = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
-        """Start the cluster's process, wait for the scheduler's address it prints once every
-        worker has started, wait until the workers are wanted, then import Dask, connect and warm
-        their GPUs (in the background thread; an error is kept for ``client``)."""
+        """Once the workers are launched, start the cluster's process, wait for the scheduler's
+        address it prints once every worker has started, wait until the workers are wanted, then
+        import Dask, connect and warm their GPUs (in the background thread; an error is kept for
+        ``client``)."""
         try:
+            while not self.handover.launch.wait(0.05):
+                if self.closing:
+                    return
+            self._began = time.monotonic()
+            log.info("Starting %d worker processes", self.count)
             address = self._cluster.address(self.timeout_s)
             if address is None:  # closed meanwhile
                 return
@@ -113,7 +121,7 @@ class WorkerConnection:
 
     def connected(self, timeout_s: float) -> Any:
         """The client once connected (after waiting up to ``timeout_s`` seconds), None while the
-        workers start, False when it never will be (``runner.executors.lanes.WorkerLanes``'s
+        workers start or wait to be launched, False when it never will be (``runner.executors.lanes.WorkerLanes``'s
         ``connect``); ready workers are wanted, for the jobs still to run."""
         if self.address.is_set():
             self.handover.want()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from runner.executors.base import Jobs, run_on_threads
 from runner.executors.slot import Slot, set_current
@@ -153,10 +153,12 @@ def spread_with_workers(
     distributed: Callable[[], Any],
     lanes: Sequence[Tuple[str, Slot]],
     here: Sequence[Slot],
+    fn_here: Optional[Callable[[Any, Any], Any]] = None,
 ) -> Tuple[List[Any], int]:
     """``[fn(shared, job) for job in jobs]``, run here on a thread per slot of ``here`` (each on
     its GPU) and, once ``connect`` gives a client, on the workers' ``lanes`` as well
-    (``WorkerLanes``); jobs a worker did not finish run here after the rest.
+    (``WorkerLanes``); jobs a worker did not finish run here after the rest. ``fn_here``, where
+    given, runs the jobs of ``here``'s threads in ``fn``'s stead (``fn`` with a timer).
 
     Returns:
         ``(results in the jobs' order, how many ran on the workers)``.
@@ -168,7 +170,7 @@ def spread_with_workers(
     source = Jobs(jobs)
     workers = WorkerLanes(connect, distributed, lanes, fn, shared, source)
     try:
-        results = run_on_threads(fn, shared, source, here)
+        results = run_on_threads(fn_here or fn, shared, source, here)
         workers.join()
         if source.error is not None:  # raised in the workers' thread: no job after it was built
             raise source.error

@@ -20,7 +20,9 @@ instead of a verdict the check never gave.
 Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each), and a
 worker's first check of the model costs more again (the model's kernels load, its first session
 allocates). With ``local_start`` (the default) the checks of the rounds that start before the
-workers are ready run here, in threads as ``executor=local`` runs them, each on its slot's GPU.
+workers are ready run here, in threads as ``executor=local`` runs them, each on its slot's GPU;
+with ``start="auto"`` (the default) the workers start only once the work left would take longer
+here than their start-up (``runner.executors.handover``), so a run of cheap checks never starts them.
 With a checker whose check can be repeated unseen (``Checker.repeatable``: the compare checker),
 each worker then checks the first candidate checked here again, its verdict unused, while the
 rounds go on here; once every worker has, every round goes to the workers. Ready workers are
@@ -33,18 +35,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib.util
+import itertools
 import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Sized
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.connection import WorkerConnection
 from runner.executors.dask import DaskExecutor
-from runner.executors.handover import HandOver
+from runner.executors.handover import STARTS, HandOver
 from runner.executors.lanes import spread_with_workers, worker_lanes
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot, visible_gpu
@@ -74,12 +77,16 @@ class ProcessExecutor(DaskExecutor):
         threads_per_worker: checks at once in each worker process (>= 1), in threads that share
             its CUDA context (two processes on one GPU time-slice it; on an H100 two threads paid
             for checks of 0.3 s and lost for checks of 3 s, README "GPU checks").
+        start: ``"auto"``: start the workers once the work left (checks, ``spread``'s jobs) would
+            take longer here than their start-up and hand-over; ``"now"``: with the run. Without
+            ``local_start`` they start at once.
 
     Raises:
         MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
-        ConfigError: ``per_gpu`` or ``threads_per_worker`` < 1, or ``workers`` disagreeing with
-            ``gpus`` and ``per_gpu``; from the first use of ``client`` (the round's first check),
-            workers that did not start within ``timeout_s``.
+        ConfigError: ``per_gpu`` or ``threads_per_worker`` < 1, ``workers`` disagreeing with
+            ``gpus`` and ``per_gpu``, or ``start`` neither ``"auto"`` nor ``"now"``; from the
+            first use of ``client`` (the round's first check), workers that did not start within
+            ``timeout_s``.
     """
 
     name = "processes"
@@ -93,11 +100,14 @@ class ProcessExecutor(DaskExecutor):
         timeout_s: float = 60.0,
         local_start: bool = True,
         threads_per_worker: int = 1,
+        start: str = "auto",
     ):
         if importlib.util.find_spec("distributed") is None:  # imported by the start thread (a second or so)
             raise MissingExtraError("distributed", "dask", "executor=processes")
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
+        if start not in STARTS:
+            raise ConfigError(f"executor.start={start!r} is not one of {', '.join(STARTS)}")
         if int(threads_per_worker) < 1:
             raise ConfigError(f"executor.threads_per_worker={threads_per_worker} must be 1 or more checks per worker")
         listed = [str(g) for g in (gpus or [])]
@@ -129,12 +139,12 @@ class ProcessExecutor(DaskExecutor):
         self._scattered: Any = None  # the shared checker as the workers hold it
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
-        #: whether to connect to the ready workers (the checks left may end sooner here)
-        self.handover = HandOver(count * self.threads)
+        #: when to start the workers, and to connect to them once ready (the work left may end sooner here)
+        self.handover = HandOver(count * self.threads, start=start if self.local_start else "now")
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
-        #: the workers, started now (while the runner loads the model and computes golden values)
+        #: the workers, started from a thread of its own once launched
         self.connection = WorkerConnection(
             {
                 "names": self.names,
@@ -147,7 +157,8 @@ class ProcessExecutor(DaskExecutor):
         )
         where = f" on GPUs {listed}, {per_gpu} each" if listed else ""
         each = f", {self.threads} checks at once in each" if self.threads > 1 else ""
-        log.info("Starting %d worker processes%s%s", count, where, each)
+        when = "now" if self.handover.launch.is_set() else "once the work left pays for them (executor.start=auto)"
+        log.info("%d worker processes%s%s: they start %s", count, where, each, when)
 
     @property
     def client(self) -> Any:
@@ -296,12 +307,26 @@ class ProcessExecutor(DaskExecutor):
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
         """As ``Executor.spread``: jobs run here from the start (as checks do while the workers
         start, ``_here_slots``) and, once the workers are ready, on each worker's threads as well
-        (``runner.executors.lanes``); a job a worker does not finish runs here."""
+        (``runner.executors.lanes``); a job a worker does not finish runs here. Each job here is
+        timed for the workers' start (``HandOver.job_here``; ``len(jobs)`` where it has one)."""
         lanes = worker_lanes(self.names, self.threads, self.gpus, self.poll_s)
         started = time.monotonic()
-        results, elsewhere = spread_with_workers(
-            fn, shared, jobs, self.connection.connected, lambda: self.distributed, lanes, self._here_slots()
-        )
+        count = len(jobs) if isinstance(jobs, Sized) else None
+        ended = itertools.count(1)
+
+        def timed(shared: Any, job: Any) -> Any:  # a job here, noted for the workers' start
+            began = time.monotonic()
+            result = fn(shared, job)
+            done = next(ended)
+            self.handover.job_here(time.monotonic() - began, None if count is None else count - done)
+            return result
+
+        try:
+            results, elsewhere = spread_with_workers(
+                fn, shared, jobs, self.connection.connected, lambda: self.distributed, lanes, self._here_slots(), timed
+            )
+        finally:
+            self.handover.jobs_ended()
         log.info(
             "%d of %d jobs ran on the worker processes (%.1f s)", elsewhere, len(results), time.monotonic() - started
         )

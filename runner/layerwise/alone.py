@@ -19,7 +19,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
-from runner.executors.base import Spread, spread_here
+from runner.executors.base import SizedJobs, Spread, spread_here
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
 from runner.layerwise.tensors import fed_value
@@ -120,8 +120,9 @@ class AloneRuns:
                 skipped[0],
             )
         sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
-        jobs = itertools.chain([first], self._jobs(runnable, ref_value, saturated, sizes))
-        (whole, failed), *results = self.spread(run_alone, self.backend, jobs)
+        groups = self._groups(runnable)
+        jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
+        (whole, failed), *results = self.spread(run_alone, self.backend, SizedJobs(jobs, 1 + len(groups)))
         if failed:
             raise ModelError(failed)
         for size, (got, error) in zip(sizes, results):
@@ -130,19 +131,24 @@ class AloneRuns:
             out.update(got)
         return whole, out, saturated
 
+    def _groups(self, runnable: List[onnx.NodeProto]) -> List[List[onnx.NodeProto]]:
+        """The groups of ``runnable`` nodes that run alone together: each of ``isolated_groups``
+        split into ``2 * lanes`` interleaved parts (whole with one lane)."""
+        parts = 1 if self.lanes <= 1 else 2 * self.lanes
+        whole = isolated_groups(self.target, runnable)
+        return [g[i::parts] for g in whole for i in range(min(parts, len(g)))]
+
     def _jobs(
         self,
-        runnable: List[onnx.NodeProto],
+        groups: List[List[onnx.NodeProto]],
         ref_value: Callable[[str], Optional[np.ndarray]],
         saturated: Set[str],
         sizes: List[int],
     ) -> Iterator[ModelJob]:
-        """``run_alone``'s job for each group of ``runnable`` nodes that can run alone, built as it
-        is taken (its feeds are copies in the isolated model's types); the inputs fed saturated go
-        into ``saturated`` and each job's node count into ``sizes``."""
-        parts = 1 if self.lanes <= 1 else 2 * self.lanes
-        whole = isolated_groups(self.target, runnable)
-        for group in [g[i::parts] for g in whole for i in range(min(parts, len(g)))]:
+        """``run_alone``'s job for each of ``groups`` that can run alone, built as it is taken (its
+        feeds are copies in the isolated model's types); the inputs fed saturated go into
+        ``saturated`` and each job's node count into ``sizes``."""
+        for group in groups:
             names = tuple(n.name for n in group)
             try:
                 if names not in self._models:

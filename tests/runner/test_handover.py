@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from runner.errors import ConfigError
 from runner.executors.handover import HandOver
 
 
@@ -39,12 +40,45 @@ def test_the_decision_waits_for_the_workers_and_takes_the_latest_estimate(caplog
     assert handover.wanted.is_set()
 
 
+def test_workers_start_once_the_work_left_would_outlast_their_start_up(caplog):
+    """start=auto: nothing measured, nothing started; cheap jobs and checks never start the workers,
+    dear ones do (left > start_s + cost_s, ``lanes`` at a time)."""
+    cheap, dear = HandOver(2, cost_s=3.0, start_s=5.0), HandOver(2, cost_s=3.0, start_s=5.0)
+    for handover in (cheap, dear):
+        assert not handover.launch.is_set() and handover.left_s(12) is None
+    cheap.job_here(0.5, 8)  # the ranking's first job: 8 left at 0.5 s, 2 at once: 2 s
+    cheap.jobs_ended()
+    cheap.expect(12, ready=False)  # 12 checks at a job's pace until one ran here: 3 s
+    for _ in range(12):
+        cheap.checked_here(0.3)
+        cheap.expect(11, ready=False)
+    assert not cheap.launch.is_set() and cheap.left_s(11) == pytest.approx(11 * 0.3 / 2)
+    with caplog.at_level(logging.INFO, logger="runner.executors.handover"):
+        dear.job_here(3.0, 8)  # 8 jobs of 3 s left: 12 s here
+    assert dear.launch.is_set() and not dear.wanted.is_set(), "started, not yet connected"
+    assert [m for m in caplog.messages if "they start" in m] == [
+        "The work left would take about 12 s here, more than the workers' start-up: they start"
+    ]
+
+
+def test_checks_alone_start_the_workers_and_an_unknown_estimate_starts_them_at_once():
+    reduce, unknown, now = HandOver(2), HandOver(2), HandOver(2, start="now")
+    reduce.expect(12, ready=False)
+    assert not reduce.launch.is_set(), "no check measured yet"
+    reduce.checked_here(1.5)  # 12 checks of 1.5 s, 2 at once: 9 s
+    assert reduce.launch.is_set()
+    unknown.expect(None, ready=False)
+    assert unknown.launch.is_set() and now.launch.is_set()
+    with pytest.raises(ConfigError, match="start='later' is not one of auto, now"):
+        HandOver(2, start="later")
+
+
 @pytest.mark.slow
 def test_ready_workers_are_not_connected_for_a_short_rest_and_are_once_work_asks():
     pytest.importorskip("distributed")
     from runner.executors.processes import ProcessExecutor
 
-    executor = ProcessExecutor(workers=2)
+    executor = ProcessExecutor(workers=2, start="now")
     try:
         executor.handover.checked_here(0.05)  # while the workers start: a check ran here,
         executor.expect(4)  # and 4 are left

@@ -254,7 +254,8 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
 
     hold.write_text("")
     run_dir = tmp_path / "processes"
-    proc = start_process(tmp_path, *reduce, "executor=processes", "executor.workers=2", run_dir=run_dir)
+    processes = ["executor=processes", "executor.workers=2", "executor.start=now"]
+    proc = start_process(tmp_path, *reduce, *processes, run_dir=run_dir)
     wait_for(lambda: len(list(pids.glob("pid*"))) >= 2, proc)
     first = {int(p.read_text()) for p in pids.glob("pid*")}
     assert first == {proc.pid}, "the first round's checks run in the runner's process"
@@ -269,6 +270,21 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
     later = [int(p.read_text()) for p in sorted(pids.glob("pid*"))][2:]
     assert later and proc.pid not in later, "once the workers are ready, every check runs on them"
     assert not any(alive(pid) for pid in later), "the run's end stops the workers"
+
+
+def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path):
+    """executor.start=auto (the default): a ranking and checks of milliseconds never pay for worker
+    processes; all of it runs here and no cluster process starts. Same answer as serial."""
+    path, inputs, _ = _planted(tmp_path)
+    args = ["mode=precision", f"model={path}", f"inputs={inputs}", *COMPARE]
+    serial = run(*args)
+    result = run(*args, "executor=processes", "executor.workers=2", run_dir=tmp_path / "processes")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.summary["kept_nodes"] == serial.summary["kept_nodes"]
+    assert result.summary["local_checks"] == result.summary["checks"] > 2
+    log = (tmp_path / "processes" / "runner.log").read_text()
+    assert "2 worker processes: they start once the work left pays for them" in log
+    assert "Starting 2 worker processes" not in log
 
 
 @pytest.mark.slow

@@ -26,6 +26,12 @@ def _where(shared: int, job: int):
     return job * shared, os.getpid(), current().device
 
 
+def _slow(shared: int, job: int):
+    """As ``_where``, ten times longer."""
+    time.sleep(0.2)
+    return job * shared, os.getpid(), current().device
+
+
 def _fails_at(shared: int, job: int) -> int:
     if job == shared:
         raise ValueError(f"job {job}")
@@ -91,6 +97,31 @@ def test_process_spread_runs_jobs_here_and_on_every_ready_worker():
     assert [g[0] for g in got] == [2 * i for i in range(60)]
     pids = {g[1] for g in got}
     assert os.getpid() in pids and len(pids) == 3, "the runner and both worker processes ran jobs"
+
+
+@pytest.mark.slow
+def test_dear_jobs_start_the_workers_and_cheap_ones_do_not(caplog):
+    """start=auto: a spread of quick jobs runs here and starts nothing; jobs whose rest would take
+    longer here than the workers' start-up (shortened for the test) start them, and the workers
+    take jobs as soon as they are ready."""
+    pytest.importorskip("distributed")
+    from runner.executors.base import SizedJobs
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(workers=2)
+    try:
+        got = executor.spread(_where, 1, SizedJobs(iter(range(20)), 20))
+        assert [g[0] for g in got] == list(range(20)) and {g[1] for g in got} == {os.getpid()}
+        assert not executor.handover.launch.is_set() and executor.connection._cluster.process is None
+        executor.handover.start_s, executor.handover.cost_s = 0.0, 0.5  # 78 jobs of 0.02 s, 2 at once
+        with caplog.at_level(logging.INFO, logger="runner.executors"):
+            got = executor.spread(_slow, 1, list(range(80)))
+        assert executor.handover.launch.is_set()
+    finally:
+        executor.close()
+    assert [g[0] for g in got] == list(range(80))
+    assert {g[1] for g in got} != {os.getpid()}, "the workers took jobs once ready"
+    assert any("more than the workers' start-up: they start" in m for m in caplog.messages)
 
 
 @pytest.mark.slow
