@@ -266,7 +266,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     if mode_uses(cfg.mode.name, "executor"):
         state.executor = executor = _build_executor(cfg)
         resources.callback(executor.close)
-        ctx.workers, ctx.spread, ctx.lanes = executor.workers, executor.spread, executor.lanes
+        ctx.workers, ctx.lanes = executor.workers, executor.job_lanes()
         if executor.workers > 1 and not getattr(get_class(cfg.checker._target_), "concurrent", True):
             # by its class: the interactive checker asks for a terminal when it is built
             raise ConfigError("checker=interactive asks one question at a time; use executor=serial")

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from runner.errors import ConfigError
-from runner.executors.base import Spread, spread_here
+from runner.executors.base import HERE, JobLanes
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import (
     check_input_shapes,
@@ -59,9 +59,8 @@ class RunContext:
         seed: the seed for generated inputs.
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
-        spread: runs jobs that are not checks (precision's ranking) where the executor can
-            (``Executor.spread``); default in this thread.
-        lanes: jobs ``spread`` runs at once at most (``Executor.lanes``).
+        lanes: where jobs that are not checks run (precision's ranking), as the executor offers
+            (``Executor.job_lanes``); default in this thread.
     """
 
     mode: str
@@ -77,8 +76,7 @@ class RunContext:
     val_range: Any = None
     value_budget: int = 2**30
     workers: int = 1
-    spread: Spread = spread_here
-    lanes: int = 1
+    lanes: JobLanes = HERE
 
     def __post_init__(self) -> None:
         """Check what can be checked before any work.

@@ -50,6 +50,12 @@ from strategies.ranked_search import RankedSearch
 log = logging.getLogger(__name__)
 
 
+def ranked_search(order: List[int], marker: Callable[[int], BoundaryMarker]) -> Search:
+    """The search over ``order`` (nodes ranked by the error each introduces): a set search for the
+    minimal marker (``strategies.ranked_search``), else a prefix search."""
+    return RankedSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
+
+
 @dataclass
 class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     """``mode=precision``."""
@@ -119,7 +125,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         search: Search
 
         def over(order: List[int]) -> Search:
-            return RankedSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
+            return ranked_search(order, marker)
 
         if callable(ranking):
             rank = ranking
@@ -230,8 +236,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
         def rank() -> List[int]:
             target = quantizer.convert([]) if quantizer is not None else None
             backend = ranking_backend(checker, low_precision)
-            spread = (ctx.spread, ctx.lanes)
-            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, *spread)
+            # the checks that follow: the search's, its two gates (all kept, none kept) and the answer's
+            ctx.lanes.expect(ranked_search(layers, marker).remaining() + 3)
+            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, ctx.lanes)
             if order is None:
                 order = sensitivity_ranking(model, layers, ctx.summaries)
             log.info(

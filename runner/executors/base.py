@@ -11,6 +11,7 @@ import abc
 import concurrent.futures
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -26,6 +27,32 @@ def spread_here(fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any])
     """``[fn(shared, job) for job in jobs]`` in this thread, in order: ``Executor.spread`` without
     workers to spread over."""
     return [fn(shared, job) for job in jobs]
+
+
+def _expect_nothing(checks: Optional[int]) -> None:
+    """``JobLanes.expect`` where no executor listens."""
+
+
+@dataclass(frozen=True)
+class JobLanes:
+    """Where work that is not a check runs, as an executor offers it (``Executor.job_lanes``):
+    precision's ranking runs its nodes alone there.
+
+    Attributes:
+        spread: ``spread(fn, shared, jobs) -> [fn(shared, job) for job in jobs]`` (``Executor.spread``);
+            default in this thread, in order.
+        count: jobs ``spread`` runs at once at most (``Executor.lanes``).
+        expect: ``expect(checks)``: the checks estimated to follow the jobs, None when unknown
+            (``Executor.expect``: ``executor=processes`` starts its workers when the work left pays).
+    """
+
+    spread: Spread = spread_here
+    count: int = 1
+    expect: Callable[[Optional[int]], None] = _expect_nothing
+
+
+#: jobs in this thread, one after another, no executor listening: where there is no executor
+HERE = JobLanes()
 
 
 class SizedJobs:
@@ -240,6 +267,10 @@ class Executor(abc.ABC):
     def lanes(self) -> int:
         """Jobs ``spread`` runs at once at most (1: one after another, here)."""
         return 1
+
+    def job_lanes(self) -> JobLanes:
+        """This executor's ``spread``, ``lanes`` and ``expect``, as work that is not a check takes them."""
+        return JobLanes(self.spread, self.lanes, self.expect)
 
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
         """``[fn(shared, job) for job in jobs]``: work that is not a check (precision's ranking runs

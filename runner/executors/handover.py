@@ -15,7 +15,9 @@ checks, the jobs not yet ended), run ``lanes`` at a time here at the median pace
 
 - start (``launch``): with ``start="auto"``, once the work left would take longer here than the
   workers' start-up and the hand-over together (``start_s + cost_s``), or at once when the
-  strategy cannot estimate its checks; ``start="now"`` starts them with the run;
+  strategy cannot estimate its checks; ``start="now"`` starts them with the run. The first
+  ``lanes`` jobs or checks here also pay for the backend's own start (a CUDA context, cuDNN's
+  handles): on them alone the work left must take twice as long;
 - connect (``wanted``): once they are ready, when the checks left would take longer here than
   ``cost_s``; at once when the estimate is unknown, when nothing was checked here yet, or when
   other work asks for them (``Executor.spread``'s jobs, a check that must run on a worker).
@@ -130,7 +132,9 @@ class HandOver:
         """``_consider_start``'s decision, under its lock."""
         unknown = self._expected and self._remaining is None
         left_s = self.left_s(self._remaining)
-        if unknown or (left_s is not None and left_s > self.start_s + self.cost_s):
+        first_wave = len(self._checks_s) + len(self._jobs_s) <= self.lanes  # they paid for the backend's start
+        paid_s = (self.start_s + self.cost_s) * (2 if first_wave else 1)
+        if unknown or (left_s is not None and left_s > paid_s):
             why = (
                 "The strategy cannot estimate its checks left"
                 if unknown

@@ -2,7 +2,7 @@
 
 A chunk's nodes go into isolated models (``runner.graph.isolate``: each node reads its inputs
 from graph inputs fed the reference values), and those run on the target backend through an
-executor's ``spread`` (``runner.executors.base``): with several lanes the nodes are split into
+executor's ``spread`` (``runner.executors.base.JobLanes``): with several lanes the nodes are split into
 ``2 * lanes`` models, interleaved in topological order so that each holds early and late nodes
 alike, and the lanes take them as they free up; one more job, given by the caller, runs with them
 (the whole target model's run: it then runs while other lanes run nodes alone).
@@ -19,7 +19,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
-from runner.executors.base import SizedJobs, Spread, spread_here
+from runner.executors.base import HERE, JobLanes, SizedJobs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
 from runner.layerwise.tensors import fed_value
@@ -48,8 +48,7 @@ class AloneRuns:
         target: the model as the target backend runs it.
         types: ``{tensor: ONNX elem type}`` of its tensors. weights: its weight tensor names.
         chains: its Q/DQ input chains (``runner.graph.qdq.input_chains``).
-        backend: the target backend. spread, lanes: where and how many at once (``Executor.spread``
-            and ``Executor.lanes``).
+        backend: the target backend. lanes: where and how many at once (``Executor.job_lanes``).
         key: ``key(kind, what)`` -> a session cache key for a model of the comparison.
     """
 
@@ -61,11 +60,10 @@ class AloneRuns:
         chains: Mapping[str, Chain],
         backend: Backend,
         key: Callable[[str, object], str],
-        spread: Spread = spread_here,
-        lanes: int = 1,
+        lanes: JobLanes = HERE,
     ):
         self.target, self.types, self.weights, self.chains = target, types, weights, chains
-        self.backend, self.key, self.spread, self.lanes = backend, key, spread, lanes
+        self.backend, self.key, self.lanes = backend, key, lanes
         self._models: Dict[Tuple[str, ...], onnx.ModelProto] = {}  # the chunk's isolated models
 
     def clear(self) -> None:
@@ -122,7 +120,7 @@ class AloneRuns:
         sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
         groups = self._groups(runnable)
         jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
-        (whole, failed), *results = self.spread(run_alone, self.backend, SizedJobs(jobs, 1 + len(groups)))
+        (whole, failed), *results = self.lanes.spread(run_alone, self.backend, SizedJobs(jobs, 1 + len(groups)))
         if failed:
             raise ModelError(failed)
         for size, (got, error) in zip(sizes, results):
@@ -134,7 +132,7 @@ class AloneRuns:
     def _groups(self, runnable: List[onnx.NodeProto]) -> List[List[onnx.NodeProto]]:
         """The groups of ``runnable`` nodes that run alone together: each of ``isolated_groups``
         split into ``2 * lanes`` interleaved parts (whole with one lane)."""
-        parts = 1 if self.lanes <= 1 else 2 * self.lanes
+        parts = 1 if self.lanes.count <= 1 else 2 * self.lanes.count
         whole = isolated_groups(self.target, runnable)
         return [g[i::parts] for g in whole for i in range(min(parts, len(g)))]
 

@@ -33,7 +33,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.checkers.tolerance import Tolerances, compare_tensor
-from runner.executors.base import Spread, spread_here
+from runner.executors.base import HERE, JobLanes
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import weight_names
@@ -103,9 +103,9 @@ class LayerwiseComparison:
         sizes: ``{tensor: bytes}`` estimates for chunking.
         pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
             the nodes.
-        spread: runs the nodes alone (``Executor.spread``: on the run's workers too, each on its
+        lanes: runs the nodes alone (``Executor.job_lanes``: on the run's workers too, each on its
             GPU); default here, one after another.
-        lanes: jobs ``spread`` runs at once (``Executor.lanes``): with more than one, each group of
+            ``lanes.count`` jobs at once: with more than one, each group of
             nodes run alone is split into ``2 * lanes`` models (interleaved in topological order, so
             each holds early and late nodes alike) for the lanes to share as they free up.
 
@@ -126,8 +126,7 @@ class LayerwiseComparison:
         chunk_bytes: Optional[int] = None,
         sizes: Optional[Mapping[str, int]] = None,
         pairs: bool = True,
-        spread: Spread = spread_here,
-        lanes: int = 1,
+        lanes: JobLanes = HERE,
     ):
         self.reference, self.target = reference, target
         self.weights_of = weights_of
@@ -143,7 +142,7 @@ class LayerwiseComparison:
         self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
-        self.alone = AloneRuns(target, self.types, self.weights, self.chains, target_backend, self._key, spread, lanes)
+        self.alone = AloneRuns(target, self.types, self.weights, self.chains, target_backend, self._key, lanes)
         #: seconds ``run`` spent on the reference runs, the target runs with the nodes run alone, and comparing
         self.seconds = dict.fromkeys(["reference", "target and alone", "compare"], 0.0)
 

@@ -24,7 +24,7 @@ from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
-from runner.executors.base import Spread, spread_here
+from runner.executors.base import HERE, JobLanes
 from runner.graph.convert import to_low_precision
 from runner.graph.precisions import is_quantized
 from runner.graph.summaries import TensorSummary, summarize
@@ -83,8 +83,7 @@ def introduced_ranking(
     low: str,
     backend: Optional[Backend] = None,
     target: Optional[onnx.ModelProto] = None,
-    spread: Spread = spread_here,
-    lanes: int = 1,
+    lanes: JobLanes = HERE,
 ) -> Optional[List[int]]:
     """``layers`` (indices into ``model.graph.node``) ordered by ``precision_key``, largest first;
     ties keep topological order.
@@ -99,9 +98,8 @@ def introduced_ranking(
         target: the whole model in the low precision; None: ``to_low_precision(model, low)``. For
             int8 the fully quantized QDQ model: each node then runs alone with its own Q/DQ pairs,
             the error it introduces when it alone is quantized.
-        spread: runs the nodes alone (``Executor.spread``: the run's executor spreads them over its
-            worker processes, each on its GPU, while this process runs them too); ``lanes``:
-            how many it runs at once (``Executor.lanes``).
+        lanes: runs the nodes alone (``Executor.job_lanes``: the run's executor spreads them over
+            its worker processes, each on its GPU, while this process runs them too).
 
     Returns:
         The ranking, or None when the model cannot be converted or run (the caller falls back).
@@ -120,7 +118,6 @@ def introduced_ranking(
             Tolerances(stat="rel_l2"),  # the ranking reads no verdict: no element-wise pass
             low,
             pairs=False,
-            spread=spread,
             lanes=lanes,
         )
         rows = comparison.run(samples)

@@ -46,7 +46,11 @@ def test_workers_start_once_the_work_left_would_outlast_their_start_up(caplog):
     cheap, dear = HandOver(2, cost_s=3.0, start_s=5.0), HandOver(2, cost_s=3.0, start_s=5.0)
     for handover in (cheap, dear):
         assert not handover.launch.is_set() and handover.left_s(12) is None
-    cheap.job_here(0.5, 8)  # the ranking's first job: 8 left at 0.5 s, 2 at once: 2 s
+    cheap.expect(12, ready=False)  # precision's estimate before its ranking
+    cheap.job_here(1.2, 8)  # the first job here pays for CUDA: (8 + 12) * 1.2 / 2 = 12 s, under 2 x 8 s
+    cheap.job_here(0.2, 7)
+    cheap.job_here(0.2, 6)  # (6 + 12) * 0.2 / 2 = 1.8 s
+    assert not cheap.launch.is_set()
     cheap.jobs_ended()
     cheap.expect(12, ready=False)  # 12 checks at a job's pace until one ran here: 3 s
     for _ in range(12):
@@ -54,18 +58,28 @@ def test_workers_start_once_the_work_left_would_outlast_their_start_up(caplog):
         cheap.expect(11, ready=False)
     assert not cheap.launch.is_set() and cheap.left_s(11) == pytest.approx(11 * 0.3 / 2)
     with caplog.at_level(logging.INFO, logger="runner.executors.handover"):
-        dear.job_here(3.0, 8)  # 8 jobs of 3 s left: 12 s here
+        dear.job_here(3.0, 8)  # the first job: 8 jobs of 3 s left, 12 s here, not over 16 s
+        assert not dear.launch.is_set()
+        dear.job_here(3.0, 7)
+        dear.job_here(3.0, 6)  # 9 s here
     assert dear.launch.is_set() and not dear.wanted.is_set(), "started, not yet connected"
     assert [m for m in caplog.messages if "they start" in m] == [
-        "The work left would take about 12 s here, more than the workers' start-up: they start"
+        "The work left would take about 9 s here, more than the workers' start-up: they start"
     ]
+    ranked = HandOver(2)
+    ranked.expect(12, ready=False)
+    ranked.job_here(3.0, 8)  # (8 + 12) * 3 / 2 = 30 s: over twice the start-up and hand-over
+    assert ranked.launch.is_set()
 
 
 def test_checks_alone_start_the_workers_and_an_unknown_estimate_starts_them_at_once():
     reduce, unknown, now = HandOver(2), HandOver(2), HandOver(2, start="now")
     reduce.expect(12, ready=False)
     assert not reduce.launch.is_set(), "no check measured yet"
-    reduce.checked_here(1.5)  # 12 checks of 1.5 s, 2 at once: 9 s
+    reduce.checked_here(1.5)  # 12 checks of 1.5 s, 2 at once: 9 s, the first wave: not over 16 s
+    reduce.checked_here(1.5)
+    assert not reduce.launch.is_set()
+    reduce.checked_here(1.5)
     assert reduce.launch.is_set()
     unknown.expect(None, ready=False)
     assert unknown.launch.is_set() and now.launch.is_set()

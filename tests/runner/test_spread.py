@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from runner.executors.base import Jobs, spread_here
+from runner.executors.base import HERE, Jobs
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
 from runner.graph.load import load_model
@@ -154,11 +154,11 @@ def test_process_spread_runs_everything_here_when_the_workers_cannot_start():
         executor.close()
 
 
-def _ranking(spread=spread_here, lanes=1):
+def _ranking(lanes=HERE):
     model = prepare(load_model(CLASSIFIER), "float16")
     layers = float_nodes(model)
     feeds = [{"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}]
-    return introduced_ranking(model, layers, feeds, "float16", spread=spread, lanes=lanes)
+    return introduced_ranking(model, layers, feeds, "float16", lanes=lanes)
 
 
 def test_a_ranking_spread_over_threads_is_the_serial_ranking():
@@ -166,7 +166,7 @@ def test_a_ranking_spread_over_threads_is_the_serial_ranking():
     when run alone in one model after it."""
     executor = LocalExecutor(workers=3)
     try:
-        spread = _ranking(executor.spread, executor.lanes)
+        spread = _ranking(executor.job_lanes())
     finally:
         executor.close()
     serial = _ranking()
@@ -183,7 +183,7 @@ def test_a_ranking_spread_over_worker_processes_is_the_serial_ranking(caplog):
     try:
         assert executor.client is not None
         with caplog.at_level(logging.INFO, logger="runner.executors.processes"):
-            spread = _ranking(executor.spread, executor.lanes)
+            spread = _ranking(executor.job_lanes())
     finally:
         executor.close()
     assert spread == _ranking()
@@ -200,7 +200,7 @@ def test_a_target_the_backend_cannot_run_leaves_no_ranking():
     executor = LocalExecutor(workers=2)
     try:
         order = introduced_ranking(
-            model, float_nodes(model), feeds, "bfloat16", make_backend("onnxruntime"), spread=executor.spread, lanes=2
+            model, float_nodes(model), feeds, "bfloat16", make_backend("onnxruntime"), lanes=executor.job_lanes()
         )
     finally:
         executor.close()
