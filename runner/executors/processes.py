@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 class ProcessExecutor(DaskExecutor):
     """Starts ``workers`` worker processes (a Dask ``SpecCluster`` in a process of its own,
-    ``runner.executors.cluster``, started from a background thread while the run prepares) and
+    ``runner.executors.cluster``, started from a background thread once ``start`` says) and
     runs ``threads_per_worker`` checks at a time on each; stops them when the run ends, on an
     error or on Ctrl-C. The executor's slots (``workers`` attribute) are the checks at once:
     processes times ``threads_per_worker``; slot ``i`` runs on process ``i // threads_per_worker``.
