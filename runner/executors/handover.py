@@ -58,7 +58,10 @@ class HandOver:
 
     def __init__(self, lanes: int, cost_s: float = 3.0, start: str = "auto", start_s: float = 5.0):
         if start not in STARTS:
-            raise ConfigError(f"executor.start={start!r} is not one of {', '.join(STARTS)}")
+            raise ConfigError(
+                f"executor.start={start!r} is not one of {', '.join(STARTS)}: auto starts the worker processes once "
+                "the work left pays for them, now with the run"
+            )
         self.lanes, self.cost_s, self.start_s = max(1, lanes), cost_s, start_s
         self.launch = threading.Event()
         self.wanted = threading.Event()

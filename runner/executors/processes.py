@@ -107,7 +107,10 @@ class ProcessExecutor(DaskExecutor):
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
         if start not in STARTS:
-            raise ConfigError(f"executor.start={start!r} is not one of {', '.join(STARTS)}")
+            raise ConfigError(
+                f"executor.start={start!r} is not one of {', '.join(STARTS)}: auto starts the worker processes once "
+                "the work left pays for them, now with the run"
+            )
         if int(threads_per_worker) < 1:
             raise ConfigError(f"executor.threads_per_worker={threads_per_worker} must be 1 or more checks per worker")
         listed = [str(g) for g in (gpus or [])]

@@ -117,6 +117,8 @@ def test_process_executor_options_are_checked():
         ProcessExecutor(threads_per_worker=0)
     with pytest.raises(ConfigError, match="starts 4 workers"):
         ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
+    with pytest.raises(ConfigError, match="start='later' is not one of auto, now: auto starts"):
+        ProcessExecutor(start="later", local_start=False)  # refused whatever local_start says
 
 
 def test_a_cluster_process_stopped_before_it_starts_never_starts():
