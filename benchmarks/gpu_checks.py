@@ -166,7 +166,7 @@ MODES = {
 def one_run(model_path: Path, inputs: Path, work: Path, provider: str, args: List[str], tag: str) -> Dict[str, Any]:
     """One ``python -m runner`` run with ``args`` (mode, executor, sessions) in ``work/tag``: a row of
     its wall seconds, ``summary.json``'s run seconds, checks, rounds, checks run in the runner's
-    process, the checks' seconds (sum and median), the median hand-over (``verdict_s - check_s``)
+    process, when the worker processes started (``workers_started_s``), the checks' seconds (sum and median), the median hand-over (``verdict_s - check_s``)
     and the answer; ``answer`` says how a failed run ended."""
     run_dir = work / tag
     cmd = runner_cmd(
@@ -182,7 +182,17 @@ def one_run(model_path: Path, inputs: Path, work: Path, provider: str, args: Lis
     )
     wall, proc = timed(cmd, work, {})
     row: Dict[str, Any] = dict.fromkeys(
-        ["wall_s", "run_s", "checks", "rounds", "check_s", "check_median_s", "local_checks", "dispatch_median_s"]
+        [
+            "wall_s",
+            "run_s",
+            "checks",
+            "rounds",
+            "check_s",
+            "check_median_s",
+            "local_checks",
+            "started_s",
+            "dispatch_median_s",
+        ]
     )
     row["wall_s"] = round(wall, 1)
     if proc.returncode != 0:
@@ -202,6 +212,7 @@ def one_run(model_path: Path, inputs: Path, work: Path, provider: str, args: Lis
         check_s=s.get("check_s"),
         check_median_s=round(statistics.median(per_check), 3) if per_check else None,
         local_checks=s.get("local_checks"),
+        started_s=s.get("workers_started_s"),
         dispatch_median_s=round(statistics.median(handover), 3) if handover else None,
         answer=f"{len(names)}: {','.join(names[:4])}{'...' if len(names) > 4 else ''}",
     )

@@ -41,6 +41,7 @@ class WorkerConnection:
         ready: set once the start has ended: connected, failed, or closed.
         failed: what the start raised, until ``client`` raises it.
         closing: set by ``close``.
+        launched_at: when the workers were launched (``time.monotonic()``), None before.
     """
 
     def __init__(self, spec: Dict[str, Any], handover: HandOver):
@@ -52,7 +53,7 @@ class WorkerConnection:
         self.closing = False
         self._client: Any = None
         self._lock = threading.Lock()  # the start thread publishes the client under it
-        self._began = 0.0  # when the workers were launched (time.monotonic)
+        self.launched_at: Optional[float] = None
         self._cluster = ClusterProcess(spec)
         self._thread = threading.Thread(target=self._start, name="start-workers", daemon=True)
         self._thread.start()
@@ -62,11 +63,12 @@ class WorkerConnection:
         address it prints once every worker has started, wait until the workers are wanted, then
         import Dask, connect and warm their GPUs (in the background thread; an error is kept for
         ``client``)."""
+        began = 0.0
         try:
             while not self.handover.launch.wait(0.05):
                 if self.closing:
                     return
-            self._began = time.monotonic()
+            self.launched_at = began = time.monotonic()
             log.info("Starting %d worker processes", self.count)
             address = self._cluster.address(self.timeout_s)
             if address is None:  # closed meanwhile
@@ -76,7 +78,7 @@ class WorkerConnection:
             while not self.handover.wanted.wait(0.05):
                 if self.closing:
                     return
-            log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - self._began, address)
+            log.debug("Workers ready after %.1f s at %s; connecting", time.monotonic() - began, address)
             distributed = import_distributed("executor=processes")
             if not log.isEnabledFor(logging.DEBUG):  # its import set Dask's own levels; verbose=true keeps them
                 logging.getLogger("distributed").setLevel(logging.WARNING)
@@ -93,7 +95,7 @@ class WorkerConnection:
         finally:
             self.ready.set()
         if self.failed is None and not self.closing:
-            log.info("%d worker processes ready after %.1f s", self.count, time.monotonic() - self._began)
+            log.info("%d worker processes ready after %.1f s", self.count, time.monotonic() - began)
 
     def client(self) -> Any:
         """The cluster's client: wants the workers and waits for the connection.

@@ -181,6 +181,11 @@ class ProcessExecutor(DaskExecutor):
         self.connection._client = value
 
     @property
+    def launched_at(self) -> Optional[float]:
+        """When the workers were started (``time.monotonic()``), None while they are not."""
+        return self.connection.launched_at
+
+    @property
     def distributed(self) -> Any:
         """Dask's ``distributed`` module, once the connection imported it."""
         return self.connection.distributed

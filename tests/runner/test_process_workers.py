@@ -269,6 +269,7 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reduced_nodes"] == serial.summary["reduced_nodes"]
     assert summary["local_checks"] == 2 and summary["checks"] > 2
+    assert 0 < summary["workers_started_s"] < 5, "executor.start=now: with the run"
     later = [int(p.read_text()) for p in sorted(pids.glob("pid*"))][2:]
     assert later and proc.pid not in later, "once the workers are ready, every check runs on them"
     assert not any(alive(pid) for pid in later), "the run's end stops the workers"
@@ -284,6 +285,7 @@ def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.summary["kept_nodes"] == serial.summary["kept_nodes"]
     assert result.summary["local_checks"] == result.summary["checks"] > 2
+    assert result.summary["workers_started_s"] is None
     log = (tmp_path / "processes" / "runner.log").read_text()
     assert "2 worker processes: they start once the work left pays for them" in log
     assert "Starting 2 worker processes" not in log
