@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -166,8 +166,9 @@ MODES = {
 def one_run(model_path: Path, inputs: Path, work: Path, provider: str, args: List[str], tag: str) -> Dict[str, Any]:
     """One ``python -m runner`` run with ``args`` (mode, executor, sessions) in ``work/tag``: a row of
     its wall seconds, ``summary.json``'s run seconds, checks, rounds, checks run in the runner's
-    process, when the worker processes started (``workers_started_s``), the checks' seconds (sum and median), the median hand-over (``verdict_s - check_s``)
-    and the answer; ``answer`` says how a failed run ended."""
+    process, when the worker processes started (``workers_started_s``), the checks' seconds (sum
+    and median), the median hand-over (``verdict_s - check_s``) and the answer; ``answer`` says how
+    a failed run ended."""
     run_dir = work / tag
     cmd = runner_cmd(
         *args,
@@ -230,13 +231,14 @@ def runs(
     modes: List[str],
     repeat: int = 1,
     only: Optional[List[str]] = None,
+    extra: Sequence[str] = (),
 ) -> List[Dict]:
     """Rows: per mode, session options and executor, the median run of ``repeat`` (by ``summary.json``'s
     run seconds, with the ratio to serial's and every run's seconds); the executors take turns, so a
     slow spell of the machine hits them alike. Each mode and session begins with a serial run that
     is not counted (it warms the disk cache, CUDA and cuDNN). ``modes``: keys of ``MODES``; ``only``:
     the executors whose label starts with one of these (serial always runs); ``keep``: copy each
-    counted run's log, replay and summary there."""
+    counted run's log, replay and summary there; ``extra``: overrides added to every run."""
     chosen = [
         (label, overrides)
         for label, overrides in executors(gpus)
@@ -244,7 +246,7 @@ def runs(
     ]
     rows: List[Dict[str, Any]] = []
     for mode, session in itertools.product(modes, sessions):
-        base = MODES[mode] + SESSIONS[session]
+        base = MODES[mode] + SESSIONS[session] + list(extra)
         one_run(model_path, inputs, work, provider, base, f"{mode}_{session}_warm-up")
         tried: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _ in chosen}
         for turn, (label, overrides) in itertools.product(range(repeat), chosen):
@@ -282,6 +284,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per executor (runs part); the median counts")
     parser.add_argument("--only", nargs="+", help="executors whose label starts with one of these (and serial)")
     parser.add_argument("--provider", default="CUDAExecutionProvider", help="CPUExecutionProvider: a dry run")
+    parser.add_argument("--extra", nargs="+", default=[], help="overrides added to every run (verbose=true)")
     parser.add_argument("--keep", type=Path, help="copy each run's runner.log, replay.json and summary.json here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpu_checks_"))
@@ -302,6 +305,7 @@ def main() -> None:
             args.modes,
             args.repeat,
             args.only,
+            args.extra,
         )
         print_rows(f"Runs, detector {args.size}x{args.size}, {args.provider}", rows)
 

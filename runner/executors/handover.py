@@ -137,6 +137,16 @@ class HandOver:
         left_s = self.left_s(self._remaining)
         first_wave = len(self._checks_s) + len(self._jobs_s) <= self.lanes  # they paid for the backend's start
         paid_s = (self.start_s + self.cost_s) * (2 if first_wave else 1)
+        log.debug(
+            "Work left here: %s checks, %d jobs, about %s s (the workers start over %.0f s); latest jobs %s s, "
+            "checks %s s",
+            self._remaining,
+            self._jobs_left,
+            "?" if left_s is None else f"{left_s:.1f}",
+            paid_s,
+            [round(s, 2) for s in self._jobs_s[-4:]],
+            [round(s, 2) for s in self._checks_s[-4:]],
+        )
         if unknown or (left_s is not None and left_s > paid_s):
             why = (
                 "The strategy cannot estimate its checks left"
