@@ -47,10 +47,10 @@ def test_workers_start_once_the_work_left_would_outlast_their_start_up(caplog):
     for handover in (cheap, dear):
         assert not handover.launch.is_set() and handover.left_s(12) is None
     cheap.expect(12, ready=False)  # precision's estimate before its ranking
-    cheap.job_here(1.2, 8)  # the first job here pays for CUDA: (8 + 12) * 1.2 / 2 = 12 s, under 2 x 8 s
-    cheap.job_here(0.2, 7)
-    cheap.job_here(0.2, 6)  # (6 + 12) * 0.2 / 2 = 1.8 s
-    assert not cheap.launch.is_set()
+    cheap.job_here(0.7, 8)  # the first job here pays for CUDA: (8 + 12) * 0.7 / 2 = 7 s, under 2 x 8 s
+    cheap.job_here(0.1, 7)
+    cheap.job_here(0.05, 6)  # 6 jobs at the median 0.1 s and 12 checks at the dearest job's 0.7 s: 4.5 s
+    assert not cheap.launch.is_set() and cheap.left_s(12) == pytest.approx((6 * 0.1 + 12 * 0.7) / 2)
     cheap.jobs_ended()
     cheap.expect(12, ready=False)  # 12 checks at a job's pace until one ran here: 3 s
     for _ in range(12):
