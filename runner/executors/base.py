@@ -228,9 +228,11 @@ class Executor(abc.ABC):
         return [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
 
     def expect(self, remaining: Optional[int]) -> None:
-        """The strategy's estimate of the checks still to come (None: unknown), given before each
-        round's slots are taken; an executor that starts workers may decide from it whether they
-        would pay (``executor=processes``). Unused here."""
+        """The estimate of the checks still to come (None: unknown), given by the lifecycle before
+        each round's slots are taken (the strategy's), and by work that comes before the first
+        round (precision's ranking, through ``JobLanes.expect``: the checks its search will take);
+        an executor that starts workers may decide from it whether they would pay
+        (``executor=processes``). Unused here."""
 
     def cancel_flag(self, iteration: int) -> Any:
         """A fresh flag that cancels one check (None: checks are not cancelled this way)."""
