@@ -113,7 +113,7 @@ def test_dear_jobs_start_the_workers_and_cheap_ones_do_not(caplog):
         got = executor.spread(_where, 1, SizedJobs(iter(range(20)), 20))
         assert [g[0] for g in got] == list(range(20)) and {g[1] for g in got} == {os.getpid()}
         assert not executor.handover.launch.is_set() and executor.connection._cluster.process is None
-        executor.handover.start_s, executor.handover.cost_s = 0.0, 0.5  # 78 jobs of 0.02 s, 2 at once
+        executor.handover.start_s, executor.handover.cost_s = 0.0, 0.5  # then 80 jobs of 0.2 s, 2 at once: 8 s
         with caplog.at_level(logging.INFO, logger="runner.executors"):
             got = executor.spread(_slow, 1, list(range(80)))
         assert executor.handover.launch.is_set()
