@@ -124,14 +124,13 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.artifact_suffix = ".engine" if weak_typing else ".onnx"
         search: Search
 
-        def over(order: List[int]) -> Search:
-            return ranked_search(order, marker)
-
         if callable(ranking):
             rank = ranking
-            search = cast(Search, DeferredSearch(lambda: over(rank()), over(self.layers)))
+            search = cast(
+                Search, DeferredSearch(lambda: ranked_search(rank(), marker), ranked_search(self.layers, marker))
+            )
         elif ranking is not None:
-            search = over(ranking)
+            search = ranked_search(ranking, marker)
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))

@@ -47,7 +47,7 @@ from runner.errors import CheckError, ConfigError, MissingExtraError
 from runner.executors.base import Executor
 from runner.executors.connection import WorkerConnection
 from runner.executors.dask import DaskExecutor
-from runner.executors.handover import STARTS, HandOver
+from runner.executors.handover import HandOver
 from runner.executors.lanes import spread_with_workers, worker_lanes
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import Slot, visible_gpu
@@ -106,11 +106,6 @@ class ProcessExecutor(DaskExecutor):
             raise MissingExtraError("distributed", "dask", "executor=processes")
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
-        if start not in STARTS:
-            raise ConfigError(
-                f"executor.start={start!r} is not one of {', '.join(STARTS)}: auto starts the worker processes once "
-                "the work left pays for them, now with the run"
-            )
         if int(threads_per_worker) < 1:
             raise ConfigError(f"executor.threads_per_worker={threads_per_worker} must be 1 or more checks per worker")
         listed = [str(g) for g in (gpus or [])]
@@ -143,7 +138,9 @@ class ProcessExecutor(DaskExecutor):
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         #: when to start the workers, and to connect to them once ready (the work left may end sooner here)
-        self.handover = HandOver(count * self.threads, start=start if self.local_start else "now")
+        self.handover = HandOver(count * self.threads, start=start)
+        if not self.local_start:  # every check runs on a worker: they start at once
+            self.handover.launch.set()
         #: checks run here before the workers were ready
         self.local_checks = 0
         self._handed_over = False
