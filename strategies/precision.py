@@ -12,9 +12,9 @@ Markers:
         order, and search its length for the shortest that passes. ``direction=ranked`` takes
         prefixes of the nodes ranked by the error each introduces in the low precision
         (``runner.layerwise.ranking``) instead: about log2 n checks, a far smaller kept set.
-    minimal: a ranked search (``strategies.ranked_search``) over that ranking: the shortest
-        passing ranked prefix, then its unneeded nodes dropped in groups, ending with a 1-minimal
-        kept set: dropping any one kept node fails the check.
+    minimal: a group search (``strategies.group_search``) over that ranking: the shortest
+        passing ranked prefix, then its unneeded nodes dropped in groups of a learnt size, ending
+        with a 1-minimal kept set: dropping any one kept node fails the check.
 """
 
 from __future__ import annotations
@@ -43,17 +43,17 @@ from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
+from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.prefix_search import PrefixSearch
-from strategies.ranked_search import RankedSearch
 
 log = logging.getLogger(__name__)
 
 
 def ranked_search(order: List[int], marker: Callable[[int], BoundaryMarker]) -> Search:
     """The search over ``order`` (nodes ranked by the error each introduces): a set search for the
-    minimal marker (``strategies.ranked_search``), else a prefix search."""
-    return RankedSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
+    minimal marker (``strategies.group_search``), else a prefix search."""
+    return GroupSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
 
 
 @dataclass

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from strategies.bisect import BisectMarker
+from strategies.group_search import GroupSearch
 from strategies.linear import LinearMarker
 from strategies.minimal import MinimalMarker
 from strategies.prefix_search import PrefixSearch
-from strategies.ranked_search import RankedSearch
 from strategies.set_search import SetSearch
 
 MARKERS = [BisectMarker, LinearMarker, MinimalMarker]
@@ -75,8 +75,8 @@ def test_ranked_search_rounds_find_the_planted_set(k):
             target = lambda s, p=planted: p <= s  # noqa: E731
         else:
             planted, target = _planted(rng, n, needed)
-        serial, _ = _serial(RankedSearch(list(range(n)), MinimalMarker), target)
-        found, _, _ = _parallel(RankedSearch(list(range(n)), MinimalMarker), target, k, rng)
+        serial, _ = _serial(GroupSearch(list(range(n)), MinimalMarker), target)
+        found, _, _ = _parallel(GroupSearch(list(range(n)), MinimalMarker), target, k, rng)
         assert found == serial == planted
 
 
@@ -103,7 +103,7 @@ def test_linear_rounds_cancel_the_checks_below_the_first_miss():
 
 
 def test_k_must_be_positive():
-    for search in (SetSearch(range(4), BisectMarker), RankedSearch(list(range(4)), MinimalMarker)):
+    for search in (SetSearch(range(4), BisectMarker), GroupSearch(list(range(4)), MinimalMarker)):
         with pytest.raises(ValueError):
             search.propose(0)
 
