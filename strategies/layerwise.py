@@ -43,7 +43,7 @@ from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.quant_report import pair_summary, write_pairs_csv
-from runner.layerwise.ranking import makes_nonfinite
+from runner.layerwise.ranking import lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
 from strategies.base import Strategy
@@ -234,8 +234,8 @@ class LayerwiseStrategy(Strategy):
             ref_backend.close()
         by_name = {r.node: r for r in self.rows}
         # In a QDQ target every tensor carries rounding noise, whose relative size dips under the tolerance
-        # after a residual Add and rises again: only a NaN/Inf (a saturated mask) counts as absorbed there
-        divergence = makes_nonfinite if has_qdq(target) else diverges
+        # after a residual Add and rises again: only NaN/Inf or lost values count there (precision's rule)
+        divergence = lost if has_qdq(target) else diverges
         for name, by in comparison.absorbed(self.rows, divergence).items():
             by_name[name].absorbed_by = by if by is not None else "(nothing reads it)"
         first = first_divergence(self.rows)

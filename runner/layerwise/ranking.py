@@ -1,13 +1,24 @@
-"""Rank nodes by the error each introduces in a low precision, for precision's ranked searches.
+"""Rank nodes by the error each introduces in a low precision: one rule (``error_key``) for
+precision's searches and for ``mode=layerwise``'s ``top_introduced``, on every backend.
 
 The whole model is converted to the low precision and compared node by node with its fp32 run
-under emulation on CPU (``LayerwiseComparison``): a few model runs, whatever the checker. Nodes
-come first that, run alone in the low precision, make NaN/Inf or read a value past the type's
-range (their producer's overflow reaches them), then by the relative L2 error they introduce,
-then by the larger magnitude of their values and weights. (On the detector fed 0-255 pixels this
-order puts the three nodes a 1-minimal kept set needs at places 1, 2 and 12 of 330; ordering by
-the largest absolute error or by magnitude alone scatters them far wider.) Where the comparison
-cannot run, ``sensitivity_ranking`` orders by magnitude alone, from the fp32 run's summaries.
+(``LayerwiseComparison``): a few model runs, whatever the checker. The rule, larger first:
+
+1. nodes whose error reaches an output: a node whose NaN/Inf or lost values are absorbed before
+   any output (GPT-2's causal mask, -inf in fp16, which its Softmax reads as fp32's -3.4e38) goes
+   after every other (``absorbed``: absorbed only where the absorbing node's values are back near
+   the reference, not merely finite: RMSNorm's x*x overflows to inf and 1/sqrt(inf) = 0 is finite
+   but loses the whole tensor);
+2. nodes that, run alone in the low precision, make NaN/Inf;
+3. nodes that read a value past the type's range (their producer's overflow reaches them: they
+   must read it in fp32 too);
+4. the relative L2 error each introduces, run alone on exact inputs;
+5. the larger magnitude of their values and weights.
+
+(On the detector fed 0-255 pixels this order puts the three nodes a 1-minimal kept set needs at
+places 1, 2 and 12 of 330; ordering by the largest absolute error or by magnitude alone scatters
+them far wider.) Where the comparison cannot run, ``sensitivity_ranking`` orders by magnitude
+alone, from the fp32 run's summaries.
 """
 
 from __future__ import annotations
@@ -34,25 +45,35 @@ from runner.layerwise.tensors import nan_as_inf, weight_peaks
 log = logging.getLogger(__name__)
 
 
-def precision_key(row: NodeRow) -> Tuple[bool, bool, float, float]:
-    """Sort key, larger first: (not absorbed, NaN/Inf made or a saturated input, introduced relative L2
-    error, magnitude). A node whose NaN/Inf never reaches an output in the low-precision run (GPT-2's
-    causal mask, -inf in fp16, absorbed by Softmax) goes after every other."""
+#: accumulated relative L2 error at which a tensor's values count as lost (``lost``): far above any
+#: rounding (fp16's is about 1e-3, int8's 1e-2), far below a tensor zeroed or saturated (1)
+LOST_REL_L2 = 0.1
+
+
+def error_key(row: NodeRow) -> Tuple[bool, bool, bool, float, float]:
+    """Sort key of the one ranking rule (module docstring), larger first: (not absorbed, NaN/Inf
+    made alone, a saturated input, introduced relative L2 error with NaN as the worst, magnitude).
+    A row never run alone sorts after every row that was, among the rows equally absorbed."""
     size = max(row.magnitude, row.weights)
     intro = row.introduced
+    kept = row.absorbed_by is None
     if intro is None:
-        return (row.absorbed_by is None, False, -1.0, size)
-    return (
-        row.absorbed_by is None,
-        intro["new_nonfinite"] > 0 or bool(row.saturated),
-        nan_as_inf(intro["rel_l2"]),
-        size,
-    )
+        return (kept, False, False, -1.0, size)
+    return (kept, intro["new_nonfinite"] > 0, bool(row.saturated), nan_as_inf(intro["rel_l2"]), size)
 
 
 def makes_nonfinite(row: NodeRow) -> bool:
     """Whether a row's outputs hold NaN/Inf in the low-precision run where the reference has none."""
     return bool(row.accumulated) and row.accumulated.get("new_nonfinite", 0) > 0
+
+
+def lost(row: NodeRow) -> bool:
+    """Whether a row's outputs in the low-precision run are NaN/Inf where the reference has none,
+    or so far off that the values are lost (accumulated relative L2 error >= ``LOST_REL_L2``): the
+    divergence that ``absorbed`` follows to an output."""
+    return makes_nonfinite(row) or (
+        bool(row.accumulated) and nan_as_inf(row.accumulated.get("rel_l2", 0.0)) >= LOST_REL_L2
+    )
 
 
 def on_device(backend: str, providers: Sequence[str]) -> bool:
@@ -85,7 +106,7 @@ def introduced_ranking(
     target: Optional[onnx.ModelProto] = None,
     lanes: JobLanes = HERE,
 ) -> Optional[List[int]]:
-    """``layers`` (indices into ``model.graph.node``) ordered by ``precision_key``, largest first;
+    """``layers`` (indices into ``model.graph.node``) ordered by ``error_key``, largest first;
     ties keep topological order.
 
     Args:
@@ -123,13 +144,13 @@ def introduced_ranking(
         rows = comparison.run(samples)
         log.info("Ranking: %s", ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in comparison.seconds.items()))
         by_name = {r.node: r for r in rows}
-        for name, by in comparison.absorbed(rows, makes_nonfinite).items():
+        for name, by in comparison.absorbed(rows, lost).items():
             by_name[name].absorbed_by = by or "(nothing reads it)"
     except ModelError as e:
         log.warning("Cannot rank nodes by introduced error (%s); ranking by magnitude", e)
         return None
-    score = {names[r.node]: precision_key(r) for r in rows if r.node in names}
-    lowest = (False, False, -1.0, 0.0)
+    score = {names[r.node]: error_key(r) for r in rows if r.node in names}
+    lowest = (False, False, False, -1.0, 0.0)
     return sorted(layers, key=lambda i: score.get(i, lowest), reverse=True) if score else None
 
 

@@ -8,10 +8,10 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from runner.layerwise.compute import NodeRow
-from runner.layerwise.tensors import nan_as_inf
+from runner.layerwise.ranking import error_key
 
 log = logging.getLogger(__name__)
 
@@ -19,22 +19,10 @@ log = logging.getLogger(__name__)
 STATS = ("max_abs", "max_rel", "rel_l2", "cosine", "sqnr_db", "nan", "inf")
 
 
-def introduced_key(row: NodeRow) -> Tuple[bool, bool, bool, float, float]:
-    """Ranking of introduced error: nodes whose error is not absorbed on the way to the outputs
-    first, then nodes whose inputs all fit the target type (a node fed a saturated input shares its
-    error with the producer), then new NaN/Inf, then relative L2 error (NaN as the worst), then the
-    larger of the output and weight magnitudes to break ties."""
-    intro = row.introduced
-    size = max(row.magnitude, row.weights)
-    kept = row.absorbed_by is None
-    if intro is None:
-        return (kept, False, False, -1.0, size)
-    return (kept, not row.saturated, intro["new_nonfinite"] > 0, nan_as_inf(intro["rel_l2"]), size)
-
-
 def ranked(rows: Sequence[NodeRow]) -> List[NodeRow]:
-    """Rows by introduced error, largest first (``introduced_key``); rows never run alone are left out."""
-    return sorted((r for r in rows if r.introduced is not None), key=introduced_key, reverse=True)
+    """Rows by introduced error, largest first, by the rule precision's searches rank by
+    (``runner.layerwise.ranking.error_key``); rows never run alone are left out."""
+    return sorted((r for r in rows if r.introduced is not None), key=error_key, reverse=True)
 
 
 def _stats(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:

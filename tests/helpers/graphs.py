@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.helpers.models import f32, make_model
 
@@ -58,3 +58,62 @@ def chain():
 
 
 GRAPHS = {"one_sensitive": one_sensitive, "two_branches": two_branches, "chain": chain}
+
+
+def rmsnorm_decoder(layers: int = 4, dim: int = 32, vocab: int = 64, seq: int = 8, scale: float = 600.0, seed: int = 0):
+    """A Llama/Qwen2-style decoder (torch.onnx's RMSNorm: Pow, ReduceMean, Add eps, Sqrt, Reciprocal,
+    Mul, Mul weight; gated SiLU MLPs with residual Adds) whose token embeddings are scaled by
+    ``scale``: the first RMSNorm's x*x passes fp16's 65504 (x ~ 600), and its Pow, ReduceMean, Add
+    and Sqrt must stay in fp32; the blocks after it read normalized, small values.
+
+    Returns:
+        (model, the nodes that must stay in fp32, the int64 token ids to feed as ``ids``).
+    """
+    rng = np.random.default_rng(seed)
+    inits = [
+        _const("emb", scale * rng.standard_normal((vocab, dim))),
+        _const("two", 2.0),
+        _const("eps", 1e-6),
+        _const("one", 1.0),
+    ]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"], name="embed")]
+
+    def rmsnorm(prefix: str, x: str) -> str:
+        inits.append(_const(f"{prefix}.w", 1 + 0.1 * rng.standard_normal(dim)))
+        nodes.extend(
+            [
+                helper.make_node("Pow", [x, "two"], [f"{prefix}.sq"], name=f"{prefix}.pow"),
+                helper.make_node("ReduceMean", [f"{prefix}.sq"], [f"{prefix}.ms"], name=f"{prefix}.mean", axes=[-1]),
+                helper.make_node("Add", [f"{prefix}.ms", "eps"], [f"{prefix}.mse"], name=f"{prefix}.add_eps"),
+                helper.make_node("Sqrt", [f"{prefix}.mse"], [f"{prefix}.rms"], name=f"{prefix}.sqrt"),
+                helper.make_node("Reciprocal", [f"{prefix}.rms"], [f"{prefix}.inv"], name=f"{prefix}.reciprocal"),
+                helper.make_node("Mul", [x, f"{prefix}.inv"], [f"{prefix}.n"], name=f"{prefix}.mul"),
+                helper.make_node("Mul", [f"{prefix}.n", f"{prefix}.w"], [f"{prefix}.out"], name=f"{prefix}.mul_w"),
+            ]
+        )
+        return f"{prefix}.out"
+
+    def matmul(prefix: str, x: str, rows: int, cols: int) -> str:
+        inits.append(_const(f"{prefix}.W", rng.standard_normal((rows, cols)) / np.sqrt(rows)))
+        nodes.append(helper.make_node("MatMul", [x, f"{prefix}.W"], [f"{prefix}.y"], name=f"{prefix}.matmul"))
+        return f"{prefix}.y"
+
+    h = matmul("proj_in", rmsnorm("norm_in", "h0"), dim, dim)
+    for i in range(layers):
+        p = f"layers.{i}"
+        n = rmsnorm(f"{p}.norm", h)
+        gate, up = matmul(f"{p}.gate", n, dim, 2 * dim), matmul(f"{p}.up", n, dim, 2 * dim)
+        nodes += [
+            helper.make_node("Sigmoid", [gate], [f"{p}.sig"], name=f"{p}.sigmoid"),
+            helper.make_node("Mul", [gate, f"{p}.sig"], [f"{p}.silu"], name=f"{p}.silu"),
+            helper.make_node("Mul", [f"{p}.silu", up], [f"{p}.act"], name=f"{p}.act"),
+        ]
+        down = matmul(f"{p}.down", f"{p}.act", 2 * dim, dim)
+        nodes.append(helper.make_node("Add", [h, down], [f"{p}.res"], name=f"{p}.residual"))
+        h = f"{p}.res"
+    logits = matmul("lm_head", rmsnorm("norm_out", h), dim, vocab)
+    nodes.append(helper.make_node("Identity", [logits], ["logits"], name="output"))
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq])
+    model = make_model(nodes, [ids], [f32("logits", [1, seq, vocab])], inits)
+    needed = ["norm_in.pow", "norm_in.mean", "norm_in.add_eps", "norm_in.sqrt"]
+    return model, needed, rng.integers(0, vocab, (1, seq)).astype(np.int64)
