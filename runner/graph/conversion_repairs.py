@@ -20,13 +20,17 @@ from runner.graph.isolate import bodies, outer_reads
 from runner.graph.precisions import LOW_TYPES
 
 
-def fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_ops: Set[str]) -> None:
+def fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_ops: Set[str]) -> Dict[str, str]:
     """Give kept nodes their own fp32 copy of each float weight a converted node also reads, in place
-    (the converter would convert a shared weight once and feed kept nodes its rounded values)."""
+    (the converter would convert a shared weight once and feed kept nodes its rounded values).
+
+    Returns:
+        ``{copy's name: the weight it copies}``.
+    """
     g = model.graph
     floats = {i.name: i for i in g.initializer if i.data_type == TensorProto.FLOAT}
     if not floats:
-        return
+        return {}
     stays = [n.name in kept or n.op_type in blocked_ops for n in g.node]
     readers: Dict[str, Set[bool]] = {}
     for node, fp32 in zip(g.node, stays):
@@ -51,6 +55,7 @@ def fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_o
             for i, name in enumerate(node.input):
                 if name in copies:
                     node.input[i] = copies[name]
+    return {copy: name for name, copy in copies.items()}
 
 
 def bypass_round_trips(model: onnx.ModelProto) -> int:
@@ -167,8 +172,9 @@ def _bf16_tensor(values: np.ndarray, name: str) -> TensorProto:
     return t
 
 
-def retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
-    """Turn every fp16 type of ``converted`` into bf16, taking values from ``original``'s fp32 data."""
+def retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto, stubs: FrozenSet[str] = frozenset()) -> None:
+    """Turn every fp16 type of ``converted`` into bf16, taking values from ``original``'s fp32 data;
+    the top-level weights named in ``stubs`` hold no values (``runner.graph.stubs``) and are retyped only."""
     originals = {t.name: t for t in original.graph.initializer}
 
     def fp32_values(init: TensorProto) -> np.ndarray:
@@ -182,7 +188,9 @@ def retype_bf16(converted: onnx.ModelProto, original: onnx.ModelProto) -> None:
             if vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
                 vi.type.tensor_type.elem_type = TensorProto.BFLOAT16
         for i, init in enumerate(g.initializer):
-            if init.data_type == TensorProto.FLOAT16:
+            if init.data_type == TensorProto.FLOAT16 and g is converted.graph and init.name in stubs:
+                init.data_type = TensorProto.BFLOAT16
+            elif init.data_type == TensorProto.FLOAT16:
                 g.initializer[i].CopyFrom(_bf16_tensor(fp32_values(init), init.name))
         for node in g.node:
             for attr in node.attribute:

@@ -26,11 +26,12 @@ model below opset 13 (the first with bf16 Casts) has its opset raised first.
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from typing import Dict, Iterable, List, Set
 
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError
 from runner.graph.constants import constants_to_initializers
@@ -44,6 +45,7 @@ from runner.graph.conversion_repairs import (
 )
 from runner.graph.isolate import bodies
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
+from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, weightless
 from runner.graph.toposort import sort_topology
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,12 @@ def ops_without(model: onnx.ModelProto, low: str) -> List[str]:
     return missing
 
 
+def _value_info_from_dims(tensor: TensorProto) -> onnx.ValueInfoProto:
+    """ONNX Runtime's ``float16.make_value_info_from_tensor``, reading the shape from the tensor's dims
+    instead of decoding its values (the same shape for every well-formed tensor; a stub has no values)."""
+    return onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+
+
 class Converter:
     """Converts one prepared fp32 model to a low precision, keeping any set of its nodes in fp32.
 
@@ -148,6 +156,8 @@ class Converter:
     def __init__(self, model: onnx.ModelProto, low: str = "float16"):
         from onnxruntime.transformers import float16
 
+        # the converter decodes each converted weight only to read its shape: it reads the dims here
+        float16.make_value_info_from_tensor = _value_info_from_dims
         target = low_precision(low)
         if onnx_opset(model) < target.min_opset:
             raise ModelError(
@@ -163,10 +173,14 @@ class Converter:
                 ", ".join(extra),
                 onnx_opset(model),
             )
+        # the converter reads the graph; the weights are converted once each (``_values``) and put back
+        bare, self.weights = weightless(model, keep=lambda t: t.data_type != TensorProto.FLOAT)
         try:
-            self.typed = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+            self.typed = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True)
         except Exception:  # a model inference cannot type: the converter sees what is declared
-            self.typed = model
+            self.typed = bare
+        self._low: Dict[str, bytes] = {}  # each weight's low-precision bytes, made once
+        self._lock = threading.Lock()
 
     def convert(self, keep: Iterable[str]) -> onnx.ModelProto:
         """The model in the low precision except the nodes named in ``keep``, which stay fp32.
@@ -186,7 +200,7 @@ class Converter:
         kept = frozenset(keep)
         work = onnx.ModelProto()
         work.CopyFrom(self.typed)
-        fp32_copies_for_kept(work, kept, self.blocked_ops)
+        copies = fp32_copies_for_kept(work, kept, self.blocked_ops)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the converter warns once per clipped weight
@@ -209,9 +223,31 @@ class Converter:
             sort_topology(converted.graph)
         except ValueError as e:
             raise ModelError(f"the float16 conversion left a graph that cannot be sorted: {e}") from None
+        stubs = frozenset(self.weights) | frozenset(copies)
         if self.low == BFLOAT16.name:
-            retype_bf16(converted, self.model)
+            retype_bf16(converted, self.model, stubs)
+        fill(converted, lambda stub: self._values(copies.get(stub.name, stub.name), stub.data_type), stubs)
         return converted
+
+    def _values(self, name: str, data_type: int) -> bytes:
+        """The model's weight ``name`` as raw bytes of ``data_type``: fp32 as stored, fp16 clipped as
+        ONNX Runtime's converter clips it, bf16 rounded to nearest even; each low one made once."""
+        source = self.weights[name]
+        if data_type == source.data_type:
+            return source.raw_data if source.HasField("raw_data") else numpy_helper.to_array(source).tobytes()
+        key = f"{data_type}:{name}"
+        with self._lock:
+            made = self._low.get(key)
+        if made is None:
+            if data_type == TensorProto.FLOAT16:
+                made = float16_bytes(source, 5.96e-08, FLOAT16.max_finite)
+            elif data_type == TensorProto.BFLOAT16:
+                made = bfloat16_bytes(numpy_helper.to_array(source))
+            else:
+                raise ModelError(f"the conversion retyped weight {name} to ONNX type {data_type}, which it never does")
+            with self._lock:
+                self._low[key] = made
+        return made
 
 
 def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "float16") -> onnx.ModelProto:

@@ -5,20 +5,23 @@ to fp16 can hide an overflow. The rewrite makes every tensor that is fp16 in the
 rounds each such node output through ``Cast(to=fp16) -> Cast(to=fp32)``: values past 65504
 become Inf, tiny ones flush as fp16 would. Only tensors whose type is the low precision are
 touched: integer, bool and shape tensors never are. Bodies of If/Loop/Scan are rewritten too.
+
+The rewrite works on the graph alone (``runner.graph.stubs``: weights as stubs, types from one
+shape inference of that graph), then puts each weight back once, a low-precision one widened to
+the fp32 values it stores: no weight is converted or copied more than once.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import List, Tuple
+from typing import Dict, List, Set, Tuple
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
-from runner.graph.meta import infer_shapes
 from runner.graph.precisions import LOW_TYPES
+from runner.graph.stubs import fill, weightless, widened
 
 log = logging.getLogger(__name__)
 
@@ -34,76 +37,83 @@ DTYPE_ATTR_OPS = {
 VALUE_ATTR_OPS = {"Constant", "ConstantOfShape"}
 
 
-def _onnx_type(dtype) -> int:
-    if dtype is None:
-        return TensorProto.UNDEFINED
-    if isinstance(dtype, int):
-        return dtype
-    try:
-        return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    except (TypeError, KeyError, ValueError):
-        return TensorProto.UNDEFINED
-
-
-def _widen_constant(const: gs.Constant) -> None:
-    const.values = np.asarray(const.values, dtype=np.float32)
+def _widen_tensor(tensor: TensorProto) -> None:
+    """A low-precision tensor (weight, attribute value) in place as fp32 holding the same values."""
+    values = numpy_helper.to_array(tensor).astype(np.float32)  # bf16 arrives as ml_dtypes' bfloat16
+    tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
 
 
 class _Rewriter:
-    def __init__(self) -> None:
-        self.lows = set(LOW_TYPES)
+    """Rewrites one model's graphs in place; counts the tensors it rounds."""
+
+    def __init__(self, types: Dict[str, int]):
+        self.types = types
         self.rounded = 0
-        self.n = 0
 
-    def is_low(self, dtype) -> bool:
-        return _onnx_type(dtype) in self.lows
-
-    def rewrite(self, graph: gs.Graph) -> None:
-        for tensor in graph.tensors().values():
-            if isinstance(tensor, gs.Constant) and self.is_low(tensor.dtype):
-                _widen_constant(tensor)
-        for node in list(graph.nodes):
+    def rewrite(self, graph: onnx.GraphProto) -> None:
+        for init in graph.initializer:
+            if init.data_type in LOW_TYPES:
+                _widen_tensor(init)
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.elem_type in LOW_TYPES:
+                tt.elem_type = TensorProto.FLOAT
+        nodes: List[onnx.NodeProto] = []
+        for node in graph.node:
             self._rewrite_attrs(node)
-            for sub in [v for v in node.attrs.values() if isinstance(v, gs.Graph)]:
-                self.rewrite(sub)
-            for i, out in enumerate(list(node.outputs)):
-                if self.is_low(out.dtype):
-                    self._round(graph, node, i, out)
-        for t in list(graph.inputs) + list(graph.outputs):
-            if self.is_low(t.dtype):
-                t.dtype = np.float32
-        graph.toposort()
+            nodes.append(node)
+            for k, out in enumerate(node.output):
+                if out and self.types.get(out) in LOW_TYPES:
+                    nodes.extend(self._round(node, k, out))
+        del graph.node[:]
+        graph.node.extend(nodes)
 
-    def _rewrite_attrs(self, node: gs.Node) -> None:
-        if node.op == "Cast" and node.attrs.get("to") in self.lows:
-            node.attrs["to"] = TensorProto.FLOAT
-        if node.op in VALUE_ATTR_OPS:
-            value = node.attrs.get("value")
-            if isinstance(value, gs.Constant) and self.is_low(value.dtype):
-                _widen_constant(value)
-        if node.op in DTYPE_ATTR_OPS and node.attrs.get("dtype") in self.lows:
-            node.attrs["dtype"] = TensorProto.FLOAT
-
-    def _round(self, graph: gs.Graph, node: gs.Node, index: int, out: gs.Variable) -> None:
-        self.n += 1
-        to = _onnx_type(out.dtype)
-        raw = gs.Variable(f"{out.name}__emu{self.n}_fp32", dtype=np.float32, shape=out.shape)
-        low = gs.Variable(f"{out.name}__emu{self.n}_low", dtype=None, shape=out.shape)
-        node.outputs[index] = raw
-        out.dtype = np.float32
-        graph.nodes.append(
-            gs.Node("Cast", name=f"{out.name}__emu{self.n}_to_low", attrs={"to": to}, inputs=[raw], outputs=[low])
-        )
-        graph.nodes.append(
-            gs.Node(
-                "Cast",
-                name=f"{out.name}__emu{self.n}_to_fp32",
-                attrs={"to": TensorProto.FLOAT},
-                inputs=[low],
-                outputs=[out],
+    def _rewrite_attrs(self, node: onnx.NodeProto) -> None:
+        for attr in node.attribute:
+            retyped = (node.op_type == "Cast" and attr.name == "to") or (
+                node.op_type in DTYPE_ATTR_OPS and attr.name == "dtype"
             )
-        )
+            if retyped and attr.i in LOW_TYPES:
+                attr.i = TensorProto.FLOAT
+            elif node.op_type in VALUE_ATTR_OPS and attr.name == "value" and attr.t.data_type in LOW_TYPES:
+                _widen_tensor(attr.t)
+            if attr.type == onnx.AttributeProto.GRAPH:
+                self.rewrite(attr.g)
+            for sub in attr.graphs:
+                self.rewrite(sub)
+
+    def _round(self, node: onnx.NodeProto, index: int, out: str) -> List[onnx.NodeProto]:
+        """``node``'s output ``index`` renamed, and the Casts that round it back into ``out``."""
         self.rounded += 1
+        n, to = self.rounded, self.types[out]
+        raw, low = f"{out}__emu{n}_fp32", f"{out}__emu{n}_low"
+        node.output[index] = raw
+        return [
+            helper.make_node("Cast", [raw], [low], name=f"{out}__emu{n}_to_low", to=to),
+            helper.make_node("Cast", [low], [out], name=f"{out}__emu{n}_to_fp32", to=TensorProto.FLOAT),
+        ]
+
+
+def _types(typed: onnx.ModelProto) -> Dict[str, int]:
+    """Every tensor's element type in ``typed`` (inferred value_info, inputs, outputs, initializers,
+    node outputs of Constant nodes and Casts), bodies included."""
+    types: Dict[str, int] = {}
+    graphs = [typed.graph]
+    while graphs:
+        g = graphs.pop()
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types.setdefault(vi.name, vi.type.tensor_type.elem_type)
+        for init in g.initializer:
+            types.setdefault(init.name, init.data_type)
+        for node in g.node:
+            for attr in node.attribute:
+                if node.op_type == "Cast" and attr.name == "to" and node.output:
+                    types.setdefault(node.output[0], attr.i)
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attr.g)
+                graphs.extend(attr.graphs)
+    return types
 
 
 def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List[str], List[str], int]:
@@ -116,24 +126,35 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
         (the rewritten model; names of graph inputs that were low precision (feed them as
         fp32); names of graph outputs that were (cast results back); number of tensors rounded).
     """
+    bare, weights = weightless(model)
     try:
-        typed = infer_shapes(model)
-    except Exception as e:  # inference can fail on custom ops; types then come from value_info only
+        typed = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True)
+    except Exception as e:  # inference can fail on custom ops; types then come from what is declared
         log.warning("Type inference failed (%s); only tensors with declared types are rounded", str(e).splitlines()[0])
-        typed = model
-    logger = gs.logger.G_LOGGER
-    before = logger.severity
-    logger.severity = logger.ERROR  # it warns once per bf16 weight that numpy has no bf16 (widened here anyway)
-    try:
-        graph = gs.import_onnx(typed)
-        rw = _Rewriter()
-        low_inputs = [t.name for t in graph.inputs if rw.is_low(t.dtype)]
-        low_outputs = [t.name for t in graph.outputs if rw.is_low(t.dtype)]
-        rw.rewrite(graph)
-        out = gs.export_onnx(graph, do_type_check=False)
-    finally:
-        logger.severity = before
-    out.ir_version = model.ir_version
-    del out.opset_import[:]
-    out.opset_import.extend(model.opset_import)
-    return out, low_inputs, low_outputs, rw.rounded
+        typed = bare
+    types = _types(typed)
+    g = typed.graph
+    low_inputs = [i.name for i in g.input if i.type.tensor_type.elem_type in LOW_TYPES]
+    low_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in LOW_TYPES]
+    stubs: Set[str] = set(weights)
+    low_stubs = {i.name for i in g.initializer if i.name in stubs and i.data_type in LOW_TYPES}
+    for init in g.initializer:
+        if init.name in low_stubs:
+            init.data_type = TensorProto.FLOAT
+    rw = _Rewriter(types)
+    rw.rewrite(g)
+    del g.value_info[:]  # inferred here; the session infers again, and the Casts renamed what some describe
+
+    def values(stub: TensorProto) -> bytes:
+        source = weights[stub.name]
+        if stub.name in low_stubs:
+            return widened(source, source.raw_data if source.HasField("raw_data") else _raw(source))
+        return source.raw_data if source.HasField("raw_data") else _raw(source)
+
+    fill(typed, values, stubs)
+    return typed, low_inputs, low_outputs, rw.rounded
+
+
+def _raw(tensor: TensorProto) -> bytes:
+    """A tensor's values as raw little-endian bytes (from a typed field)."""
+    return bytes(numpy_helper.to_array(tensor).tobytes())

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional
 import onnx
 
 from runner.errors import InvalidCandidateError, ModelError
-from runner.graph.load import is_large
+from runner.graph.stubs import is_stub, weightless
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +32,17 @@ _TYPES = re.compile(r"\((?P<inferred>\d+)\) vs \((?P<declared>\d+)\)")
 
 
 def _graph_only(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` for the checks: a weight stored outside it (in a file its path is
-    relative to), or any weight of a model past 1 GB, becomes a graph input of its type and shape,
-    which is all type inference reads of it."""
-    bare = onnx.ModelProto()
-    bare.CopyFrom(model)
-    large = is_large(model)
+    """A copy of ``model`` for the checks, built without copying its weights (``runner.graph.stubs``):
+    a weight of ``STUB_BYTES`` or more, or stored outside it (in a file its path is relative to),
+    becomes a graph input of its type and shape, which is all type inference reads of it."""
+    bare, _ = weightless(model)
     g = bare.graph
-    if not large and not any(i.data_location == onnx.TensorProto.EXTERNAL for i in g.initializer):
-        return bare
+    inputs = {i.name for i in g.input}
     kept = []
     for init in g.initializer:
-        if init.data_location == onnx.TensorProto.EXTERNAL or large:
-            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        if init.data_location == onnx.TensorProto.EXTERNAL or is_stub(init):
+            if init.name not in inputs:  # IR < 4 models list their weights as inputs too
+                g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
         else:
             kept.append(init)
     del g.initializer[:]
@@ -59,7 +57,7 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
     Types, not shapes, are held to strict inference: the declared shapes are set aside first,
     since onnx's shape inference disagrees with concrete shapes that ONNX Runtime measured
     (data propagation through a ``Reshape`` to ``[-1, ...]`` infers a dimension of -1). Weights
-    stored outside the model and models past 1 GB of tensors are checked without their data.
+    are checked by type and shape, not by their values (``_graph_only``).
 
     Args:
         model: the model (not modified).

@@ -10,10 +10,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import ModelError
 from runner.graph.constants import constants_to_initializers, fold_weight_identities
-from runner.graph.convert import convert_except, float_nodes, name_nodes, onnx_opset, ops_without, to_low_precision
+from runner.graph.convert import (
+    Converter,
+    convert_except,
+    float_nodes,
+    name_nodes,
+    onnx_opset,
+    ops_without,
+    prepare,
+    to_low_precision,
+)
 from runner.graph.validate import strict_problem
 from tests.helpers.graphs import one_sensitive
-from tests.helpers.models import chain_model, f32, make_model
+from tests.helpers.models import chain_model, f32, make_model, need
 
 
 def _types(model):
@@ -194,3 +203,35 @@ def test_duplicate_casts_of_an_older_converter_are_dropped():
     assert drop_duplicate_casts(model.graph) == 1
     onnx.checker.check_model(model)
     assert [n.name for n in model.graph.node] == ["to_half", "h_cast_to_fp32_node", "a", "b", "other"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("low", ["float16", "bfloat16"])
+def test_weightless_conversion_and_emulation_match_the_whole_model_ones(monkeypatch, low):
+    """Candidates are converted and emulated on the graph alone, each weight converted once per run
+    (``runner.graph.stubs``): the models are the ones made with every weight copied and converted
+    each time (values of every initializer, nodes), on a real model with shared weights (BERT)."""
+    import runner.graph.stubs as stubs
+    from runner.graph.emulate import emulate_low_precision
+    from tests.helpers.models import MODELS
+
+    model = prepare(onnx.load(str(need(MODELS / "zoo" / "bert_tiny.onnx"))), low)
+    names = [model.graph.node[i].name for i in float_nodes(model)]
+    rng = np.random.default_rng(0)
+    keeps = [[], names[::3], list(rng.choice(names, 20, replace=False))]
+    fast = Converter(model, low)
+    made = [fast.convert(k) for k in keeps]
+    monkeypatch.setattr(stubs, "STUB_BYTES", 1 << 62)  # no stubs: every weight in every copy, as before
+    whole = Converter(model, low)
+    for keep, got in zip(keeps, made):
+        want = whole.convert(keep)
+        assert [n.SerializeToString() for n in got.graph.node] == [n.SerializeToString() for n in want.graph.node]
+        values = {i.name: numpy_helper.to_array(i) for i in want.graph.initializer}
+        assert sorted(values) == sorted(i.name for i in got.graph.initializer)
+        for init in got.graph.initializer:
+            assert init.data_type == next(i.data_type for i in want.graph.initializer if i.name == init.name)
+            np.testing.assert_array_equal(numpy_helper.to_array(init), values[init.name], err_msg=init.name)
+        emulated, emulated_whole = emulate_low_precision(got)[0], emulate_low_precision(want)[0]
+        expected = {i.name: numpy_helper.to_array(i) for i in emulated_whole.graph.initializer}
+        for init in emulated.graph.initializer:
+            np.testing.assert_array_equal(numpy_helper.to_array(init), expected[init.name], err_msg=init.name)

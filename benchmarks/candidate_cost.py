@@ -1,0 +1,115 @@
+"""Benchmark: what one precision candidate costs, phase by phase, beside the check's own run.
+
+For each model and low precision, ``--candidates`` kept sets (random halves of the nodes that can
+be kept, the same for every phase) are built as ``mode=precision`` builds them, and each phase is
+timed apart (median seconds per candidate):
+
+- build: the conversion (fp16) or quantization (int8) of the kept set;
+- validate: ``runner.graph.validate`` (onnx.checker and strict type inference);
+- prepare: what the checker's backend does before a session (fp16_emulation's rewrite; none for int8);
+- session: an ONNX Runtime session on the prepared model;
+- run: one inference on the model's sample.
+
+``overhead`` is everything but the run; issue 34's targets: overhead at most the run on a
+recognizer-size model, an int8 candidate at most 3x an fp16 one.
+
+Usage: python benchmarks/candidate_cost.py [--candidates 5] [--size 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+import numpy as np
+import onnx
+from _common import MODELS, print_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
+from runner.graph.activations import session_for  # noqa: E402
+from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
+from runner.graph.qdq import quantized_nodes  # noqa: E402
+from runner.graph.quantize import Quantizer, QuantOptions, calibrate, prepare_int8  # noqa: E402
+from runner.graph.validate import Validator  # noqa: E402
+
+
+def _timed(fn: Callable[[], object]) -> tuple:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def _measure(
+    label: str,
+    build: Callable[[Sequence[str]], onnx.ModelProto],
+    names: List[str],
+    validator: Validator,
+    feeds: Dict[str, np.ndarray],
+    emulate: bool,
+    count: int,
+) -> Dict[str, object]:
+    rng = random.Random(0)
+    times: Dict[str, List[float]] = {k: [] for k in ("build", "validate", "prepare", "session", "run")}
+    for _ in range(count):
+        kept = rng.sample(names, len(names) // 2)
+        model, t = _timed(lambda kept=kept: build(kept))
+        times["build"].append(t)
+        _, t = _timed(lambda model=model: validator.check(model, "benchmark"))
+        times["validate"].append(t)
+        if emulate:
+            backend = EmulationBackend()
+            (prepared, _, _), t = _timed(lambda model=model, backend=backend: backend.prepare(model, None))
+        else:
+            prepared, t = model, 0.0
+        times["prepare"].append(t)
+        sess, t = _timed(lambda prepared=prepared: session_for(prepared))
+        times["session"].append(t)
+        fed = {i.name: feeds[i.name] for i in sess.get_inputs()}
+        _, t = _timed(lambda sess=sess, fed=fed: sess.run(None, fed))
+        times["run"].append(t)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    overhead = sum(v for k, v in median.items() if k != "run")
+    return {
+        "candidate": label,
+        **{k: f"{v:.3f}" for k, v in median.items()},
+        "overhead": f"{overhead:.3f}",
+        "total": f"{overhead + median['run']:.3f}",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", type=int, default=5)
+    parser.add_argument("--size", type=int, default=96, help="the detector's input side (pixels)")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    detector = onnx.load(str(MODELS / "ch_PP-OCRv4_det_infer.onnx"))
+    pixels = {"x": (rng.random((1, 3, args.size, args.size)) * 255).astype(np.float32)}
+
+    fp16 = prepare(detector, "float16")
+    names = [fp16.graph.node[i].name for i in float_nodes(fp16)]
+    converter = Converter(fp16, "float16")
+    rows.append(_measure("detector fp16", converter.convert, names, Validator(fp16), pixels, True, args.candidates))
+
+    int8 = prepare_int8(detector)
+    samples = [{"x": (rng.random((1, 3, args.size, args.size))).astype(np.float32)} for _ in range(4)]
+    options = QuantOptions()
+    quantizer = Quantizer(int8, calibrate(int8, samples, options), options)
+    quantized = sorted(quantized_nodes(quantizer.convert([])))
+    rows.append(
+        _measure("detector int8", quantizer.convert, quantized, Validator(int8), samples[0], False, args.candidates)
+    )
+    print_rows("precision: seconds per candidate (median), by phase", rows)
+
+
+if __name__ == "__main__":
+    main()
