@@ -11,7 +11,8 @@ timed apart (median seconds per candidate):
 - run: one inference on the model's sample.
 
 ``overhead`` is everything but the run; issue 34's targets: overhead at most the run on a
-recognizer-size model, an int8 candidate at most 3x an fp16 one.
+recognizer-size model, an int8 candidate at most 3x an fp16 one. Models: the detector (fp16; int8
+in both placements), and a Llama-style decoder of 8 blocks of width 1024 (222 MB).
 
 Usage: python benchmarks/candidate_cost.py [--candidates 5] [--size 96]
 """
@@ -28,6 +29,7 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from _common import MODELS, print_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +39,9 @@ from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
 from runner.graph.activations import session_for  # noqa: E402
 from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
-from runner.graph.quantize import Quantizer, QuantOptions, calibrate, prepare_int8  # noqa: E402
+from runner.graph.quantize import PLACEMENTS, QuantOptions, calibrate, make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.validate import Validator  # noqa: E402
+from tests.helpers.graphs import rmsnorm_decoder  # noqa: E402
 
 
 def _timed(fn: Callable[[], object]) -> tuple:
@@ -70,7 +73,9 @@ def _measure(
         else:
             prepared, t = model, 0.0
         times["prepare"].append(t)
-        sess, t = _timed(lambda prepared=prepared: session_for(prepared))
+        # the sessions the checker's backends make: fp16_emulation's unoptimized, onnxruntime's "all"
+        level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if emulate else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess, t = _timed(lambda prepared=prepared, level=level: session_for(prepared, level=level))
         times["session"].append(t)
         fed = {i.name: feeds[i.name] for i in sess.get_inputs()}
         _, t = _timed(lambda sess=sess, fed=fed: sess.run(None, fed))
@@ -102,12 +107,19 @@ def main() -> None:
 
     int8 = prepare_int8(detector)
     samples = [{"x": (rng.random((1, 3, args.size, args.size))).astype(np.float32)} for _ in range(4)]
-    options = QuantOptions()
-    quantizer = Quantizer(int8, calibrate(int8, samples, options), options)
-    quantized = sorted(quantized_nodes(quantizer.convert([])))
-    rows.append(
-        _measure("detector int8", quantizer.convert, quantized, Validator(int8), samples[0], False, args.candidates)
-    )
+    calibration = calibrate(int8, samples, QuantOptions())
+    for placement in PLACEMENTS:
+        options = QuantOptions(placement=placement)
+        quantizer = make_quantizer(int8, calibration, options)
+        quantized = sorted(quantized_nodes(quantizer.convert([])))
+        label = f"detector int8 ({placement} placement)"
+        rows.append(_measure(label, quantizer.convert, quantized, Validator(int8), samples[0], False, args.candidates))
+
+    decoder, _, ids = rmsnorm_decoder(layers=8, dim=1024, vocab=2048, seq=16)
+    big = prepare(decoder, "float16")
+    names = [big.graph.node[i].name for i in float_nodes(big)]
+    label = f"decoder fp16 ({big.ByteSize() / 2**20:.0f} MB)"
+    rows.append(_measure(label, Converter(big, "float16").convert, names, Validator(big), {"ids": ids}, True, 3))
     print_rows("precision: seconds per candidate (median), by phase", rows)
 
 

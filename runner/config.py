@@ -249,11 +249,12 @@ class CalibrationConf:
 
 @dataclass
 class QuantizationConf:
-    """``quantization.*``: how int8 QDQ candidates are made (ONNX Runtime's QDQ quantizer)."""
+    """``quantization.*``: how int8 QDQ candidates are made (``runner.graph.quantize``)."""
 
     per_channel: bool = True  # one scale per output channel of each weight
     symmetric_activations: bool = True  # int8, zero point 0 (TensorRT's int8); false: uint8 with zero points
     op_types_to_quantize: List[str] = field(default_factory=list)  # empty: every op type the quantizer handles
+    placement: str = "tensorrt"  # tensorrt: Q/DQ where TensorRT fuses them; onnxruntime: ORT's CPU placement
 
 
 @dataclass

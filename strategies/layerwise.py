@@ -38,7 +38,7 @@ from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
-from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
+from runner.graph.quantize import Calibration, QuantOptions, calibrate, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
@@ -186,7 +186,7 @@ class LayerwiseStrategy(Strategy):
             log.info(
                 "The target is the model quantized to int8 QDQ (the run's calibration), as mode=precision builds it"
             )
-            return reference, model, Quantizer(model, self.calibration, self.quant).convert([])
+            return reference, model, make_quantizer(model, self.calibration, self.quant).convert([])
         if low is not None and not is_quantized(low) and not has_low_precision(model):
             log.info("The target holds no %s tensors: it runs converted to %s, as TensorRT's --fp16 would", low, low)
             target = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the model")

@@ -37,7 +37,7 @@ from runner.graph.load import fingerprint
 from runner.graph.precisions import is_quantized
 from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_nodes
-from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, prepare_int8
+from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import Validator
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
@@ -280,7 +280,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
             )
         model = prepare_int8(ctx.model)
-        quantizer = Quantizer(model, calibrate(model, ctx.samples, options), options)
+        quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
         quantized = quantized_nodes(quantizer.convert([]))
         layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
         if not layers:

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 INT8_OPSET = 13
 #: the calibration methods, by config name
 METHODS = ("minmax", "entropy", "percentile")
+#: where Q/DQ go: as TensorRT fuses them (``runner.graph.placement``), or ONNX Runtime's CPU placement
+PLACEMENTS = ("tensorrt", "onnxruntime")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class QuantOptions:
             uint8 with a zero point (ONNX Runtime's CPU default).
         op_types_to_quantize: only nodes of these op types are quantized; empty: every op type
             ONNX Runtime's QDQ quantizer handles.
+        placement: "tensorrt" (Q/DQ where TensorRT fuses them, ``runner.graph.placement``) or
+            "onnxruntime" (ONNX Runtime's ``QDQQuantizer``, every removable activation kept).
     """
 
     method: str = "minmax"
@@ -66,6 +70,7 @@ class QuantOptions:
     per_channel: bool = True
     symmetric_activations: bool = True
     op_types_to_quantize: Tuple[str, ...] = field(default_factory=tuple)
+    placement: str = "tensorrt"
 
     @classmethod
     def from_config(
@@ -87,6 +92,18 @@ class QuantOptions:
         percentile = float(cal.get("percentile", 99.999))
         if not 0 < percentile <= 100:
             raise ConfigError(f"calibration.percentile={percentile}: give a percentile in (0, 100], e.g. 99.999")
+        placement = str(qua.get("placement", "tensorrt"))
+        if placement not in PLACEMENTS:
+            raise ConfigError(
+                f"quantization.placement={placement}: use tensorrt (Q/DQ where TensorRT fuses them) or onnxruntime "
+                "(ONNX Runtime's CPU placement)"
+            )
+        symmetric = bool(qua.get("symmetric_activations", True))
+        if placement == "tensorrt" and not symmetric:
+            raise ConfigError(
+                "quantization.symmetric_activations=false makes uint8 activations with zero points, which TensorRT "
+                "does not take: use quantization.placement=onnxruntime with it"
+            )
         ops = tuple(str(o) for o in (qua.get("op_types_to_quantize") or ()))
         unknown = sorted(set(ops) - set(quantizable_op_types()))
         if unknown:
@@ -99,8 +116,9 @@ class QuantOptions:
             None if samples is None else int(samples),
             percentile,
             bool(qua.get("per_channel", True)),
-            bool(qua.get("symmetric_activations", True)),
+            symmetric,
             ops,
+            placement,
         )
 
     def op_types(self) -> List[str]:
@@ -274,8 +292,22 @@ def calibrate(
     return cal
 
 
+def make_quantizer(model: onnx.ModelProto, calibration: Calibration, options: QuantOptions) -> Any:
+    """The candidate builder ``options.placement`` names: ``runner.graph.placement.PlacedQuantizer``
+    (tensorrt) or ``Quantizer`` (onnxruntime); both have ``convert(kept)``, ``calibration``, ``model``.
+
+    Raises:
+        ModelError: shape inference fails on the model.
+    """
+    if options.placement == "tensorrt":
+        from runner.graph.placement import PlacedQuantizer
+
+        return PlacedQuantizer(model, calibration, options)
+    return Quantizer(model, calibration, options)
+
+
 class Quantizer:
-    """Builds QDQ candidates of one model from one calibration.
+    """Builds QDQ candidates of one model from one calibration, as ONNX Runtime's quantizer places them.
 
     Args:
         model: the fp32 model, opset 13+, nodes named, Constant nodes as initializers.

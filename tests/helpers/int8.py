@@ -52,6 +52,32 @@ def outlier_model(opset: int = 11) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def conv_outlier_model() -> onnx.ModelProto:
+    """The outlier for TensorRT's placement, where pointwise nodes are not quantized: ``x -> conv1 (8
+    channels, one biased by 1000) -> t -> conv2 (1x1: the outlier channel times 0.001, the others
+    times 10) -> y``. conv2 reads ``t`` through one per-tensor scale set by the outlier (a step of
+    about 8), which rounds the other channels to 0 or 8: the one node to keep is ``conv2``. Opset 13."""
+    rng = np.random.default_rng(1)
+    w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    b1 = np.zeros(8, np.float32)
+    b1[0] = 1000.0
+    w2 = (rng.standard_normal((8, 8, 1, 1)) * 10).astype(np.float32)
+    w2[:, 0] = 0.001
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["t"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["t", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_outlier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def integer_model() -> onnx.ModelProto:
     """A model with no float tensor: int64 Add."""
     graph = helper.make_graph(

@@ -34,6 +34,7 @@ def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(r
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.05",
         "layerwise.plot=false",
+        "quantization.placement=onnxruntime",  # the CPU placement quantizes the Mul that reads the outlier
     )
     assert r.returncode == 0, r.stderr[-3000:]
     s = r.summary
@@ -48,6 +49,27 @@ def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(r
         pairs = list(csv.DictReader(f))
     assert {p["tensor"] for p in pairs} >= {"x", "t", "u", "w1", "s", "w2"}
     assert s["calibration"]["samples"] == 4 and s["target"] == "onnxruntime (int8)"
+
+
+def test_tensorrt_placement_names_the_conv_that_reads_the_outlier(run, tmp_path, int8_feeds):
+    """The default placement quantizes Conv inputs and weights only: the top introduced error is conv2's,
+    which reads the tensor whose outlier channel sets its one scale."""
+    from tests.helpers.int8 import conv_outlier_model
+
+    model = tmp_path / "conv_outlier.onnx"
+    onnx.save(conv_outlier_model(), model)
+    r = run(
+        "mode=layerwise",
+        f"model={model}",
+        "checker.low_precision=int8",
+        f"data_loader={int8_feeds}.pages",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+        "layerwise.plot=false",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.summary["top_introduced"][0]["node"] == "conv2"
+    assert r.summary["quantization"]["worst_activations"][0]["tensor"] == "t"
 
 
 def test_a_qdq_model_needs_its_float_original(run, tmp_path, int8_feeds):
@@ -118,6 +140,7 @@ def test_detector_layerwise_names_the_node_the_precision_search_keeps(run, tmp_p
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.3",
         "layerwise.plot=false",
+        "quantization.placement=onnxruntime",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     s = r.summary

@@ -13,6 +13,8 @@ from tests.helpers.int8 import integer_model, outlier_model
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
 
 CHECK = ["checker=compare", "checker.check_error_stat=rel_l2", "checker.rtol=0.05"]
+#: ONNX Runtime's CPU placement, which quantizes the outlier model's Mul (TensorRT's leaves it float)
+ORT = "quantization.placement=onnxruntime"
 
 
 @pytest.fixture
@@ -33,6 +35,7 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
         f"model={model}",
         f"data_loader={int8_feeds}.pages",
         f"output={out}",
+        ORT,
         *CHECK,
     )
     assert r.returncode == 0, r.stderr[-2000:]
@@ -49,6 +52,33 @@ def test_the_node_whose_input_rounding_breaks_the_output_is_kept(run, tmp_path, 
         None, {"x": np.ones((1, 3, 8, 8), np.float32)}
     )
     assert "opset was raised from 11 to 13" in r.stderr + r.stdout + (r.run_dir / "runner.log").read_text()
+
+
+@pytest.mark.parametrize("marker, direction", [("minimal", "forward"), ("bisect", "ranked")])
+def test_tensorrt_placement_keeps_the_conv_that_reads_the_outlier(run, tmp_path, int8_feeds, marker, direction):
+    """The default placement (TensorRT's): Q/DQ on Conv inputs and weights only; the Conv that reads a
+    tensor whose one outlier channel sets its scale is the node kept, and the answer keeps its input float."""
+    from tests.helpers.int8 import conv_outlier_model
+
+    model, out = tmp_path / "conv_outlier.onnx", tmp_path / "answer.onnx"
+    onnx.save(conv_outlier_model(), model)
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        f"marker={marker}",
+        f"direction={direction}",
+        f"model={model}",
+        f"data_loader={int8_feeds}.pages",
+        f"output={out}",
+        *CHECK,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["kept_nodes"]] == ["conv2"]
+    assert r.summary["answer_verified"]["check_passed"] is True
+    written = onnx.load(str(out))
+    assert quantized_nodes(written) == {"conv1"}
+    ops = [n.op_type for n in written.graph.node]
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 2  # x's pair and w1's weight DQ
 
 
 def test_calibration_runs_once_per_run(run, tmp_path, model, int8_feeds, monkeypatch):
@@ -69,6 +99,7 @@ def test_calibration_runs_once_per_run(run, tmp_path, model, int8_feeds, monkeyp
         "marker=bisect",
         f"model={model}",
         f"data_loader={int8_feeds}.pages",
+        ORT,
         *CHECK,
     )
     assert r.returncode == 0, r.stderr[-2000:]
@@ -87,6 +118,7 @@ def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, int8_fe
         "checker=compare",
         "checker.check_error_stat=rel_l2",
         "checker.rtol=2",
+        ORT,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["kept"] == 0 and r.summary["checks"] == 3
@@ -131,6 +163,34 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
 
 
 @pytest.mark.slow
+def test_detector_fully_quantized_as_tensorrt_places_it_passes_the_text_map_check(run, tmp_path):
+    """Issue 38: with Q/DQ where TensorRT fuses them (Conv/ConvTranspose inputs and weights, pools,
+    resizes, residual Adds), the fully quantized detector keeps the text map (IoU >= 0.9 on every page):
+    no node is kept, in three checks, and the answer is what TensorRT would build."""
+    from examples.text_pages import text_map_iou
+
+    model = need(DETECTOR)
+    out = tmp_path / "det_int8.onnx"
+    r = run(
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        "data_loader=examples.text_pages.detector_pages",
+        "checker=python",
+        "checker.target=examples.text_pages.text_map_iou",
+        f"checker.args=[{model}]",
+        f"output={out}",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["kept"] == 0 and r.summary["checks"] == 3
+    assert text_map_iou(str(out), str(model))
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    # NVIDIA ModelOpt 0.47 (quantize_mode=int8) quantizes the same 146 nodes' inputs: 204 Q/DQ, 64 of them weights
+    assert ops.count("DequantizeLinear") == 204 and ops.count("QuantizeLinear") == 140
+
+
+@pytest.mark.slow
 def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_path):
     """The detector on rendered pages: fully quantized, the text map overlaps fp32's by less than IoU 0.9; the
     minimal marker keeps a 1-minimal set, and the QDQ model written passes the check as written."""
@@ -148,6 +208,7 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
         "checker.target=examples.text_pages.text_map_iou",
         f"checker.args=[{model}]",
         f"output={out}",
+        ORT,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     s = r.summary
@@ -166,6 +227,7 @@ def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, int8_feeds
         "marker=minimal",
         f"model={model}",
         f"data_loader={int8_feeds}.pages",
+        ORT,
     ]
     serial = run(*base, *CHECK)
     parallel = run(*base, *CHECK, "executor=local", "executor.workers=2")
