@@ -15,14 +15,17 @@ line's answer. Keys are the command line's, as keyword arguments: flat ones as t
 (``marker="minimal"``, ``min_good="good.onnx"``), groups as dicts (``checker={"rtol": 0.05}``,
 ``executor={"workers": 4}``) or dotted strings in ``overrides``. The check is a command line
 (``"python check.py {artifact}"``), the name of a checker (``"compare"``, ``"interactive"``), or a
-Python callable ``fn(artifact_path) -> bool`` (True: the candidate passes), run in this process.
+Python callable ``fn(artifact_path) -> bool`` (True: the candidate passes), run in this process
+(or, with ``checker={"isolate": True}``, in a child process it is sent to) and known by a digest
+of its code and closure (``runner.callables``), so a replay made by another function is refused.
+
+Errors: a run that starts returns a ``Result`` whatever happens (``ok`` False, ``status`` the
+one-line error, ``exit_code`` as the command line's); keys, values or a ``run_dir`` that cannot
+start a run raise ``ApiError``. Nothing else is raised but ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -32,14 +35,17 @@ Check = Union[str, Callable[[str], bool], None]
 #: checker groups a check may name instead of a command
 CHECKERS = ("compare", "interactive", "command", "python")
 
-_callables: Dict[str, Callable[[str], bool]] = {}
-_ids = itertools.count()
-_lock = threading.Lock()
+
+class ApiError(ValueError):
+    """A call that cannot start a run: a key no schema knows, a value of the wrong type or with no
+    config form, or a ``run_dir`` that is not a directory. The message is one line naming the fix."""
 
 
 def call_registered(artifact: str, key: str) -> bool:
-    """The python checker's target for a callable given to this API (``checker.args=[key]``)."""
-    return bool(_callables[key](artifact))
+    """The target older runs' configs name for an API callable; ``runner.callables.call``."""
+    from runner.callables import call
+
+    return call(artifact, key)
 
 
 @dataclass(frozen=True)
@@ -109,23 +115,29 @@ def overrides_of(options: Mapping[str, Any], prefix: str = "") -> List[str]:
     return out
 
 
-def _check_overrides(check: Check) -> List[str]:
+def _check_overrides(check: Check, registered: List[str]) -> List[str]:
     if check is None:
         return []
     if callable(check):
-        with _lock:
-            key = f"fn{next(_ids)}"
-            _callables[key] = check
-        return ["checker=python", "checker.target=runner.api.call_registered", f"checker.args=[{key}]"]
+        from runner.callables import TARGET, register
+
+        key = register(check)
+        registered.append(key)
+        return ["checker=python", f"checker.target={TARGET}", f"checker.args=[{key}]"]
     if check in CHECKERS:
         return [f"checker={check}"]
     return ["checker=command", f"checker.cmd={_value(check)}"]
 
 
-def run_composed(cfg: Any, directory: Path) -> int:
+def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]] = None) -> int:
     """Run a config composed with Hydra's compose API (``return_hydra_config=True``) in ``directory``,
     as Hydra's ``run_job`` would: the run directory made and set in Hydra's runtime, the task config
     without its ``hydra`` section given to ``runner.app.run``.
+
+    Args:
+        cfg: the composed config.
+        directory: the run directory (made if missing).
+        summary_out: filled with the run's summary (``runner.app.run``).
 
     Returns:
         The run's exit code.
@@ -143,7 +155,7 @@ def run_composed(cfg: Any, directory: Path) -> int:
     task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     HydraConfig.instance().set_config(cfg)
     try:
-        return run(task)
+        return run(task, summary_out)
     finally:
         HydraConfig.instance().cfg = None  # type: ignore[assignment]
 
@@ -160,41 +172,56 @@ def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, 
 
     Returns:
         The finished run; errors a user can fix are in ``exit_code`` and ``summary["status"]``, as on
-        the command line (nothing is raised for them).
+        the command line (nothing is raised for them). ``summary`` is this call's own, never that
+        of an earlier run in ``run_dir`` (a call refused there has ``ok`` False and the refusal as
+        its status).
 
     Raises:
-        hydra.errors.ConfigCompositionException: a key no schema knows or a value of the wrong type
-            (the command line exits 1 for these).
-        TypeError: an option value with no config form.
+        ApiError: a key no schema knows, a value of the wrong type or with no config form (the
+            command line exits 1 for these), or a ``run_dir`` that exists and is no directory.
     """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from omegaconf import OmegaConf
 
     import conf
+    from runner.callables import release
     from runner.config import register_configs
 
     run_dir = options.pop("run_dir", None)
     extra = list(options.pop("overrides", []))
-    overrides = [f"mode={mode}", *_check_overrides(check), *overrides_of(options), *extra]
-    if model is not None:
-        overrides.append(f"model={_value(str(model))}")
-    register_configs()
-    if run_dir is not None:
-        overrides.append(f"hydra.run.dir={_value(str(Path(run_dir).absolute()))}")
-    config_dir = str(Path(conf.__file__).resolve().parent)
-    caller = get_gh_backup()  # a program (or test) that initialized Hydra itself gets its state back
-    GlobalHydra.instance().clear()
+    if run_dir is not None and Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise ApiError(f"run_dir={run_dir} is a file, not a directory; name a new or existing directory")
+    registered: List[str] = []
     try:
-        with initialize_config_dir(config_dir=config_dir, version_base=None, job_name="runner"):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
-            directory = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
-            code = run_composed(cfg, directory)
+        try:
+            overrides = [f"mode={mode}", *_check_overrides(check, registered), *overrides_of(options), *extra]
+        except TypeError as e:
+            raise ApiError(str(e)) from None
+        if model is not None:
+            overrides.append(f"model={_value(str(model))}")
+        register_configs()
+        if run_dir is not None:
+            overrides.append(f"hydra.run.dir={_value(str(Path(run_dir).absolute()))}")
+        config_dir = str(Path(conf.__file__).resolve().parent)
+        caller = get_gh_backup()  # a program (or test) that initialized Hydra itself gets its state back
+        GlobalHydra.instance().clear()
+        summary: Dict[str, Any] = {}
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base=None, job_name="runner"):
+                try:
+                    cfg = compose("config", overrides=overrides, return_hydra_config=True)
+                except HydraException as e:
+                    raise ApiError(" ".join(str(e).split())) from None
+                directory = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
+                code = run_composed(cfg, directory, summary)
+        finally:
+            restore_gh_from_backup(caller)
     finally:
-        restore_gh_from_backup(caller)
-    summary_path = directory / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        for key in registered:
+            release(key)
     return Result(code, directory, summary)
 
 

@@ -25,9 +25,14 @@ log = logging.getLogger("runner")
 
 
 def _say(text: str) -> None:
-    """Print to stderr (unless ``silent=true``); a closed terminal (SIGHUP) or pipe must not turn into a
-    second error."""
+    """Print to stderr (unless ``silent=true``), and write the line to the log files (``runner.log``
+    holds every line a run prints); a closed terminal (SIGHUP) or pipe must not turn into a second error."""
     console.error(text)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            with contextlib.suppress(Exception):
+                handler.handle(record)
 
 
 def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> str:
@@ -44,11 +49,13 @@ def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> st
     return f" (saved as {path})"
 
 
-def run(cfg: DictConfig) -> int:
+def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
     """Run one job described by ``cfg``; never raises for user errors.
 
     Args:
         cfg: the composed Hydra config (see ``runner.config.RunConfig``).
+        summary_out: filled with this run's summary (also when it is not written: a run refused
+            because its directory holds another run's never writes there).
 
     Returns:
         The process exit code: 0 when the run finished, 2 for a user error or a check that never
@@ -109,6 +116,8 @@ def run(cfg: DictConfig) -> int:
                     _say(f"error: cannot write summary={state.summary_path} ({e.strerror}); choose a writable path")
                     code = code or 2
             # leaving the block releases the output plan's reservations, then the run directory's lock
+    if summary_out is not None:
+        summary_out.update(summary)
     if code == 0:
         console.result(lambda: _print_quietly(summary))
     console.restore()

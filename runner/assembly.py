@@ -85,10 +85,19 @@ OUTPUT_OPTIONS = (
 def _build_checker(cfg: DictConfig) -> Checker:
     node = cfg.checker
     isolate = bool(node.get("isolate", False))
-    if "isolate" in node:  # the run's option, not the checker's
+    timeout_s = None
+    if "isolate" in node:  # the run's options, not the checker's
         options = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
         assert isinstance(options, dict)
         options.pop("isolate")
+        timeout_s = options.pop("timeout_s", None)
+        if timeout_s is not None and not isolate:
+            raise ConfigError(
+                "checker.timeout_s stops a check in its own process: set checker.isolate=true with it (an in-process "
+                "check cannot be stopped)"
+            )
+        if timeout_s is not None and float(timeout_s) <= 0:
+            raise ConfigError(f"checker.timeout_s={timeout_s}: give a number of seconds above 0")
         node = OmegaConf.create(options)
     try:
         checker = instantiate(node)
@@ -102,7 +111,7 @@ def _build_checker(cfg: DictConfig) -> Checker:
     if isolate:
         from runner.checkers.isolated import IsolatedChecker
 
-        return IsolatedChecker(checker)
+        return IsolatedChecker(checker, None if timeout_s is None else float(timeout_s))
     return checker
 
 

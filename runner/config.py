@@ -117,6 +117,8 @@ class PythonCheckerConf:
     target: str = MISSING
     args: List[str] = field(default_factory=list)
     isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
+    timeout_s: Optional[float] = None  # with isolate: a check past this many seconds is killed and fails
+    on_error: OnError = OnError["stop"]  # the function raises or calls sys.exit: stop (one-line error), fail or pass
 
 
 @dataclass
@@ -133,6 +135,7 @@ class CompareCheckerConf:
     error_quantile: float = 0.5
     on_error: OnError = OnError["fail"]  # a candidate the backend cannot run: fail, pass or stop
     isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
+    timeout_s: Optional[float] = None  # with isolate: a check past this many seconds is killed and fails
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: GraphOptimization = GraphOptimization.all

@@ -14,10 +14,15 @@ model once per check.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
+import os
+import pickle
 import signal
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -27,7 +32,7 @@ import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.errors import CheckError
+from runner.errors import CheckError, first_line
 from runner.executors.slot import Slot
 
 if TYPE_CHECKING:
@@ -36,12 +41,45 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CHECKER: Optional[Checker] = None
+#: how often (seconds) the child looks whether the runner is still its parent
+WATCH_S = 0.5
 
 
-def _adopt(checker: Checker) -> None:
-    """The child's initializer: keep the bound checker for every task."""
+def _adopt(checker: bytes, parent: int) -> None:
+    """The child's initializer: keep the bound checker (pickled, by value where cloudpickle is there),
+    and end this process when the runner ``parent`` is gone (even after ``kill -9``: a watch thread
+    sees the parent change)."""
     global _CHECKER
-    _CHECKER = checker
+    _CHECKER = pickle.loads(checker)
+    threading.Thread(target=_watch, args=(parent,), name="isolated-check-watch", daemon=True).start()
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    os._exit(1)
+
+
+def _pickled(checker: Checker) -> bytes:
+    """``checker`` pickled for the child: by reference where pickle can, else by value with cloudpickle
+    (an API check defined in a function or a lambda).
+
+    Raises:
+        CheckError: it does not pickle.
+    """
+    try:
+        return pickle.dumps(checker)
+    except Exception as e:
+        plain = first_line(e)
+    try:
+        import cloudpickle
+
+        return bytes(cloudpickle.dumps(checker))
+    except ImportError:
+        why = f"{plain}; pip install cloudpickle to send functions defined in a function, or define it in a module"
+    except Exception as e:
+        why = first_line(e)
+    raise CheckError(f"checker.isolate=true cannot send the check to a child process ({why})")
 
 
 @dataclasses.dataclass
@@ -64,14 +102,20 @@ class IsolatedChecker(Checker):
 
     Args:
         inner: an in-process checker (python or compare), not bound yet.
+        timeout_s: seconds a check may take; past them the child is killed and the candidate counts
+            as a failure (``details["timeout"]``), as a check command past ``checker.timeout_s`` does.
+
+    The child ends with the runner: Ctrl-C, SIGTERM or SIGHUP in the runner kill it before the
+    run ends, and a runner killed outright leaves it to end itself within ``WATCH_S``.
 
     Raises:
         CheckError: from ``check``, when the child cannot be started or the checker cannot be sent
             to it (it does not pickle).
     """
 
-    def __init__(self, inner: Checker):
+    def __init__(self, inner: Checker, timeout_s: Optional[float] = None):
         self.inner = inner
+        self.timeout_s = timeout_s
         self.uses_payload = inner.uses_payload
         self.concurrent = inner.concurrent
         self._pool: Optional[ProcessPoolExecutor] = None
@@ -91,7 +135,9 @@ class IsolatedChecker(Checker):
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(1, mp_context=context, initializer=_adopt, initargs=(self.inner,))
+            self._pool = ProcessPoolExecutor(
+                1, mp_context=context, initializer=_adopt, initargs=(_pickled(self.inner), os.getpid())
+            )
         return self._pool
 
     def check(
@@ -107,15 +153,33 @@ class IsolatedChecker(Checker):
             pool = self._started()
             future = pool.submit(_check, artifact, iteration, sent)
             self._children = list(getattr(pool, "_processes", {}).values())  # started by submit
-            return future.result()
-        except BrokenProcessPool:
-            code = self._reap()
-            how = _how(code)
-            log.warning("Iteration %d: the check's process died (%s); counted as a crash", iteration, how)
-            return Verdict(False, reason=f"the check crashed its process ({how})", details={"crash": True})
-        except (TypeError, AttributeError, ValueError) as e:  # pickling the checker or the candidate
+            return future.result(timeout=self.timeout_s)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:  # the candidate does not pickle
             self._reap()
             raise CheckError(f"checker.isolate=true cannot send the check to a child process ({e})") from None
+        except TimeoutError:
+            self._kill()
+            log.warning("Iteration %d: the check took over %s s; its process was killed", iteration, self.timeout_s)
+            return Verdict(False, reason=f"timeout after {self.timeout_s} s", details={"timeout": True})
+        except BaseException as e:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):  # a signal: the child dies with the run
+                self._kill()
+            if not isinstance(e, BrokenProcessPool):
+                raise
+            return self._crashed(iteration)
+
+    def _crashed(self, iteration: int) -> Verdict:
+        code = self._reap()
+        how = _how(code)
+        log.warning("Iteration %d: the check's process died (%s); counted as a crash", iteration, how)
+        return Verdict(False, reason=f"the check crashed its process ({how})", details={"crash": True})
+
+    def _kill(self) -> None:
+        """Kill the child at once (a hanging check, a signal) and drop the pool."""
+        for child in self._children:
+            with contextlib.suppress(Exception):
+                child.kill()
+        self._reap()
 
     def _reap(self) -> Optional[int]:
         """Shut a broken pool down; the exit code of its child, when known."""
@@ -128,10 +192,13 @@ class IsolatedChecker(Checker):
         return next((c.exitcode for c in self._children if c.exitcode is not None), None)
 
     def close(self) -> None:
-        """Stop the child, then close the inner checker."""
+        """Stop the child (killed if a check still runs), then close the inner checker."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            if any(c.is_alive() for c in self._children) and getattr(self._pool, "_pending_work_items", None):
+                self._kill()
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
         self.inner.close()
 
 

@@ -4,52 +4,100 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hydra.utils import get_method
 
+from runner.callables import TARGET, lookup
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.errors import CheckStartError
+from runner.errors import CheckError, CheckStartError, ConfigError, first_line
 from runner.executors.slot import Slot
 
 log = logging.getLogger(__name__)
+
+#: targets that name a callable registered by the API (``runner.callables``; the second, older configs')
+REGISTERED = (TARGET, "runner.api.call_registered")
 
 
 class PythonChecker(Checker):
     """Calls ``target(artifact_path: str, *args) -> bool``; True means the iteration passed.
 
-    An exception raised by the function counts as a failure of the candidate (as a crashing
-    check command does) and its message becomes the verdict's reason.
+    A function that raises or calls ``sys.exit`` has not judged the candidate: that is an error of
+    the check, never a verdict (a check that raised on candidates missing one node once made such
+    a node look needed). ``on_error`` says what happens: ``stop`` (the default) ends the run with a
+    one-line error naming the exception; ``fail``/``pass`` count the candidate so, apart from real
+    verdicts (``errors`` in ``summary.json``).
 
     Args:
         target: dotted path of the function, e.g. ``mypkg.checks.no_nan``.
         args: extra string arguments passed after the path (``checker.args=[a,b]``), so one
             function serves several checks.
+        on_error: "stop", "fail" or "pass".
 
     Raises:
         CheckStartError: when ``target`` cannot be imported or is not callable.
+        ConfigError: an unknown ``on_error``.
     """
 
-    def __init__(self, target: str, args: Sequence[str] = ()):
-        try:
-            self.fn = get_method(target)
-        except Exception as e:  # hydra wraps import errors in ImportError/ValueError
-            raise CheckStartError(
-                f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH"
-            ) from None
+    def __init__(self, target: str, args: Sequence[str] = (), on_error: Any = "stop"):
         self.target = target
         self.args = [str(a) for a in args]
+        self.fn: Callable[..., Any]
+        if target in REGISTERED and self.args:  # an API callable: the function itself, so it can go to a child
+            try:
+                self.fn, self.target, self.args = lookup(self.args[0]), self.args[0], self.args[1:]
+            except KeyError as e:
+                raise CheckStartError(first_line(e)) from None
+        else:
+            try:
+                self.fn = get_method(target)
+            except Exception as e:  # hydra wraps import errors in ImportError/ValueError
+                raise CheckStartError(
+                    f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH"
+                ) from None
+        self.on_error = str(getattr(on_error, "value", on_error))
+        if self.on_error not in ("stop", "fail", "pass"):
+            raise ConfigError(f"checker.on_error={self.on_error}: use stop, fail or pass")
+        self._warned = False
 
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
     ) -> Verdict:
-        """Call the function once with the artifact's path as a string."""
+        """Call the function once with the artifact's path as a string.
+
+        Raises:
+            CheckError: the function raised or called ``sys.exit`` and ``on_error`` is "stop".
+        """
         try:
             ok = self.fn(str(artifact) if artifact is not None else None, *self.args)
         except KeyboardInterrupt:
             raise
+        except SystemExit as e:
+            return self._error(iteration, f"called sys.exit({e.code!r})")
         except Exception as e:
-            log.info("%s raised %s: %s", self.target, type(e).__name__, e)
-            return Verdict(False, reason=f"{type(e).__name__}: {e}")
+            return self._error(iteration, f"raised {type(e).__name__}: {first_line(e)}")
         return Verdict(bool(ok), reason=f"{self.target} returned {ok!r}")
+
+    def _error(self, iteration: int, what: str) -> Verdict:
+        """The function did not judge the candidate: stop, or a verdict counted apart as an error.
+
+        Raises:
+            CheckError: with ``on_error="stop"``.
+        """
+        if self.on_error == "stop":
+            raise CheckError(
+                f"{self.target} {what} on iteration {iteration}: a check that raises has not judged the candidate; "
+                "fix the function, or set checker.on_error=fail (or pass) to count such candidates so"
+            )
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "Iteration %d: %s %s; counted as %s (checker.on_error=%s), and apart as errors in the summary",
+                iteration,
+                self.target,
+                what,
+                "a pass" if self.on_error == "pass" else "a failure",
+                self.on_error,
+            )
+        return Verdict(self.on_error == "pass", reason=f"{self.target} {what}", error=what)

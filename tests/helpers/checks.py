@@ -40,3 +40,28 @@ def dies(path: str) -> bool:
 
     os.kill(os.getpid(), signal.SIGKILL)
     return True
+
+
+def raises_without(path: str, guard: str, *names: str) -> bool:
+    """``lacks_nodes(names)``, but raises when the model lacks node ``guard``: a check with a bug of its own."""
+    held = {n.name for n in onnx.load(path, load_external_data=False).graph.node}
+    if guard not in held:
+        raise KeyError(f"no node {guard}")
+    return not all(name in held for name in names)
+
+
+def exits(path: str, code: str) -> bool:
+    """A check that calls ``sys.exit(code)`` instead of returning a verdict."""
+    import sys
+
+    sys.exit(int(code))
+
+
+def hangs(path: str, pidfile: str) -> bool:
+    """A check that writes its process id to ``pidfile`` and never returns (a hang in a backend)."""
+    import os
+
+    with open(pidfile, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)
+    return True

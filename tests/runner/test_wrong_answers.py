@@ -1,0 +1,137 @@
+"""Nothing silently wrong, round 3 (issue 39): a check that raises, exits or cannot judge is an error of the
+check, never a verdict."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from tests.helpers.cli import alive, one_line_error, start_process, wait_for
+from tests.helpers.models import ROOT
+
+
+def test_a_python_check_that_raises_stops_the_run_instead_of_giving_a_wrong_answer(run, chain):
+    """The check raises on candidates that lack n2 and fails while the model holds n5: counted as failures,
+    those raises made n2 look needed (the answer held a node the failure does not need)."""
+    check = ["checker=python", "checker.target=tests.helpers.checks.raises_without", "checker.args=[n2,n5]"]
+    r = run("mode=reduce", f"model={chain}", *check)
+    line = one_line_error(r, "raised KeyError", "has not judged the candidate", "checker.on_error", code=2)
+    assert "no node n2" in line
+    assert r.summary["status"] != "ok" and "answer" not in r.summary
+
+
+def test_on_error_fail_counts_the_raises_apart(run, chain):
+    check = ["checker=python", "checker.target=tests.helpers.checks.raises_without", "checker.args=[n2,n5]"]
+    r = run("mode=reduce", f"model={chain}", *check, "checker.on_error=fail")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["errors"] >= 1
+
+
+def test_a_python_check_that_calls_sys_exit_is_a_one_line_error(run, chain):
+    for code in ("0", "3"):
+        check = ["checker=python", "checker.target=tests.helpers.checks.exits", f"checker.args=[{code}]"]
+        r = run("mode=reduce", f"model={chain}", *check)
+        one_line_error(r, f"called sys.exit({int(code)})", code=2)
+
+
+def test_api_callables_are_known_by_what_they_compute_and_a_replay_of_another_is_refused(tmp_path, chain):
+    """Every process used to name its first function ``fn0``: a replay made by another function was reused
+    silently. Now the key digests the code and closure: equal for the same function in any process, refused
+    for another."""
+    import subprocess
+    import sys
+
+    from runner import api
+    from runner.callables import digest
+
+    def lacks(*names):
+        return lambda path: not all(n in {x.name for x in __import__("onnx").load(path).graph.node} for n in names)
+
+    assert digest(lacks("n3")) == digest(lacks("n3")) != digest(lacks("n5"))
+    here = digest(__import__("tests.helpers.checks", fromlist=["x"]).lacks_nodes)
+    code = (
+        "from runner.callables import digest; from tests.helpers.checks import lacks_nodes; print(digest(lacks_nodes))"
+    )
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert here == there
+
+    first = api.reduce(chain, lacks("n3"), run_dir=tmp_path / "first")
+    assert first.ok and [n["name"] for n in first.summary["reduced_nodes"]] == ["n3"]
+    other = api.reduce(
+        chain, lacks("n5"), run_dir=tmp_path / "other", replay={"load": str(first.run_dir / "replay.json")}
+    )
+    assert not other.ok and "replay" in other.status and "check" in other.status
+    same = api.reduce(
+        chain, lacks("n3"), run_dir=tmp_path / "same", replay={"load": str(first.run_dir / "replay.json")}
+    )
+    assert same.ok and same.summary["reused"] >= 1
+
+
+def test_a_refused_api_call_carries_its_refusal_not_the_previous_summary(tmp_path, chain):
+    import pytest
+
+    from runner import api
+
+    done = api.reduce(chain, "compare", run_dir=tmp_path / "run", checker={"atol": 0}, overrides=["val_range=[0,1]"])
+    again = api.reduce(chain, "compare", run_dir=tmp_path / "run", checker={"atol": 0}, overrides=["val_range=[0,1]"])
+    assert again.exit_code == 2 and not again.ok
+    assert again.status.startswith("error:") and again.summary != done.summary
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(api.ApiError, match="is a file"):
+        api.reduce(chain, "compare", run_dir=tmp_path / "file")
+    with pytest.raises(api.ApiError):
+        api.reduce(chain, "compare", no_such_key=1)
+
+
+def test_the_log_holds_the_final_error_line(run, chain):
+    check = ["checker=python", "checker.target=tests.helpers.checks.exits", "checker.args=[0]"]
+    r = run("mode=reduce", f"model={chain}", *check)
+    line = one_line_error(r, "sys.exit", code=2)
+    assert line in (r.run_dir / "runner.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_isolated_check_that_hangs_ends_with_the_runner(tmp_path, chain, how):
+    """Ctrl-C and SIGTERM used to do nothing while an isolated check hung (the runner waited for its child),
+    and kill -9 left the child running under PID 1."""
+    pidfile = tmp_path / "child.pid"
+    check = ["checker=python", "checker.target=tests.helpers.checks.hangs", f"checker.args=[{pidfile}]"]
+    proc = start_process(ROOT, "mode=reduce", f"model={chain}", *check, "checker.isolate=true", run_dir=tmp_path / "r")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", proc)
+    child = int(pidfile.read_text())
+    proc.send_signal(how)
+    proc.communicate(timeout=30)
+    if how != signal.SIGKILL:
+        assert proc.returncode == 128 + how
+    end = time.monotonic() + 10
+    while alive(child) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not alive(child), "the isolated check's process outlived the runner"
+
+
+@pytest.mark.slow
+def test_an_isolated_check_past_its_timeout_is_killed_and_fails(run, tmp_path, chain):
+    pidfile = tmp_path / "child.pid"
+    check = ["checker=python", "checker.target=tests.helpers.checks.hangs", f"checker.args=[{pidfile}]"]
+    r = run("mode=repeat", f"model={chain}", *check, "checker.isolate=true", "checker.timeout_s=1", "until=1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["bad"] == 1 and "timeout after 1.0 s" in json.dumps(r.replay)
+    assert not alive(int(pidfile.read_text()))
+    one_line_error(run("mode=reduce", f"model={chain}", *check, "checker.timeout_s=1"), "checker.isolate=true", code=2)
+
+
+@pytest.mark.slow
+def test_api_functions_run_under_isolation(tmp_path, chain):
+    """An API callable used to fail every isolated check with KeyError: 'fn0' (the child had no registry)."""
+    from runner import api
+
+    def lacks_n4(path):
+        return "n4" not in {n.name for n in __import__("onnx").load(path).graph.node}
+
+    result = api.reduce(chain, lacks_n4, checker={"isolate": True})
+    assert result.ok, result.status
+    assert [n["name"] for n in result.summary["reduced_nodes"]] == ["n4"]
