@@ -1,12 +1,14 @@
-"""Atomic JSON writes: a reader (or a crash) never sees a half-written file."""
+"""Atomic JSON and CSV writes: a reader (or a crash) never sees a half-written file."""
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 
 def _umask() -> int:
@@ -44,4 +46,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        raise
+
+
+def write_csv_atomic(path: Path, lines: Sequence[Sequence[Any]]) -> None:
+    """CSV ``lines`` to ``path``, atomically: written beside it and moved into place; a write that
+    fails (a full disk, a file-size limit) leaves neither a partial file nor the temporary one.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows(lines)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise

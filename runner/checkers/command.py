@@ -213,21 +213,52 @@ _REAPER = Path(__file__).with_name("reaper.py")
 
 
 #: programs whose ``-c`` argument is a shell script: paths substituted into it are quoted for the shell
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox", "fish", "csh", "tcsh"})
+#: programs that run the rest of their words as a command (after their own options, assignments and numbers)
+WRAPPERS = frozenset(
+    {"env", "nice", "timeout", "nohup", "stdbuf", "time", "command", "exec", "setsid", "ionice", "chrt", "taskset"}
+)
+
+
+def _shell_at(argv: List[str]) -> int:
+    """Where the shell program is in ``argv`` (``sh``, ``/usr/bin/env sh``, ``env -i A=1 bash``,
+    ``timeout 10 sh``, ``nice -n 5 sh``...), or -1 when the command is not run by a shell."""
+    i = 0
+    while i < len(argv):
+        name = Path(argv[i]).name
+        if name in SHELLS:
+            return i
+        if name not in WRAPPERS:
+            return -1
+        i += 1
+        while i < len(argv):  # the wrapper's own options, VAR=value assignments and numeric arguments
+            word = argv[i]
+            if word.startswith("-") or ("=" in word and not word.startswith("=")) or _is_number(word):
+                i += 1
+                continue
+            break
+    return -1
+
+
+def _is_number(word: str) -> bool:
+    """``10``, ``2.5``, ``30s``, ``0x3`` (a duration, niceness or CPU mask a wrapper takes)."""
+    return bool(word) and (word[0].isdigit() or word.startswith("0x"))
 
 
 def substitute(argv: List[str], artifact: str, worker: str) -> List[str]:
     """``argv`` with ``{artifact}`` and ``{worker}`` filled in. The command runs without a shell, so a
-    path goes in as it is, except into the script of ``sh -c SCRIPT`` (or bash, zsh, ...), where it
-    is quoted (``shlex.quote``): a folder named ``$(rm -rf ~)`` stays a name there too.
+    path goes in as it is, except into the script of ``sh -c SCRIPT`` (or bash, zsh, ..., with any
+    flags, also behind ``env``, ``/usr/bin/env``, ``timeout``, ``nice`` and the like), where it is
+    quoted (``shlex.quote``): a folder named ``$(rm -rf ~)`` stays a name there too.
 
     Args:
         argv: the command's words (``shlex.split`` of ``checker.cmd``).
         artifact: the iteration artifact's path. worker: the worker slot's number.
     """
     script_at = -1
-    if argv and Path(argv[0]).name in SHELLS:
-        for i, word in enumerate(argv[1:-1], start=1):
+    shell = _shell_at(argv)
+    if shell >= 0:
+        for i, word in enumerate(argv[shell + 1 : -1], start=shell + 1):
             if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
                 script_at = i + 1
                 break

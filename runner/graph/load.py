@@ -90,10 +90,27 @@ def as_file(model: onnx.ModelProto) -> Iterator[Path]:
     For tools that take a path when the model is too large to pass as one protobuf string.
 
     Raises:
-        ArtifactError: when the temporary file cannot be written.
+        ArtifactError: when the temporary file cannot be written (the message names ``TMPDIR``, the
+            setting that moves it).
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        yield save_model(model, Path(tmp) / "model.onnx", external_data=True)
+    try:
+        tmp = tempfile.mkdtemp()
+    except OSError as e:
+        raise ArtifactError(
+            f"cannot make a temporary directory in {tempfile.gettempdir()} ({e.strerror}): set TMPDIR to a writable "
+            "directory with room for a copy of the model"
+        ) from None
+    try:
+        try:
+            path = save_model(model, Path(tmp) / "model.onnx", external_data=True)
+        except ArtifactError as e:
+            raise ArtifactError(
+                f"cannot write a temporary copy of the model in {tmp} ({str(e).split('(')[-1].rstrip(')')}): "
+                "set TMPDIR to a directory with room for it"
+            ) from None
+        yield path
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def save_model(

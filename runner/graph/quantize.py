@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from runner.errors import ConfigError, ModelError, first_line
+from runner.errors import ArtifactError, ConfigError, ModelError, first_line
 from runner.graph.convert import raise_opset
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import outer_reads
@@ -224,6 +224,14 @@ def check_samples(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndar
                 f"calibration sample {k} gives {sorted(feeds)} but the model takes {names}; "
                 "name each sample's arrays after the model's inputs"
             )
+        for name, value in feeds.items():
+            array = np.asarray(value)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                bad = int(array.size - np.isfinite(array).sum())
+                raise ConfigError(
+                    f"calibration sample {k}'s input {name} holds {bad} NaN/Inf of {array.size} values: activation "
+                    "ranges cannot be calibrated on them; give finite samples (inputs= or data_loader=)"
+                )
 
 
 def calibrate(
@@ -273,6 +281,11 @@ def calibrate(
             raise
         except Exception as e:  # onnxruntime raises Fail/InvalidArgument/ValueError from its calibrators
             first = first_line(e)
+            if isinstance(e, OSError) or any(w in first.lower() for w in ("write", "no space", "too large")):
+                raise ArtifactError(
+                    f"ONNX Runtime cannot write its calibration model in {tmp} ({first}): set TMPDIR to a directory "
+                    "with room for two copies of the model"
+                ) from None
             raise ModelError(
                 f"ONNX Runtime cannot calibrate the model ({first}); check the calibration input"
             ) from None

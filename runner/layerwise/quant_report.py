@@ -9,12 +9,11 @@ pairs are in the CSV but not among the worst pairs of the summary.
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
+from runner.jsonio import write_csv_atomic
 from runner.layerwise.pairs import PairRow
 
 #: readers that clip their input themselves
@@ -35,41 +34,38 @@ def write_pairs_csv(path: Path, rows: Sequence[PairRow]) -> None:
     Raises:
         OSError: the file cannot be written.
     """
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
+    lines: List[List[Any]] = [
+        [
+            "tensor",
+            "kind",
+            "dequantized",
+            "readers",
+            "sqnr_db",
+            "channel_sqnr_db",
+            "rel_l2",
+            "max_abs",
+            "cosine",
+            "clipped",
+        ]
+    ]
+    for r in rows:
+        e = r.error
+        sqnr, channel = e.get("sqnr_db"), r.channel_sqnr_db
+        lines.append(
             [
-                "tensor",
-                "kind",
-                "dequantized",
-                "readers",
-                "sqnr_db",
-                "channel_sqnr_db",
-                "rel_l2",
-                "max_abs",
-                "cosine",
-                "clipped",
+                r.tensor,
+                r.kind,
+                r.dequantized,
+                ";".join(r.readers),
+                "" if sqnr is None else f"{sqnr:.4g}",
+                "" if channel is None else f"{channel:.4g}",
+                f"{e['rel_l2']:.6g}",
+                f"{e['max_abs']:.6g}",
+                f"{e['cosine']:.6g}",
+                f"{r.clipped:.4g}",
             ]
         )
-        for r in rows:
-            e = r.error
-            sqnr, channel = e.get("sqnr_db"), r.channel_sqnr_db
-            w.writerow(
-                [
-                    r.tensor,
-                    r.kind,
-                    r.dequantized,
-                    ";".join(r.readers),
-                    "" if sqnr is None else f"{sqnr:.4g}",
-                    "" if channel is None else f"{channel:.4g}",
-                    f"{e['rel_l2']:.6g}",
-                    f"{e['max_abs']:.6g}",
-                    f"{e['cosine']:.6g}",
-                    f"{r.clipped:.4g}",
-                ]
-            )
-    os.replace(tmp, path)
+    write_csv_atomic(path, lines)
 
 
 def _describe(row: PairRow) -> Dict[str, Any]:

@@ -3,13 +3,13 @@ summary fields (``first_divergence``, ``top_introduced``)."""
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from runner.jsonio import write_csv_atomic
 from runner.layerwise.compute import NodeRow
 from runner.layerwise.ranking import error_key
 
@@ -77,20 +77,17 @@ def write_csv(path: Path, rows: Sequence[NodeRow]) -> None:
     """
     header = ["index", "node", "op", "outputs", "tensor", "magnitude", "weights", "in_range", "passes"]
     header += [f"acc_{s}" for s in STATS] + [f"intro_{s}" for s in STATS] + ["absorbed_by"]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for r in rows:
-            acc, intro = r.accumulated or {}, r.introduced or {}
-            w.writerow(
-                [r.index, r.node, r.op, ";".join(r.outputs), r.tensor]
-                + [f"{r.magnitude:.6g}", f"{r.weights:.6g}", r.in_range, r.passes]
-                + [_cell(acc.get(s)) for s in STATS]
-                + [_cell(intro.get(s)) for s in STATS]
-                + [r.absorbed_by or ""]
-            )
-    os.replace(tmp, path)
+    lines = [header]
+    for r in rows:
+        acc, intro = r.accumulated or {}, r.introduced or {}
+        lines.append(
+            [r.index, r.node, r.op, ";".join(r.outputs), r.tensor]
+            + [f"{r.magnitude:.6g}", f"{r.weights:.6g}", r.in_range, r.passes]
+            + [_cell(acc.get(s)) for s in STATS]
+            + [_cell(intro.get(s)) for s in STATS]
+            + [r.absorbed_by or ""]
+        )
+    write_csv_atomic(path, lines)
 
 
 def _cell(value: Any) -> str:

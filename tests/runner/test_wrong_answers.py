@@ -135,3 +135,83 @@ def test_api_functions_run_under_isolation(tmp_path, chain):
     result = api.reduce(chain, lacks_n4, checker={"isolate": True})
     assert result.ok, result.status
     assert [n["name"] for n in result.summary["reduced_nodes"]] == ["n4"]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        ["env", "sh", "-c"],
+        ["/usr/bin/env", "sh", "-c"],
+        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c"],
+        ["timeout", "10", "sh", "-xc"],
+        ["nice", "-n", "5", "/bin/sh", "-c"],
+        ["bash", "-lc"],
+    ],
+)
+def test_a_path_in_a_shell_script_behind_a_wrapper_is_quoted(tmp_path, prefix):
+    """``env sh -c`` and ``/usr/bin/env sh -c`` used to get the path unquoted: a folder named ``$(touch x)``
+    ran the command."""
+    import subprocess
+
+    from runner.checkers.command import substitute
+
+    folder = tmp_path / "$(touch pwned)"
+    folder.mkdir()
+    (folder / "a.onnx").write_bytes(b"")
+    argv = substitute([*prefix, "test -f {artifact} || exit 0; exit 1"], str(folder / "a.onnx"), "0")
+    assert subprocess.run(argv, cwd=tmp_path, capture_output=True).returncode == 1, "found under its real name"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_calibration_on_nan_samples_names_the_cause(run, tmp_path):
+    import numpy as np
+    import onnx
+
+    from tests.helpers.int8 import conv_outlier_model
+
+    model, inputs = tmp_path / "m.onnx", tmp_path / "nan.npz"
+    onnx.save(conv_outlier_model(), model)
+    np.savez(inputs, x=np.full((1, 3, 8, 8), np.nan, np.float32))
+    r = run("mode=precision", "low_precision=int8", f"model={model}", f"inputs={inputs}", "checker=compare")
+    one_line_error(r, "NaN/Inf", "finite samples", code=2)
+
+
+#: writes under a file-size limit of 200 bytes (Python ignores SIGXFSZ: a write past it fails with EFBIG)
+LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+from pathlib import Path
+what, where = sys.argv[1], Path(sys.argv[2])
+try:
+    if what == "csv":
+        from runner.jsonio import write_csv_atomic
+        write_csv_atomic(where / "layerwise.csv", [["node", "x" * 50]] * 20)
+    else:
+        import os
+        os.environ["TMPDIR"] = str(where)
+        import numpy as np
+        from onnx import helper, numpy_helper, TensorProto
+        from runner.graph.load import as_file
+        w = numpy_helper.from_array(np.ones(4096, np.float32), "w")
+        g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])], [w])
+        with as_file(helper.make_model(g)):
+            pass
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.mark.parametrize("what", ["csv", "tmp"])
+def test_a_file_size_limit_leaves_no_partial_file_and_names_the_setting(tmp_path, what):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", LIMITED, what, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing partial left behind"
+    if what == "tmp":
+        assert "ArtifactError" in out.stdout and "set TMPDIR" in out.stdout, out.stdout
+    else:
+        assert "OSError" in out.stdout, out.stdout
