@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -44,9 +44,10 @@ from runner.graph.validate import Validator  # noqa: E402
 from tests.helpers.graphs import rmsnorm_decoder  # noqa: E402
 
 
-def _timed(fn: Callable[[], object]) -> tuple:
+def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuple[Any, float]:
+    """``fn(*args, **kwargs)`` and the seconds it took."""
     start = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - start
 
 
@@ -63,22 +64,21 @@ def _measure(
     times: Dict[str, List[float]] = {k: [] for k in ("build", "validate", "prepare", "session", "run")}
     for _ in range(count):
         kept = rng.sample(names, len(names) // 2)
-        model, t = _timed(lambda kept=kept: build(kept))
+        model, t = _timed(build, kept)
         times["build"].append(t)
-        _, t = _timed(lambda model=model: validator.check(model, "benchmark"))
+        _, t = _timed(validator.check, model, "benchmark")
         times["validate"].append(t)
         if emulate:
-            backend = EmulationBackend()
-            (prepared, _, _), t = _timed(lambda model=model, backend=backend: backend.prepare(model, None))
+            (prepared, _, _), t = _timed(EmulationBackend().prepare, model, None)
         else:
             prepared, t = model, 0.0
         times["prepare"].append(t)
         # the sessions the checker's backends make: fp16_emulation's unoptimized, onnxruntime's "all"
         level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if emulate else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess, t = _timed(lambda prepared=prepared, level=level: session_for(prepared, level=level))
+        sess, t = _timed(session_for, prepared, level=level)
         times["session"].append(t)
         fed = {i.name: feeds[i.name] for i in sess.get_inputs()}
-        _, t = _timed(lambda sess=sess, fed=fed: sess.run(None, fed))
+        _, t = _timed(sess.run, None, fed)
         times["run"].append(t)
     median = {k: statistics.median(v) for k, v in times.items()}
     overhead = sum(v for k, v in median.items() if k != "run")

@@ -28,7 +28,7 @@ def _say(text: str) -> None:
     """Print to stderr (unless ``silent=true``), and write the line to the log files (``runner.log``
     holds every line a run prints); a closed terminal (SIGHUP) or pipe must not turn into a second error."""
     console.error(text)
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, text, None, None)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, text, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             with contextlib.suppress(Exception):

@@ -288,6 +288,9 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         checker.bind(ctx)
     if not strategy.needs_checker:
         return  # a report (layerwise, diff_tactics): no candidates, no lifecycle; execute() runs its finish()
+    monotone = getattr(strategy, "hit_on_pass", None)  # the ONNX searches (reduce, precision) rely on it
+    if monotone is not None and state.replay is not None:
+        state.replay.watch(bool(monotone))
     iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
     paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
     if state.executor is not None and strategy.needs_checker:

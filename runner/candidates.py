@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional
 
 if TYPE_CHECKING:
     import onnx
@@ -25,6 +25,7 @@ class Verdict:
         details: extra facts for the log, the iteration info and the replay (JSON-able).
         error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
             a real verdict. Such verdicts are counted apart from failures.
+        reused: the verdict was taken from a replay, not checked in this run.
     """
 
     passed: bool
@@ -32,6 +33,7 @@ class Verdict:
     reason: str = ""
     details: Dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    reused: bool = False
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Candidate:
         twin: the key of the candidate this one copies (the written answer: the search's
             candidate); a crash recorded for the twin stands for this one too (it would crash
             the runner again), reuse or not.
+        units: the unit set a search candidate is (node indices), recorded in the replay so that
+            verdicts can be checked against each other (``runner.monotone``); None for others.
     """
 
     key: str
@@ -64,3 +68,4 @@ class Candidate:
     write_in_check: bool = False
     reuse: bool = True
     twin: Optional[str] = None
+    units: Optional[FrozenSet[int]] = None

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
-from runner.errors import ArtifactError, ConfigError
+from runner.errors import ArtifactError, CheckError, ConfigError
 from runner.identity import differences
 from runner.jsonio import write_json_atomic
+from runner.monotone import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,14 @@ class Replay:
         #: candidates whose check has started and not ended, by key
         self.pending: Dict[str, Dict[str, Any]] = {}
         self.fatal_log = fatal_log
+        self.force = force
+        #: the loaded replay's entries, in its order
+        self.loaded: List[Dict[str, Any]] = []
+        #: checks every verdict against the loaded ones (``watch``); None: not watched
+        self.ledger: Optional[Ledger] = None
         if load_path is not None:
             entries, changed, pending = self._read(Path(load_path), mode, self.identity, force)
+            self.loaded = list(entries)
             for entry in entries:
                 self._known.setdefault(entry["key"], _verdict(entry))
             self._crashed(pending, retry_pending, Path(load_path))
@@ -214,6 +221,30 @@ class Replay:
             raise ConfigError(f"replay.load={path}: its pending list holds entries without keys; the file is damaged")
         return data["iterations"], changed, pending
 
+    def watch(self, hit_on_pass: bool) -> None:
+        """Check verdicts for monotonicity from now on (``runner.monotone``): the loaded ones against each
+        other now, and each one recorded against the loaded ones.
+
+        Args:
+            hit_on_pass: True when the search's target is a passing candidate (precision).
+
+        Raises:
+            ConfigError: two loaded verdicts contradict each other (without ``replay.force``).
+        """
+        self.ledger = Ledger(hit_on_pass)
+        for entry in self.loaded:
+            units = entry.get("units")
+            if isinstance(units, list):
+                self.ledger.add(
+                    entry["key"], units, entry["passed"], entry.get("iteration", 0), entry.get("label", ""), True
+                )
+        problem = self.ledger.first_contradiction()
+        if problem is not None and not self.force:
+            raise ConfigError(
+                f"the loaded replay contradicts itself: {problem}; with a monotone check that cannot be: it was "
+                "edited, or the check is not deterministic: drop replay.load, or set replay.force=true to use it anyway"
+            )
+
     def lookup(self, key: str) -> Optional[Verdict]:
         """Return the known verdict for a candidate key, or None when it was never checked."""
         return self._known.get(key)
@@ -238,9 +269,17 @@ class Replay:
                 "details": verdict.details,
                 "reused": reused,
                 "error": verdict.error,
+                **({"units": sorted(candidate.units)} if candidate.units is not None else {}),
             }
         )
         self.flush()
+        if self.ledger is not None and candidate.units is not None and not reused and not self.force:
+            problem = self.ledger.add(candidate.key, candidate.units, verdict.passed, iteration, candidate.label, False)
+            if problem is not None:
+                raise CheckError(
+                    f"this run's check contradicts the loaded replay: {problem}; with a monotone check that cannot "
+                    "be: the replay was edited or the check is not deterministic: drop replay.load and run again"
+                )
 
 
 #: field -> (accepted types, description); missing optional fields are allowed

@@ -17,6 +17,7 @@ mypy sees them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set
@@ -206,7 +207,7 @@ class Lifecycle:
                 )
             if known is not None:
                 log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
-                pending.verdict, pending.reused = known, True
+                pending.verdict, pending.reused = dataclasses.replace(known, reused=True), True
                 self.reused_count += 1
                 self.reused_foreign += candidate.key in self.replay.foreign
             self.round.append(pending)

@@ -12,6 +12,7 @@ variant (what else shapes the candidate) and the unit set.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -24,6 +25,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Option
 import onnx
 
 from runner.candidates import Candidate, Verdict
+from runner.errors import CheckError
 from runner.graph.load import save_model
 from runner.graph.validate import Validator
 from strategies.answer_check import WrittenAnswer, save_checked
@@ -106,6 +108,7 @@ class OnnxSearchStrategy(RoundStrategy):
         #: validates every candidate model before it is checked (set by the mode from its source model)
         self.validator: Optional[Validator] = None
         self._answer: Optional[WrittenAnswer] = None  # the written answer, once written
+        self._reused_misses: List[Units] = []  # unit sets whose miss came from a replay
         self._passed = False  # some check passed (an answer resting on none is never written)
 
     # -- what a mode defines ----------------------------------------------------------------
@@ -187,6 +190,7 @@ class OnnxSearchStrategy(RoundStrategy):
             self.info(units),
             payload=self.payload(model),
             as_typed=self.as_typed,
+            units=units,
         )
 
     def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
@@ -228,9 +232,33 @@ class OnnxSearchStrategy(RoundStrategy):
                 return made + [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
             result = self.search.result
             self.final = result if result is not None else self.universe
+            self.gates.extend(self._rechecks(self.final))
             after = self.after_search()
             if after is not None:
                 self.gates.append(after)
+
+    def _rechecks(self, final: Units) -> List[Gate]:
+        """A gate for each replayed miss the answer rests on: a unit set inside the answer whose verdict
+        came from a replay (it shows that some answer unit is needed) is checked again, and a verdict that
+        changed stops the run (an edited replay, or a check that is not deterministic)."""
+        gates: List[Gate] = []
+        for units in dict.fromkeys(self._reused_misses):
+            if not (units < final):
+                continue
+
+            def make(units: Units = units) -> Candidate:
+                made = self.candidate(units, "a replayed verdict the answer rests on, checked again")
+                return dataclasses.replace(made, reuse=False)
+
+            def changed(verdict: Verdict, units: Units = units) -> None:
+                raise CheckError(
+                    f"the candidate of {self.size(units)}, whose replayed verdict the answer rests on, gives the other "
+                    "verdict when checked again: the replay was edited or the check is not deterministic; drop "
+                    "replay.load and run again"
+                )
+
+            gates.append(Gate(make, not self.hit_on_pass, changed))
+        return gates
 
     def lookahead(self, k: int) -> List[Tuple[str, Callable[[], bool]]]:
         """The search's sets of the rounds that may follow this one (``RoundSearch.ahead``, the gates
@@ -276,6 +304,8 @@ class OnnxSearchStrategy(RoundStrategy):
             if verdict is not None:
                 self._keep_outputs(units, verdict)
                 self.on_search_verdict(units, verdict)
+                if verdict.reused and verdict.passed != self.hit_on_pass:
+                    self._reused_misses.append(self.closure(units))
         self.search.step_round([None if v is None else v.passed == self.hit_on_pass for v in searched])
 
     def settled(self, verdicts: Sequence[Optional[Verdict]]) -> bool:

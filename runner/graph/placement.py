@@ -238,23 +238,26 @@ class PlacedQuantizer:
             zero = numpy_helper.from_array(np.zeros(scales.shape, np.int8), f"{name}_zero_point{suffix}")
             inits.extend([q, scale, zero])
             out = f"{name}_DequantizeLinear_Output{suffix}"
-            attrs = {} if site.axis is None else {"axis": site.axis}
-            nodes.append(
-                helper.make_node(
-                    "DequantizeLinear", [q.name, scale.name, zero.name], [out], name=f"{name}_DequantizeLinear", **attrs
-                )
-            )
+            inputs = [q.name, scale.name, zero.name]
+            dq = helper.make_node("DequantizeLinear", inputs, [out], name=f"{name}_DequantizeLinear")
+            if site.axis is not None:
+                dq.attribute.append(helper.make_attribute("axis", site.axis))
+            nodes.append(dq)
             return out
         amax = float(np.max(np.abs(np.asarray(self.ranges[name], dtype=np.float64))))
         scale = numpy_helper.from_array(np.array(amax / QMAX if amax > 0 else 1.0, np.float32), f"{name}_scale")
         zero = numpy_helper.from_array(np.array(0, np.int8), f"{name}_zero_point")
         inits.extend([scale, zero])
-        q, out = f"{name}_QuantizeLinear_Output", f"{name}_DequantizeLinear_Output"
+        quantized, out = f"{name}_QuantizeLinear_Output", f"{name}_DequantizeLinear_Output"
         nodes.append(
-            helper.make_node("QuantizeLinear", [name, scale.name, zero.name], [q], name=f"{name}_QuantizeLinear")
+            helper.make_node(
+                "QuantizeLinear", [name, scale.name, zero.name], [quantized], name=f"{name}_QuantizeLinear"
+            )
         )
         nodes.append(
-            helper.make_node("DequantizeLinear", [q, scale.name, zero.name], [out], name=f"{name}_DequantizeLinear")
+            helper.make_node(
+                "DequantizeLinear", [quantized, scale.name, zero.name], [out], name=f"{name}_DequantizeLinear"
+            )
         )
         return out
 

@@ -77,7 +77,7 @@ def write_csv(path: Path, rows: Sequence[NodeRow]) -> None:
     """
     header = ["index", "node", "op", "outputs", "tensor", "magnitude", "weights", "in_range", "passes"]
     header += [f"acc_{s}" for s in STATS] + [f"intro_{s}" for s in STATS] + ["absorbed_by"]
-    lines = [header]
+    lines: List[List[Any]] = [list(header)]
     for r in rows:
         acc, intro = r.accumulated or {}, r.introduced or {}
         lines.append(

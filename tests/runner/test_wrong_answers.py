@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.helpers.checks import python_check
 from tests.helpers.cli import alive, one_line_error, start_process, wait_for
 from tests.helpers.models import ROOT
 
@@ -215,3 +216,40 @@ def test_a_file_size_limit_leaves_no_partial_file_and_names_the_setting(tmp_path
         assert "ArtifactError" in out.stdout and "set TMPDIR" in out.stdout, out.stdout
     else:
         assert "OSError" in out.stdout, out.stdout
+
+
+def _flip_largest_failure(replay_path):
+    """Edit a replay as a user might: the search's largest failing unit set now "passes" (a superset of the
+    answer's)."""
+    data = json.loads(replay_path.read_text())
+    failing = [e for e in data["iterations"] if "units" in e and not e["passed"] and "round" in e["label"]]
+    edited = max(failing, key=lambda e: len(e["units"]))
+    edited["passed"] = True
+    replay_path.write_text(json.dumps(data))
+    return edited
+
+
+def test_an_edited_replay_is_named_before_any_check(run, chain, tmp_path):
+    """An edited verdict used to cost 1,753 checks and 9 minutes before the answer failed as written."""
+    first = run("mode=reduce", f"model={chain}", *python_check("n5"))
+    assert first.returncode == 0, first.stderr
+    edited = _flip_largest_failure(first.run_dir / "replay.json")
+    r = run("mode=reduce", f"model={chain}", *python_check("n5"), f"replay.load={first.run_dir / 'replay.json'}")
+    line = one_line_error(r, "contradicts itself", f"iteration {edited['iteration']}", "replay.force", code=2)
+    assert "failed but" in line and r.summary["checks"] == 0
+    forced = run("mode=reduce", f"model={chain}", *python_check("n5"), f"replay.load={first.run_dir / 'replay.json'}")
+    assert forced.returncode == 2  # without force, still refused (nothing was changed by the first refusal)
+
+
+def test_a_replayed_verdict_the_answer_rests_on_is_checked_again(run, chain):
+    """The replay's "the needed node alone passes" edited: the search then took another node for needed and
+    ended ok with a 2-node answer. Now replayed misses inside the answer are checked again: 3 checks."""
+    first = run("mode=reduce", f"model={chain}", *python_check("n5"))
+    path = first.run_dir / "replay.json"
+    data = json.loads(path.read_text())
+    alone = next(e for e in data["iterations"] if "alone" in e["label"] and not e["passed"])
+    alone["passed"] = True
+    path.write_text(json.dumps(data))
+    r = run("mode=reduce", f"model={chain}", *python_check("n5"), f"replay.load={path}")
+    one_line_error(r, "replayed verdict the answer rests on", "checked again", code=2)
+    assert r.summary["checks"] < 30
