@@ -10,13 +10,13 @@ type becomes bf16 with weights made again from their fp32 values.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Set
+from typing import Dict, FrozenSet, List, Set
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
-from runner.graph.isolate import bodies, outer_reads
+from runner.graph.isolate import bodies, outer_reads, outer_scope_inputs
 from runner.graph.precisions import LOW_TYPES
 
 
@@ -105,6 +105,70 @@ def bypass_round_trips(model: onnx.ModelProto) -> int:
             return bypassed
         for n in dead:
             g.node.remove(n)
+
+
+def fp32_reads_in_kept_bodies(model: onnx.ModelProto, kept: FrozenSet[str]) -> int:
+    """Make the bodies of kept If/Loop/Scan nodes read the fp32 tensors of the outer graph, in place;
+    return how many names were rewired.
+
+    The converter keeps a kept node's body fp32 (its nodes are blocked too), but casts only a node's
+    inputs, not what its bodies read from outside: an outer tensor the body reads is the low-typed
+    one (silero VAD's decoder If: its Squeeze read an fp16 Relu output, an invalid model). Each
+    low-typed outer read of a kept body is made fp32: a ``Cast(to=low)`` of a float tensor is looked
+    through (the body reads the Cast's input); any other gets a ``Cast(to=float)`` before the node.
+    """
+    g = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
+    types.update({i.name: i.data_type for i in g.initializer})
+    casts: Dict[str, str] = {}
+    for node in g.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to is not None:
+            types.setdefault(node.output[0], to)
+    for node in g.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to in LOW_TYPES and types.get(node.input[0]) == TensorProto.FLOAT:
+            casts[node.output[0]] = node.input[0]
+    rewired = 0
+    nodes: List[onnx.NodeProto] = []
+    for node in g.node:
+        if node.name in kept and bodies(node):
+            renames: Dict[str, str] = {}
+            for name in outer_scope_inputs(node):
+                if types.get(name) not in LOW_TYPES:
+                    continue
+                if name in casts:
+                    renames[name] = casts[name]
+                else:
+                    wide = f"{name}_fp32_for_{node.name}"
+                    nodes.append(helper.make_node("Cast", [name], [wide], name=f"{wide}_cast", to=TensorProto.FLOAT))
+                    renames[name] = wide
+            for body in bodies(node):
+                rewired += _rename_outer(body, renames, set())
+        nodes.append(node)
+    del g.node[:]
+    g.node.extend(nodes)
+    return rewired
+
+
+def _rename_outer(graph: onnx.GraphProto, renames: Dict[str, str], shadowed: Set[str]) -> int:
+    """Rename reads of outer tensors in ``graph`` (and its bodies) by ``renames``, except names the graph
+    or an enclosing body defines itself."""
+    local = shadowed | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    local |= {o for n in graph.node for o in n.output}
+    count = 0
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames and name not in local:
+                node.input[i] = renames[name]
+                count += 1
+        for body in bodies(node):
+            count += _rename_outer(body, renames, local)
+    for out in graph.output:  # a body output that is an outer tensor itself
+        if out.name in renames and out.name not in local:
+            out.name = renames[out.name]
+            count += 1
+    return count
 
 
 def drop_duplicate_casts(graph: onnx.GraphProto) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from typing import Dict, Iterable, List, Set
+from typing import Dict, FrozenSet, Iterable, List, Set
 
 import onnx
 from onnx import TensorProto, numpy_helper
@@ -40,6 +40,7 @@ from runner.graph.conversion_repairs import (
     declare_weights_as_stored,
     drop_duplicate_casts,
     fp32_copies_for_kept,
+    fp32_reads_in_kept_bodies,
     home_stray_casts,
     retype_bf16,
 )
@@ -198,6 +199,7 @@ class Converter:
         from onnxruntime.transformers import float16
 
         kept = frozenset(keep)
+        blocked = kept | self._inside(kept)  # a kept If/Loop/Scan keeps its bodies fp32 too
         work = onnx.ModelProto()
         work.CopyFrom(self.typed)
         copies = fp32_copies_for_kept(work, kept, self.blocked_ops)
@@ -211,12 +213,13 @@ class Converter:
                     keep_io_types=True,
                     disable_shape_infer=True,  # inferred once, in __init__
                     op_block_list=sorted(self.blocked_ops),
-                    node_block_list=sorted(kept),
+                    node_block_list=sorted(blocked),
                 )
         except Exception as e:  # the converter raises plain Exceptions, ValueErrors and asserts
             raise ModelError(f"ONNX Runtime's float16 converter could not convert the model: {e}") from None
         drop_duplicate_casts(converted.graph)
         home_stray_casts(converted)
+        fp32_reads_in_kept_bodies(converted, kept)
         bypass_round_trips(converted)
         declare_weights_as_stored(converted.graph)
         try:
@@ -228,6 +231,18 @@ class Converter:
             retype_bf16(converted, self.model, stubs)
         fill(converted, lambda stub: self._values(copies.get(stub.name, stub.name), stub.data_type), stubs)
         return converted
+
+    def _inside(self, kept: FrozenSet[str]) -> FrozenSet[str]:
+        """Names of the nodes inside the bodies (If/Loop/Scan, nested) of the kept top-level nodes."""
+        names: Set[str] = set()
+        stack = [body for n in self.model.graph.node if n.name in kept for body in bodies(n)]
+        while stack:
+            body = stack.pop()
+            for node in body.node:
+                if node.name:
+                    names.add(node.name)
+                stack.extend(bodies(node))
+        return frozenset(names)
 
     def _values(self, name: str, data_type: int) -> bytes:
         """The model's weight ``name`` as raw bytes of ``data_type``: fp32 as stored, fp16 clipped as

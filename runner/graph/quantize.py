@@ -265,7 +265,9 @@ def calibrate(
     extra: Dict[str, Any] = {"symmetric": options.symmetric_activations}
     if options.method == "percentile":
         extra["percentile"] = options.percentile
-    if options.method == "entropy":  # ONNX Runtime's default of 128 bins leaves 128 quantized bins one threshold: minmax
+    if (
+        options.method == "entropy"
+    ):  # ONNX Runtime's default of 128 bins leaves 128 quantized bins one threshold: minmax
         extra.update(num_bins=ENTROPY_BINS, num_quantized_bins=ENTROPY_QUANTIZED_BINS)
     start = time.perf_counter()
     with as_file(model) as path:
