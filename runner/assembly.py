@@ -330,6 +330,12 @@ def execute(state: RunState) -> None:
             lifecycle.progress.close()
     if strategy.needs_pass and lifecycle.passes == 0:
         last = lifecycle.verdict
+        hint = strategy.never_passed_hint()
+        if hint is not None:
+            raise CheckNeverPassedError(
+                f"no check passed in {lifecycle.taken} iterations, and {hint}",
+                tail=(last.details.get("output_tail", "") if last is not None else ""),
+            )
         raise CheckNeverPassedError(
             f"no check passed in {lifecycle.taken} iterations"
             f"{f' (every one {last.reason})' if last is not None and lifecycle.same_failure else ''}, so the "

@@ -26,6 +26,11 @@ class Strategy(abc.ABC):
     #: check passed ends with status "check never passed" instead of an answer
     needs_pass: bool = False
 
+    def never_passed_hint(self) -> Optional[str]:
+        """Why no check may have passed for a reason of the run's own making (finishing "no check passed
+        in N iterations, and ..."), or None to blame the check (the default)."""
+        return None
+
     @abc.abstractmethod
     def next_candidate(self) -> Optional[Candidate]:
         """Return the next candidate to check, or None when the search is over."""

@@ -38,18 +38,25 @@ KEYS = DiffTacticsKeys
 Records = List[Tuple[Path, Dict[str, str]]]
 
 
-def collect(sources: Sequence[str], side: str) -> Records:
+def collect(sources: Sequence[str], side: str, implied: bool = False) -> Records:
     """Load the records named by ``sources`` (files, or directories searched recursively for *.json).
 
     A file named explicitly must be a record (RecordError otherwise); a non-record found while
     searching a directory is skipped with a warning naming it and the problem.
 
+    Args:
+        sources: files or directories. side: "good" or "bad", for messages.
+        implied: the sources are ``dir=``'s ``good/`` and ``bad/``: one that does not exist holds no
+            records (``mode=build`` makes ``bad/`` only once a build is bad).
+
     Raises:
-        ConfigError: a source does not exist. RecordError: an explicit file is not a record.
+        ConfigError: a source named explicitly does not exist. RecordError: an explicit file is not a record.
     """
     records: Records = []
     for source in sources:
         path = Path(source)
+        if implied and not path.exists():
+            continue
         if path.is_file():
             records.append((path, load_record(path)))
         elif path.is_dir():
@@ -97,8 +104,9 @@ class DiffTacticsStrategy(Strategy):
 
     needs_checker = False
 
-    def __init__(self, good: Sequence[str], bad: Sequence[str]):
+    def __init__(self, good: Sequence[str], bad: Sequence[str], implied: Sequence[str] = ()):
         self.good_sources, self.bad_sources = list(good), list(bad)
+        self.implied = set(implied)  # the sides that come from dir= (good/, bad/)
         self.report: Optional[Dict[str, Any]] = None
 
     @classmethod
@@ -115,14 +123,20 @@ class DiffTacticsStrategy(Strategy):
             ConfigError: neither ``dir`` nor both ``good`` and ``bad`` given.
         """
         good, bad = list(good or []), list(bad or [])
+        implied = []
         if dir:
+            if not Path(dir).is_dir():
+                raise ConfigError(
+                    f"dir={dir} is not a directory; give the directory mode=build sorted into good/ and bad/"
+                )
+            implied = [side for side, given in (("good", good), ("bad", bad)) if not given]
             good = good or [str(Path(dir) / "good")]
             bad = bad or [str(Path(dir) / "bad")]
         if not good or not bad:
             raise ConfigError(
                 "mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]"
             )
-        return cls(good, bad)
+        return cls(good, bad, implied)
 
     def next_candidate(self) -> Optional[Candidate]:
         """None: there is nothing to check."""
@@ -137,13 +151,15 @@ class DiffTacticsStrategy(Strategy):
         Raises:
             NothingToDoError: a side has no records ("Could not determine potentially bad tactics").
         """
-        good = collect(self.good_sources, "good")
-        bad = collect(self.bad_sources, "bad")
+        good = collect(self.good_sources, "good", "good" in self.implied)
+        bad = collect(self.bad_sources, "bad", "bad" in self.implied)
         for side, recs, sources in (("good", good, self.good_sources), ("bad", bad, self.bad_sources)):
             if not recs:
+                every = "good" if side == "bad" else "bad"
                 raise NothingToDoError(
-                    f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)}; "
-                    f"run mode=build until both good and bad builds were sorted"
+                    f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)} "
+                    f"(every build so far was {every}, so no tactic can be blamed); run mode=build until both good "
+                    "and bad builds were sorted"
                 )
         layer_sets = {frozenset(rec) for _, rec in good + bad}
         mismatched = sorted(set().union(*layer_sets) - frozenset.intersection(*layer_sets))

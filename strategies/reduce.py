@@ -215,6 +215,19 @@ class ReduceStrategy(OnnxSearchStrategy):
         """Whether Constant nodes are kept as nodes."""
         return "constants-kept" if self.index.keep_constant_nodes else ""
 
+    def never_passed_hint(self) -> Optional[str]:
+        """With a scope, every candidate holds the nodes outside it: a failure one of them causes fails
+        every candidate, which is the scope's doing, not the check's."""
+        if not self.forced:
+            return None
+        names = [d["name"] for d in self.index.describe(sorted(self.forced)[:3])]
+        more = f" and {len(self.forced) - 3} more" if len(self.forced) > 3 else ""
+        return (
+            f"every candidate holds the {len(self.forced)} node(s) outside the scope ({', '.join(names)}{more}): "
+            "a failure one of them causes fails every candidate; widen the scope (include_nodes, exclude_nodes, "
+            "include_op_types, exclude_op_types) so the search can drop them"
+        )
+
     def info(self, units: Units) -> Dict[str, Any]:
         """Nodes, units, and the subgraph's boundary tensors."""
         order, inputs, outputs = self.index.boundary(units)

@@ -11,6 +11,10 @@ from runner.checkers.base import Checker
 from runner.errors import CheckStartError
 from runner.executors.slot import Slot
 
+#: answers that mean the iteration passed / failed (y/n, and Polygraphy's p/f)
+PASSED = frozenset({"y", "yes", "p", "pass", "passed"})
+FAILED = frozenset({"n", "no", "f", "fail", "failed"})
+
 
 class InteractiveChecker(Checker):
     """Asks "Did iteration N pass? [y/n]" and reads y or n, one line per question: typed on a
@@ -41,7 +45,7 @@ class InteractiveChecker(Checker):
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
     ) -> Verdict:
-        """Ask until the answer is y/yes or n/no (other lines ask again).
+        """Ask until the answer is y/yes/p/pass or n/no/f/fail (Polygraphy's p/f too; other lines ask again).
 
         Raises:
             CheckStartError: standard input ended before an answer (a closed terminal, or a pipe
@@ -61,7 +65,7 @@ class InteractiveChecker(Checker):
             answer = line.strip().lower()
             if self.piped:
                 self.stdout.write(line if line.endswith("\n") else line + "\n")
-            if answer in ("y", "yes"):
+            if answer in PASSED:
                 return Verdict(True, reason="user said yes")
-            if answer in ("n", "no"):
+            if answer in FAILED:
                 return Verdict(False, reason="user said no")

@@ -253,3 +253,15 @@ def test_a_replayed_verdict_the_answer_rests_on_is_checked_again(run, chain):
     r = run("mode=reduce", f"model={chain}", *python_check("n5"), f"replay.load={path}")
     one_line_error(r, "replayed verdict the answer rests on", "checked again", code=2)
     assert r.summary["checks"] < 30
+
+
+def test_piped_answers_take_polygraphys_p_and_f():
+    """Issue 38: Polygraphy's interactive check takes p/f; piped p/f were refused."""
+    import io
+
+    from runner.candidates import Candidate
+    from runner.checkers.interactive import InteractiveChecker
+
+    checker = InteractiveChecker(stdin=io.StringIO("p\nf\nPASS\nfail\n"), stdout=io.StringIO())
+    verdicts = [checker.check(None, i, Candidate(str(i), "c")).passed for i in range(1, 5)]
+    assert verdicts == [True, False, True, False]

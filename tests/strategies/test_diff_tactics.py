@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.tactic_records import algorithm, replay_record, tensor_info, timing_cache_record
-from tests.helpers.cli import check_cmd, write_script
+from tests.helpers.cli import check_cmd, one_line_error, write_script
 
 LAYERS = ["conv1", "relu1", "conv2", "fc"]
 
@@ -119,6 +119,17 @@ def test_empty_side_is_an_error(run, tmp_path):
     (tmp_path / "d" / "bad").mkdir()
     r = run("mode=diff_tactics", f"dir={tmp_path / 'd'}")
     assert r.returncode == 2 and "Could not determine potentially bad tactics: no bad tactic records" in r.stderr
+
+
+def test_every_build_good_says_the_culprit_cannot_be_determined(run, tmp_path):
+    """Issue 38: mode=build makes bad/ only once a build is bad; with every build good the run said "bad record
+    source ... does not exist" instead of why no tactic can be blamed."""
+    _write(tmp_path / "d" / "good" / "r.json", polygraphy_record(_good(0)))
+    r = run("mode=diff_tactics", f"dir={tmp_path / 'd'}")
+    line = one_line_error(r, "Could not determine potentially bad tactics", "every build so far was good", code=2)
+    assert "does not exist" not in line
+    missing = run("mode=diff_tactics", f"good=[{tmp_path / 'd' / 'good'}]", f"bad=[{tmp_path / 'nowhere'}]")
+    one_line_error(missing, "bad record source", "does not exist", code=2)
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,14 @@ def test_layerwise_rows_only_for_nodes_in_scope(run, chain):
 )
 def test_bad_scope_is_a_one_line_error(run, chain, option, words):
     one_line_error(run(*REDUCE, f"model={chain}", option), words, code=2)
+
+
+def test_a_culprit_outside_the_scope_is_named_as_the_scopes_doing(run, chain):
+    """Issue 38: with the culprit excluded from reduce's scope every candidate holds it and fails; the error
+    blamed the check. It now names the nodes outside the scope and the keys that widen it."""
+    from tests.helpers.checks import python_check
+    from tests.helpers.cli import one_line_error
+
+    r = run("mode=reduce", f"model={chain}", *python_check("n5"), "exclude_nodes=[n5]")
+    line = one_line_error(r, "outside the scope", "n5", "widen the scope", code=2)
+    assert "fix it" not in line
