@@ -139,6 +139,7 @@ class CompareCheckerConf:
     low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: GraphOptimization = GraphOptimization.all
+    noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
     # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored).
     # CUDA: cuDNN's default convolution algorithm instead of an exhaustive search per new session (18x
     # cheaper checks on the detector, benchmarks/gpu_checks.py), and no TF32, so fp32 means fp32

@@ -14,10 +14,13 @@ Algorithm (one necessary element per round, as in Junker's QuickXplain, 2004, an
         then U[i-1] is needed given R + U[:i-1]: add it to R, drop U[i-1:].
 
 With a monotone target (any superset of a target set is a target set) the answer is
-1-minimal: dropping any one element loses the target. With a bisect marker a round costs
-about log2(|U|) + 1 tests, so k needed elements among n cost about k * (log2(n) + 1)
-tests; one needed element among 672 costs 11. Without monotonicity every answer is still a
-set that was tested and gave the target.
+1-minimal: dropping any one element loses the target. A target need not be monotone (a subgraph's
+outputs can hide a fault that a larger one shows), so an answer of ``PRUNE_MAX`` elements or fewer
+is then tested without each element in turn, earliest found first, and an element whose removal
+keeps the target goes: the answer is 1-minimal by test whatever the target (one check an element).
+With a bisect marker a round costs about log2(|U|) + 1 tests, so k needed elements among n cost
+about k * (log2(n) + 2) tests; one needed element among 672 costs 11. Without monotonicity every
+answer is still a set that was tested and gave the target.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from strategies.boundary import BoundaryMarker
 from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
+
+#: answers of this many elements or fewer are tested without each element once confirmed
+PRUNE_MAX = 8
 
 
 class SetSearch(RoundSearch[T]):
@@ -57,6 +63,7 @@ class SetSearch(RoundSearch[T]):
         self._round: List[Tuple[str, int]] = []  # the last round: ("probe" or "marker", prefix length)
         self._confirmed = False
         self.best: Optional[FrozenSet[T]] = None
+        self._prune: List[T] = []  # elements of the confirmed answer still to be tested without
 
     @property
     def result(self) -> Optional[FrozenSet[T]]:
@@ -77,6 +84,8 @@ class SetSearch(RoundSearch[T]):
 
     def _set(self, kind: str, index: int) -> FrozenSet[T]:
         required = frozenset(self.required)
+        if kind == "prune":
+            return required - {self._prune[0]}
         return required if kind == "probe" else required | frozenset(self.rest[:index])
 
     def _propose(self, k: int) -> List[FrozenSet[T]]:
@@ -87,6 +96,9 @@ class SetSearch(RoundSearch[T]):
         (whose verdicts are dropped when it ends the search).
         """
         self._round = []
+        if self._prune and not self.done:
+            self._round = [("prune", 0)]
+            return [self._set("prune", 0)]
         while not self.done:
             if self._probing:
                 self._round.append(("probe", 0))
@@ -109,6 +121,16 @@ class SetSearch(RoundSearch[T]):
     def step_round(self, hits: Sequence[Optional[bool]]) -> None:
         """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""
         tested = [(kind, index, hit) for (kind, index), hit in zip(self._round, hits)]
+        if tested and tested[0][0] == "prune":
+            if tested[0][2] is None:
+                return
+            dropped = self._prune.pop(0)
+            if tested[0][2]:
+                self.required.remove(dropped)
+            if len(self.required) < 2:  # never the empty set: one element left is needed (R alone gave the target)
+                self._prune = []
+            self.done = not self._prune
+            return
         for kind, index, hit in tested:
             found = self._set(kind, index)
             if hit and (self.best is None or len(found) < len(self.best)):
@@ -123,6 +145,8 @@ class SetSearch(RoundSearch[T]):
                 self._probing = False
                 if hit:
                     self.done = self._confirmed = True
+                    if 2 <= len(self.required) <= PRUNE_MAX:
+                        self._prune, self.done = list(self.required), False
                     return
         if verdicts:
             assert self._marker is not None
@@ -132,6 +156,8 @@ class SetSearch(RoundSearch[T]):
         """True when the verdicts known so far (None: running) decide the round: the required set
         alone gave the target, or the marker's ``settled``."""
         pairs = list(zip(self._round, hits))
+        if pairs and pairs[0][0][0] == "prune":
+            return pairs[0][1] is not None
         if pairs and pairs[0][0][0] == "probe":
             if pairs[0][1] is not None:
                 return bool(pairs[0][1]) or (self._marker is not None and self._settled(pairs[1:]))
@@ -154,6 +180,8 @@ class SetSearch(RoundSearch[T]):
     def label(self, noun: str = "element", position: int = 0) -> str:
         """What the ``position``-th set of the last round is, for the log."""
         kind = self._round[position][0] if position < len(self._round) else "probe"
+        if kind == "prune":
+            return f"the {len(self.required)} needed {noun}s without one, checking the answer is 1-minimal"
         if kind == "probe" or self.done:
             return f"the {len(self.required)} needed {noun}(s) alone"
         return f"round {self.rounds + 1}, searching for needed {noun} {len(self.required) + 1}"
@@ -162,6 +190,8 @@ class SetSearch(RoundSearch[T]):
         """Tests left in this round (plus the probe that ends it); later rounds are unknown."""
         if self.done:
             return 0
+        if self._prune:
+            return len(self._prune)
         if self._marker is None:
             return 1
         return self._marker.remaining() + 1

@@ -93,3 +93,21 @@ def test_non_monotone_target_still_returns_a_tested_hit():
             hits.append(c)
         search.step(hit)
     assert search.result in hits
+
+
+def test_the_set_search_answer_is_1_minimal_by_test_on_a_target_that_is_not_monotone():
+    """A subgraph's outputs can hide a fault a larger one shows (issue 35's recognizer, issue 38's BERT): the
+    target "holds 3, and holds 8 or lacks 1" (1 hides the fault 3 makes; 8 shows it again) finds 8 needed
+    first, then 3; {3} alone gives the target. The prune pass tests the answer without each element and drops
+    8; it never tests the empty set."""
+
+    def target(s):
+        return 3 in s and (8 in s or 1 not in s)
+
+    search = SetSearch(list(range(10)), BisectMarker)
+    tested = []
+    while (c := search.next()) is not None:
+        tested.append(c)
+        search.step(target(c))
+    assert search.result == frozenset({3})
+    assert frozenset() not in tested and frozenset({3, 8}) in tested

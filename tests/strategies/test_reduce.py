@@ -364,3 +364,32 @@ def test_symbolic_dims_become_the_shapes_the_user_gave(run, tmp_path):
         assert _compute_names(out) == [culprit]
         for vi in list(reduced.graph.input) + list(reduced.graph.output):
             assert [d.dim_value for d in vi.type.tensor_type.shape.dim] == [1, 2, 5, 5], vi.name
+
+
+@pytest.mark.slow
+def test_a_planted_fault_in_a_deep_layer_is_found_above_the_fp32_noise_floor(run, tmp_path):
+    """Issue 38: bert_tiny with layer 2's query weight scaled by -3, judged against the original's golden values
+    at the default atol = rtol = 1e-3: subgraphs of layer 1 differ from the golden values by fp32 re-association
+    noise (max abs 0.086 on values near 2e5), which blamed 8 nodes of layer 1 in 67 checks. Failures within the
+    reference's own noise now pass (a second run in another reduction order), and the answer is the planted node,
+    tested 1-minimal."""
+    from onnx import numpy_helper
+
+    from tests.helpers.models import MODELS
+
+    path = need(MODELS / "zoo" / "bert_tiny.onnx")
+    model = onnx.load(str(path))
+    query = next(n for n in model.graph.node if n.name == "/m/encoder/layer.2/attention/self/query/MatMul")
+    weight = next(i for i in model.graph.initializer if i.name == query.input[1])
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(-3), weight.name))
+    bad, inputs, golden = tmp_path / "bert_bad.onnx", tmp_path / "in.npz", tmp_path / "golden.npz"
+    onnx.save(model, bad)
+    np.savez(inputs, **dict(np.load(path.with_suffix(".npz"))))
+    saved = run(
+        "mode=repeat", "until=1", f"model={path}", "checker=compare", f"inputs={inputs}", f"save_golden={golden}"
+    )
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    r = run("mode=reduce", f"model={bad}", "checker=compare", f"golden={golden}", f"inputs={inputs}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == [query.name]
+    assert r.summary["checks"] <= 30
