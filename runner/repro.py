@@ -7,19 +7,27 @@ the original model on the run's samples) and, with ``checker=compare``, ``reduce
 golden values of its outputs that the check compared against), in Polygraphy's JSON, so that
 ``polygraphy run reduced.onnx --onnxrt --load-inputs reduced_inputs.json --load-outputs
 reduced_golden.json`` reproduces the failure.
+
+A failure the check saw only in a low precision (``checker.backend=fp16_emulation``,
+``checker.low_precision=float16``) is not in the fp32 subgraph: the bundle then holds the subgraph
+as the check ran it too (``reduced_float16_emulated.onnx``: the float16 conversion with each fp16
+tensor rounded through Casts, which any fp32 runtime reproduces; ``reduced_float16.onnx`` for a
+backend with fp16 kernels), and ``repro_command`` names the model that reproduces it.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
 
-from runner.errors import MissingExtraError, ModelError
+from runner.errors import InvalidCandidateError, MissingExtraError, ModelError
 from runner.graph.activations import run_tensors
+from runner.graph.load import save_model
 from runner.samples import save_golden_samples, save_input_samples
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,7 @@ def write_bundle(
     reduced: onnx.ModelProto,
     samples: Sequence[Mapping[str, np.ndarray]],
     original: Optional[onnx.ModelProto] = None,
+    as_run: Optional[Callable[[onnx.ModelProto], Optional[Tuple[onnx.ModelProto, str]]]] = None,
 ) -> Dict[str, str]:
     """Write the repro bundle of the reduced model written at ``output``.
 
@@ -68,9 +77,11 @@ def write_bundle(
             of every tensor), or the run's input feeds, whose other tensors are then computed from
             ``original``.
         original: the original model, to compute tensors ``samples`` lack; None: take them as given.
+        as_run: how the check ran the reduced model when not as written (``CompareChecker.as_run``).
 
     Returns:
-        ``{"repro_inputs": path, "repro_golden": path}`` for the files written, each under the first
+        ``{"repro_inputs": path, "repro_golden": path, "repro_model": path, "repro_command": the
+        polygraphy command line}`` for the files written (``repro_model`` only with ``as_run``), each under the first
         free name (``reduced_inputs_1.json`` when one is there: nothing is overwritten; golden only when
         every output's value is known without computing it, i.e. from the compare checker); empty
         when the bundle cannot be made (logged: polygraphy missing, or the original does not run).
@@ -97,10 +108,21 @@ def write_bundle(
             target = reserve(paths["repro_golden"])
             written["repro_golden"] = str(target)
             save_golden_samples(target, [{n: np.asarray(s[n]) for n in names_out} for s in samples])
-    except (MissingExtraError, ModelError, OSError) as e:
-        for made in written.values():
-            remove_partial(Path(made))
+        ran = as_run(reduced) if as_run is not None else None
+        model_path = output
+        if ran is not None:
+            model_path = reserve(output.with_name(f"{output.stem}_{ran[1]}.onnx"))
+            written["repro_model"] = str(model_path)
+            save_model(ran[0], model_path)
+        if have_golden:
+            command = ["polygraphy", "run", str(model_path), "--onnxrt", "--load-inputs", written["repro_inputs"]]
+            written["repro_command"] = shlex.join([*command, "--load-outputs", written["repro_golden"]])
+    except (MissingExtraError, ModelError, InvalidCandidateError, OSError) as e:
+        for key, made in written.items():
+            if key != "repro_command":
+                remove_partial(Path(made))
         log.warning("No repro bundle beside %s: %s", output, e)
         return {}
-    log.info("Wrote the repro bundle beside %s: %s", output.name, ", ".join(Path(p).name for p in written.values()))
+    files = [Path(p).name for k, p in written.items() if k != "repro_command"]
+    log.info("Wrote the repro bundle beside %s: %s", output.name, ", ".join(files))
     return written

@@ -82,6 +82,9 @@ class ReduceStrategy(OnnxSearchStrategy):
             every candidate. None: every unit.
         concrete: the user gave shapes: the answer's own graph inputs and outputs get them in
             place of symbolic dimensions (``output_model``).
+        as_run: how the checker runs an fp32 candidate when not as written (its low precision:
+            ``CompareChecker.as_run``): the bundle then holds that model too, whose failure the
+            bundle's values reproduce on any fp32 runtime.
 
     Raises:
         ConfigError: when both reductions are off (nothing could change).
@@ -102,6 +105,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         bundle_samples: Optional[Callable[[], Sequence[Mapping[str, Any]]]] = None,
         in_scope: Optional[Units] = None,
         concrete: bool = False,
+        as_run: Optional[Callable[[onnx.ModelProto], Optional[Tuple[onnx.ModelProto, str]]]] = None,
     ):
         if not reduce_inputs and not reduce_outputs:
             raise ConfigError(
@@ -124,6 +128,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.source_model = source_model if source_model is not None else index.model
         self.weights = weights
         self.bundle_samples = bundle_samples
+        self.as_run = as_run
         self.repro: Dict[str, str] = {}
         self.full = self.universe
         self.passed_any = False
@@ -199,6 +204,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             (lambda: checker.samples) if isinstance(checker, CompareChecker) else None,
             in_scope,
             bool(ctx.input_shapes or ctx.inputs or ctx.data_loader),
+            checker.as_run if isinstance(checker, CompareChecker) else None,
         )
 
     # -- candidates ---------------------------------------------------------------------------
@@ -381,7 +387,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         super().finish()
         if self.bundle_samples is not None:
             reduced = load_model(self.output, "output")
-            self.repro = write_bundle(self.output, reduced, self.bundle_samples(), self.source_model)
+            self.repro = write_bundle(self.output, reduced, self.bundle_samples(), self.source_model, self.as_run)
         if self.min_good is not None:
             good = self._min_good_set()
             if good is None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend
+from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, unknown_names
@@ -24,6 +25,7 @@ from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.graph.activations import run_all_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
+from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import emulated_by, is_quantized
@@ -298,6 +300,23 @@ class CompareChecker(Checker):
                 return Verdict(False, reason=reason, details=details)
         reason = "all outputs within tolerance" + (f" on all {len(self.samples)} samples" if several else "")
         return Verdict(True, reason=reason, details={"outputs": stats})
+
+    def as_run(self, model: onnx.ModelProto) -> Optional[Tuple[onnx.ModelProto, str]]:
+        """How this checker runs an fp32 ``model`` when that is not as written: (the model it runs, a
+        word for the file name), e.g. the float16 conversion rounded through Casts (``fp16_emulation``:
+        any fp32 runtime reproduces it) or the float16 conversion (a backend with fp16 kernels); None
+        when it runs the model as it is.
+
+        Raises:
+            InvalidCandidateError: the conversion failed (the tool's defect).
+        """
+        if self.low is None or is_quantized(self.low) or has_low_precision(model) or has_qdq(model):
+            return None
+        low = self.low
+        lowered = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the answer")
+        if isinstance(self.backend, EmulationBackend):
+            return emulate_low_precision(lowered)[0], f"{low}_emulated"
+        return lowered, low
 
     def _judges_noise(self, model: onnx.ModelProto, candidate: Candidate) -> bool:
         """Whether a failing candidate is judged against the noise floor: fp32 on ONNX Runtime."""

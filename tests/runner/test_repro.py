@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,34 @@ def test_the_bundle_of_a_reduced_detector_reproduces_the_failure_through_polygra
     assert fails.returncode != 0 and "Mismatched outputs" in fails.stdout + fails.stderr, fails.stdout[-2000:]
     names = [i.name for i in onnx.load(str(out)).graph.input]
     assert sorted(json.loads(Path(s["repro_inputs"]).read_text())[0]) == sorted(names)
+
+
+@pytest.mark.slow
+def test_the_bundle_of_an_fp16_reduce_reproduces_the_failure_as_the_run_saw_it(run, tmp_path):
+    """Issue 38: under fp16 emulation the failure is the subgraph's fp16 conversion's, and the documented
+    polygraphy command on the fp32 reduced.onnx passed. The bundle now holds the subgraph as the check ran it
+    (converted and rounded through Casts), and its repro_command fails with polygraphy as the run did."""
+    from tests.helpers.models import MODELS
+
+    bert = need(MODELS / "zoo" / "bert_tiny.onnx")
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **dict(np.load(bert.with_suffix(".npz"))))
+    out = tmp_path / "reduced.onnx"
+    check = [
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.check_error_stat=rel_l2",
+        "checker.rtol=0.05",
+    ]
+    r = run("mode=reduce", f"model={bert}", f"inputs={inputs}", f"output={out}", *check)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert s["repro_model"] == str(tmp_path / "reduced_float16_emulated.onnx")
+    polygraphy = str(Path(sys.executable).parent / "polygraphy")
+    command = shlex.split(s["repro_command"])
+    assert command[:3] == ["polygraphy", "run", s["repro_model"]]
+    fails = subprocess.run([polygraphy, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert fails.returncode != 0 and "Mismatched outputs" in fails.stdout + fails.stderr, fails.stdout[-2000:]
+    fp32 = [polygraphy, "run", str(out), "--onnxrt", "--load-inputs", s["repro_inputs"], "--load-outputs"]
+    passes = subprocess.run([*fp32, s["repro_golden"]], capture_output=True, text=True, timeout=300)
+    assert passes.returncode == 0, "the fp32 subgraph alone passes: the failure needs the fp16 conversion"
