@@ -60,7 +60,6 @@ def _hydra_main() -> int:
     from omegaconf import DictConfig
 
     import conf
-    from runner.app import run
     from runner.config import register_configs
 
     logging.raiseExceptions = False  # a log line to a closed stdout/terminal is dropped, not a traceback
@@ -69,6 +68,8 @@ def _hydra_main() -> int:
 
     @hydra.main(version_base=None, config_path=str(Path(conf.__file__).resolve().parent), config_name="config")
     def main(cfg: DictConfig) -> None:
+        from runner.app import run  # imported for a run only: --help needs none of onnx, onnxruntime, numpy
+
         codes.append(run(cfg))
 
     main()
