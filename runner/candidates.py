@@ -57,6 +57,9 @@ class Candidate:
             the runner again), reuse or not.
         units: the unit set a search candidate is (node indices), recorded in the replay so that
             verdicts can be checked against each other (``runner.monotone``); None for others.
+        as_reference: the candidate is the model whose golden values the checker made: a checker
+            that made them runs it exactly as it made them (same backend, same session options),
+            so that it gives them back (precision's all-fp32 candidate).
     """
 
     key: str
@@ -69,3 +72,4 @@ class Candidate:
     reuse: bool = True
     twin: Optional[str] = None
     units: Optional[FrozenSet[int]] = None
+    as_reference: bool = False

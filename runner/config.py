@@ -140,6 +140,12 @@ class CompareCheckerConf:
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: GraphOptimization = GraphOptimization.all
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
+    outputs: List[str] = field(
+        default_factory=list
+    )  # compare these tensors (any of the model's) instead of the outputs
+    exclude_outputs: List[str] = field(default_factory=list)  # leave these graph outputs out
+    # judge detections: {boxes: name, scores: name, labels: name, iou: 0.5, score_atol: 0.05, max_unmatched: 0}
+    detections: Any = None  # a map (see runner.checkers.detections); null: off
     # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored).
     # CUDA: cuDNN's default convolution algorithm instead of an exhaustive search per new session (18x
     # cheaper checks on the detector, benchmarks/gpu_checks.py), and no TF32, so fp32 means fp32

@@ -19,6 +19,7 @@ Markers:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import onnx
 from omegaconf import MISSING
 
-from runner.candidates import Verdict
+from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.convert import Converter, float_nodes, prepare
-from runner.graph.load import fingerprint
+from runner.graph.load import fingerprint, save_model
 from runner.graph.precisions import is_quantized
 from runner.graph.precisions import low_precision as named_low_precision
 from runner.graph.qdq import quantized_nodes
@@ -89,6 +90,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         forced: indices of nodes that stay in float32 in every candidate (``exclude_nodes``,
             ``exclude_op_types``), outside the search.
         scoped: some float nodes are outside the search (``include_*``/``exclude_*``).
+        original: the model as the user gave it: the all-fp32 gate checks it, as it is (its golden
+            values' own model, ``Candidate.as_reference``), so that gate cannot fail for the tool's
+            own reasons (a re-fused fp32 run flipped one box of a detector's NMS); None: the
+            conversion keeping every node.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -111,6 +116,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         quantizer: Optional[Quantizer] = None,
         forced: Iterable[int] = (),
         scoped: bool = False,
+        original: Optional[onnx.ModelProto] = None,
     ):
         self.forced: Units = frozenset(forced)
         self.scoped = scoped
@@ -142,7 +148,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.validator = Validator(model)
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
-        self.gates.append(Gate(lambda: self.candidate(everything, "all nodes kept"), True, self._all_kept_failed))
+        self.original = original
+        self.gates.append(Gate(lambda: self._all_kept(everything), True, self._all_kept_failed))
         # the all-low-precision candidate is checked only when no search candidate has failed yet
         self._some_failed = False
         self._none_queued = False
@@ -262,6 +269,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             quantizer,
             forced,
             scope.given,
+            ctx.model,
         )
 
     @staticmethod
@@ -292,6 +300,24 @@ class PrecisionStrategy(OnnxSearchStrategy):
         return quantizer, model, layers
 
     # -- candidates -----------------------------------------------------------------------
+
+    def _all_kept(self, everything: Units) -> Candidate:
+        """The all-fp32 gate's candidate: the model as given, run as its golden values were made."""
+        made = self.candidate(everything, "all nodes kept")
+        if self.original is None or self.weak_typing or self.scoped:  # with a scope, nodes out of it are converted
+            return made
+        original = self.original
+
+        def write(path: Path) -> None:
+            save_model(original, path, **self.save_opts)
+
+        return dataclasses.replace(
+            made,
+            label=f"all nodes kept (the model as given): {self.size(everything)}",
+            write=write,
+            payload=lambda: original,
+            as_reference=True,
+        )
 
     def names(self, units: Iterable[int]) -> List[str]:
         """The node names of ``units``, sorted."""

@@ -18,13 +18,16 @@ from runner.backends.base import Backend, make_backend
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
+from runner.checkers.detections import DetectionRule
+from runner.checkers.detections import judge as judge_detections
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
-from runner.graph.activations import run_all_tensors
+from runner.graph.activations import marked, run_all_tensors, run_tensors
 from runner.graph.convert import has_low_precision, to_low_precision
+from runner.graph.decisions import Decision, data_dependent_outputs
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
@@ -111,6 +114,14 @@ class CompareChecker(Checker):
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
         provider_options: ``{provider: {option: value}}`` for the candidate backend's ONNX Runtime
             providers (see ``runner.backends.onnxruntime.OnnxRuntimeBackend``).
+        outputs: compare these tensors instead of the candidate's graph outputs: any tensors of the
+            model, graph outputs or intermediate (a detector's scores and boxes before NMS), marked as
+            outputs of each candidate that computes them (Polygraphy's ``--onnx-outputs``); a
+            candidate that computes none of them shows nothing to fail and passes (a reduce subgraph).
+        exclude_outputs: leave these graph outputs out of the comparison (``--onnx-exclude-outputs``).
+        detections: judge detections instead of arrays (``runner.checkers.detections``):
+            ``{boxes: name, scores: name, labels: name, iou: 0.5, score_atol: 0.05, min_score: 0,
+            max_unmatched: 0}``.
         noise_floor: when an fp32 candidate fails on ONNX Runtime, run it once more with another
             reduction order (the other graph optimization level: other fusions) and pass it if every
             failing output is within ``NOISE_K`` times the difference of the two runs, or within
@@ -139,6 +150,9 @@ class CompareChecker(Checker):
         low_precision: Optional[str] = None,
         provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         noise_floor: bool = True,
+        outputs: Sequence[str] = (),
+        exclude_outputs: Sequence[str] = (),
+        detections: Optional[Mapping[str, Any]] = None,
     ):
         implied = emulated_by(backend)
         self.low = low_precision or (implied.name if implied is not None else None)
@@ -166,6 +180,12 @@ class CompareChecker(Checker):
         self.samples: List[Dict[str, np.ndarray]] = []
         self._warned = False
         self.noise_floor = bool(noise_floor)
+        self._golden_made_here = False  # bind: the golden values come from this checker's reference run
+        self.outputs = [str(o) for o in (outputs or [])]
+        self.exclude_outputs = {str(o) for o in (exclude_outputs or [])}
+        self.detections = DetectionRule.from_config(plain(detections))
+        #: graph outputs whose shape depends on the data, and what decides it (bind)
+        self.decisions: Dict[str, Decision] = {}
         self.level = graph_optimization_level
         self._other_order: Optional[Backend] = None  # the candidate backend with the other optimization level
 
@@ -186,6 +206,16 @@ class CompareChecker(Checker):
         """
         model = ctx.model
         tensors = [o for n in model.graph.node for o in n.output] + [t.name for t in model.graph.input]
+        named = self.outputs + sorted(self.exclude_outputs) + (self.detections.tensors() if self.detections else [])
+        missing = sorted(set(named) - set(tensors))
+        if missing:
+            raise ConfigError(
+                f"checker.outputs/exclude_outputs/detections name {missing}, which are no tensors of the model "
+                f"(its outputs: {[o.name for o in model.graph.output]}); name node outputs of the model"
+            )
+        self.decisions = data_dependent_outputs(model)
+        for name, decision in self.decisions.items():
+            log.info("Output %s has a data-dependent shape: %s", name, decision.hint())
         unknown = unknown_names(self.rule, tensors)
         if unknown:
             outputs = [o.name for o in model.graph.output]
@@ -195,6 +225,7 @@ class CompareChecker(Checker):
             )
         samples = ctx.samples
         golden = ctx.golden_samples
+        self._golden_made_here = golden is None and self.reference_name == "onnxruntime"
         if golden is None:
             golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
         else:
@@ -253,11 +284,21 @@ class CompareChecker(Checker):
                 "let the checker compute golden values (drop golden=) or save them with save_golden="
             )
         declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+        wanted = self._compared(model)
+        if not wanted:
+            return Verdict(True, reason="the candidate computes none of the compared tensors (checker.outputs)")
+        run_model, run_key = model, candidate.key
+        if wanted != [o.name for o in model.graph.output]:
+            run_model, run_key = marked(model, wanted), f"{candidate.key}:outputs:{','.join(wanted)}"
         several = len(self.samples) > 1
         for index, values in enumerate(self.samples):
             feeds = {n: as_declared(values[n], declared.get(n)) for n in names}
             try:
-                got = self.backend.run(model, feeds, key=candidate.key)
+                if candidate.as_reference and self._golden_made_here:
+                    # the model the golden values came from, run as they were made: it gives them back
+                    got = run_tensors(model, feeds, wanted)
+                else:
+                    got = self.backend.run(run_model, feeds, key=run_key)
             except ModelError as e:
                 return self._backend_error(iteration, str(e))
             unknown = [n for n in got if n not in values]
@@ -265,9 +306,15 @@ class CompareChecker(Checker):
                 raise ConfigError(
                     f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
                 )
-            passed, stats, problems = compare_outputs(got, values, self.rule)
             where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
-            if not passed and self._judges_noise(model, candidate):
+            judged = self._judge_detections(got, values, where) if self.detections is not None else None
+            arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
+            passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
+            problems = [self._decision_hint(p) for p in problems]
+            found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
+            if judged is not None and not judged[0]:
+                passed, problems = False, [f"detections: {judged[2]}", *problems]
+            if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):
                 floors = self._within_noise(model, feeds, got, values, stats, candidate.key)
                 if floors is not None:
                     log.info(
@@ -281,25 +328,65 @@ class CompareChecker(Checker):
                     passed, problems = True, []
             for line in problems:
                 log.info("%s: %s", where, line)
-            worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
-            log.info(
-                "%s: %d of %d outputs within tolerance; worst %s",
-                where,
-                len(stats) - len(problems),
-                len(stats),
-                _describe(worst, stats[worst]),
-            )
+            if stats:
+                worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
+                failing = sum(1 for s in stats.values() if not s["passed"])
+                log.info(
+                    "%s: %d of %d outputs within tolerance; worst %s",
+                    where,
+                    len(stats) - failing,
+                    len(stats),
+                    _describe(worst, stats[worst]),
+                )
             for name, st in stats.items():
                 log.debug("%s: %s", where, _describe(name, st))
             if not passed:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-                details: Dict[str, Any] = {"outputs": stats}
+                details: Dict[str, Any] = {"outputs": stats, **found}
                 if several:
                     details["sample"] = index
                 reason = (f"sample {index}: " if several else "") + problems[0] + more
                 return Verdict(False, reason=reason, details=details)
-        reason = "all outputs within tolerance" + (f" on all {len(self.samples)} samples" if several else "")
-        return Verdict(True, reason=reason, details={"outputs": stats})
+        what = "the detections match" if self.detections is not None else "all outputs within tolerance"
+        reason = what + (f" on all {len(self.samples)} samples" if several else "")
+        return Verdict(True, reason=reason, details={"outputs": stats, **found})
+
+    def _compared(self, model: onnx.ModelProto) -> List[str]:
+        """The tensors compared for ``model``: ``checker.outputs`` (and the detection tensors) that it
+        computes, else its graph outputs but ``checker.exclude_outputs``."""
+        named = self.outputs + (self.detections.tensors() if self.detections else [])
+        if not named:
+            return [o.name for o in model.graph.output if o.name not in self.exclude_outputs]
+        computed = {o for n in model.graph.node for o in n.output} | {o.name for o in model.graph.output}
+        return [n for n in dict.fromkeys(named) if n in computed and n not in self.exclude_outputs]
+
+    def _judge_detections(
+        self, got: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], where: str
+    ) -> Optional[Tuple[bool, Dict[str, Any], str]]:
+        """The detection comparison when the candidate computes its tensors (else None), logged."""
+        assert self.detections is not None
+        if not all(t in got for t in self.detections.tensors()):
+            return None
+        passed, facts, problem = judge_detections(got, golden, self.detections)
+        log.info(
+            "%s: detections: %d golden, %d matched, %d missed, %d extra, max score diff %.3g, min IoU %.3f",
+            where,
+            facts["golden"],
+            facts["matched"],
+            facts["missed"],
+            facts["extra"],
+            facts["max_score_diff"],
+            facts["min_iou"],
+        )
+        return passed, facts, problem
+
+    def _decision_hint(self, problem: str) -> str:
+        """A shape mismatch of an output whose shape depends on the data, said as a decision flip."""
+        name, _, what = problem.partition(": ")
+        decision = self.decisions.get(name)
+        if decision is None or not what.startswith("shape "):
+            return problem
+        return f"{name}: decision flip, {what}; {decision.hint()}"
 
     def as_run(self, model: onnx.ModelProto) -> Optional[Tuple[onnx.ModelProto, str]]:
         """How this checker runs an fp32 ``model`` when that is not as written: (the model it runs, a
@@ -337,7 +424,7 @@ class CompareChecker(Checker):
         floor (the candidate only shows fp32 noise), else None. One more run of the candidate, with the
         other graph optimization level."""
         failing = [n for n, s in stats.items() if not s["passed"]]
-        if any(stats[n].get("new_nonfinite") for n in failing):
+        if not failing or any(stats[n].get("new_nonfinite") for n in failing):
             return None
         if self._other_order is None:
             other = "disable" if self.level != "disable" else "all"

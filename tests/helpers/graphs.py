@@ -117,3 +117,48 @@ def rmsnorm_decoder(layers: int = 4, dim: int = 32, vocab: int = 64, seq: int = 
     model = make_model(nodes, [ids], [f32("logits", [1, seq, vocab])], inits)
     needed = ["norm_in.pow", "norm_in.mean", "norm_in.add_eps", "norm_in.sqrt"]
     return model, needed, rng.integers(0, vocab, (1, seq)).astype(np.int64)
+
+
+def threshold_detector(threshold: float = 0.5, seed: int = 0):
+    """A tiny detector whose outputs are decisions: a 1x1 Conv makes 64 anchors' box offsets and score
+    logits, Sigmoid scores them, and a score threshold (Greater, NonZero, GatherND, as torchvision's
+    postprocessing exports) keeps the boxes and scores above ``threshold``: how many rows ``boxes`` and
+    ``scores`` have depends on the data.
+
+    Returns:
+        (model, its input ``x`` [1, 3, 8, 8]).
+    """
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((5, 3, 1, 1)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array([64, 5], np.int64), "rows"),
+        numpy_helper.from_array(np.array([0], np.int64), "c0"),
+        numpy_helper.from_array(np.array([2], np.int64), "c2"),
+        numpy_helper.from_array(np.array([4], np.int64), "c4"),
+        numpy_helper.from_array(np.array([5], np.int64), "c5"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        _const("threshold", threshold),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["raw"], name="head"),
+        helper.make_node("Transpose", ["raw"], ["raw_t"], name="to_rows", perm=[0, 2, 3, 1]),
+        helper.make_node("Reshape", ["raw_t", "rows"], ["anchors"], name="anchors"),
+        helper.make_node("Slice", ["anchors", "c0", "c2", "axis1"], ["corner"], name="corner"),
+        helper.make_node("Slice", ["anchors", "c2", "c4", "axis1"], ["size_raw"], name="size_raw"),
+        helper.make_node("Abs", ["size_raw"], ["size"], name="size"),
+        helper.make_node("Add", ["corner", "size"], ["far"], name="far"),
+        helper.make_node("Concat", ["corner", "far"], ["decoded"], name="decode", axis=1),
+        helper.make_node("Slice", ["anchors", "c4", "c5", "axis1"], ["logit2d"], name="logit"),
+        helper.make_node("Squeeze", ["logit2d", "axis1"], ["logits"], name="logits"),
+        helper.make_node("Sigmoid", ["logits"], ["all_scores"], name="score"),
+        helper.make_node("Greater", ["all_scores", "threshold"], ["keep"], name="threshold"),
+        helper.make_node("NonZero", ["keep"], ["kept"], name="nonzero"),
+        helper.make_node("Transpose", ["kept"], ["kept_t"], name="kept_rows", perm=[1, 0]),
+        helper.make_node("GatherND", ["decoded", "kept_t"], ["boxes"], name="pick_boxes"),
+        helper.make_node("GatherND", ["all_scores", "kept_t"], ["scores"], name="pick_scores"),
+    ]
+    outputs = [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["k", 4])]
+    outputs.append(helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["k"]))
+    model = make_model(nodes, [f32("x", [1, 3, 8, 8])], outputs, inits)
+    return model, rng.standard_normal((1, 3, 8, 8)).astype(np.float32)

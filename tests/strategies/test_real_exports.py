@@ -156,7 +156,7 @@ def test_reduce_on_bert_ends_inside_the_planted_ffn(run):
 
 
 def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(run, monkeypatch, tmp_path):
-    """A conversion defect planted on the third conversion (the graph output declared float16 while a Cast
+    """A conversion defect planted on the second conversion (the graph output declared float16 while a Cast
     to float makes it): one-line error naming node, tensor and step, exit 2, and the replay holds the
     earlier verdicts but none for it."""
     import runner.graph.convert as convert
@@ -167,7 +167,7 @@ def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(ru
     def planted(model):
         calls["n"] += 1
         done = real(model)
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
         return done
 
