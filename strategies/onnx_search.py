@@ -42,6 +42,9 @@ Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int]]
 #: bytes of candidate models built ahead (``ModelProto.ByteSize``) that a run holds at once: the
 #: next round's possible candidates, built while a round's checks run; the rest wait for their round
 AHEAD_BYTES = 1 << 30
+#: models with this many bytes of weights or more build no candidate ahead: each build holds a copy of
+#: the weights (on a 222 MB decoder the builds ahead took the peak memory from 2.4x to 18x the model)
+AHEAD_LARGE = 64 * 2**20
 
 
 @dataclass
@@ -109,6 +112,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self.validator: Optional[Validator] = None
         self._answer: Optional[WrittenAnswer] = None  # the written answer, once written
         self._reused_misses: List[Units] = []  # unit sets whose miss came from a replay
+        #: bytes of the model's weights (the mode sets it), which bound the models built ahead
+        self.weight_bytes = 0
         self._passed = False  # some check passed (an answer resting on none is never written)
 
     # -- what a mode defines ----------------------------------------------------------------
@@ -166,15 +171,21 @@ class OnnxSearchStrategy(RoundStrategy):
         key = (self.variant(), units)  # reduce's variant changes when it keeps Constant nodes
         if key in self._ahead:
             return True
-        if self._ahead_bytes >= AHEAD_BYTES:
+        budget = self.ahead_budget()
+        if self._ahead_bytes >= budget or not budget:
             return False
         model = self.valid_model(units)
         size = model.ByteSize()
-        if self._ahead_bytes + size > AHEAD_BYTES:
+        if self._ahead_bytes + size > budget:
             return False
         self._ahead[key] = model
         self._ahead_bytes += size
         return True
+
+    def ahead_budget(self) -> int:
+        """Bytes of models built ahead this search may hold: ``AHEAD_BYTES``, or none for a model of
+        ``AHEAD_LARGE`` bytes of weights or more (``weight_bytes``, set by the mode)."""
+        return 0 if self.weight_bytes >= AHEAD_LARGE else AHEAD_BYTES
 
     def candidate(self, units: Units, label: str) -> Candidate:
         """The candidate of a unit set (its ``closure``): its model was built ahead, or is built on

@@ -41,6 +41,7 @@ from runner.graph.qdq import quantized_nodes
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import Validator
+from runner.graph.weights import initializer_bytes
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
@@ -140,6 +141,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
+        self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (Converter(model, low) if not weak_typing else None)
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back

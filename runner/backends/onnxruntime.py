@@ -14,6 +14,7 @@ from runner.backends.base import Backend
 from runner.errors import ConfigError, ModelError
 from runner.executors.slot import current
 from runner.graph.activations import run_all_tensors, session_for
+from runner.graph.load import tensor_bytes
 
 #: execution providers that run on one device chosen by their ``device_id`` option
 GPU_PROVIDERS = frozenset(
@@ -25,6 +26,9 @@ GPU_PROVIDERS = frozenset(
         "DmlExecutionProvider",
     }
 )
+
+#: sessions of a model with this many bytes of weights are kept one at a time
+CACHE_BYTES = 64 * 2**20
 
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -40,7 +44,9 @@ class OnnxRuntimeBackend(Backend):
     Args:
         providers: execution providers in priority order, e.g. ``["CPUExecutionProvider"]``.
         graph_optimization_level: disable, basic, extended or all.
-        cache_size: how many sessions to keep (keyed by model key).
+        cache_size: how many sessions to keep (keyed by model key); sessions of models holding
+            ``CACHE_BYTES`` or more of weights together are not kept beside the newest (each holds
+            its own copy of the weights: four sessions of a 212 MB decoder took 1.7 GB).
         provider_options: ``{provider: {option: value}}``, ONNX Runtime's provider options (e.g.
             ``{"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}``); options of a
             provider not in ``providers`` are unused. Values are passed as strings.
@@ -115,7 +121,10 @@ class OnnxRuntimeBackend(Backend):
                 return self._sessions[key]
         sess = session_for(model, self.providers_for(gpu), self.level)
         if key is not None:
+            large = tensor_bytes(model) >= CACHE_BYTES
             with self._lock:
+                if large:  # only the newest session of a large model stays
+                    self._sessions.clear()
                 self._sessions[key] = sess
                 while len(self._sessions) > self.cache_size:
                     self._sessions.popitem(last=False)
