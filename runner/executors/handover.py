@@ -4,7 +4,7 @@ Workers cost the runner twice. Starting them (spawning, importing Dask and ONNX 
 takes about 4 to 9 s on an H100 machine and slows the runner's own work meanwhile: a cheap
 precision run of the detector (checks of 0.3 s) took 0.90 to 1.16x serial with workers started
 at once and every check kept in the runner, and 0.86 to 0.99x with workers never started
-(README "GPU checks"). Started seconds later, they win less on dear checks (0.68 to 0.92x where
+(benchmarks/README.md, "GPU checks"). Started seconds later, they win less on dear checks (0.68 to 0.92x where
 started with the run they took 0.69 to 0.72x): ``start="now"`` is for runs known to be dear.
 Handing over once they are ready costs about a second of the runner's interpreter (importing
 Dask, connecting, sending the checker and a warm-up check to each worker) and each worker a first

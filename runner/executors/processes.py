@@ -3,7 +3,7 @@
 In-process checks (``checker=compare`` on ONNX Runtime's CUDA execution provider) spend their time
 in Python: converting, serializing, building a session. Threads of one process share the
 interpreter for that, so ``executor=local`` gains little from running them at once (2 threads on
-an H100: 0.86 to 0.96x serial, README "GPU checks"); worker processes do not share it, but each
+an H100: 0.86 to 0.96x serial, benchmarks/README.md, "GPU checks"); worker processes do not share it, but each
 pays its start-up and its first session of the model (seconds). Each worker is pinned to its
 GPU (``CUDA_VISIBLE_DEVICES`` is set before it imports ONNX Runtime) and keeps the checker it
 received once, with its golden values and cached sessions, between checks.
@@ -76,7 +76,7 @@ class ProcessExecutor(DaskExecutor):
             False: every check runs in a worker process (a check that may crash its process).
         threads_per_worker: checks at once in each worker process (>= 1), in threads that share
             its CUDA context (two processes on one GPU time-slice it; on an H100 two threads paid
-            for checks of 0.3 s and lost for checks of 3 s, README "GPU checks").
+            for checks of 0.3 s and lost for checks of 3 s, benchmarks/README.md, "GPU checks").
         start: ``"auto"``: start the workers once the work left (checks, ``spread``'s jobs) would
             take longer here than their start-up and hand-over; ``"now"``: with the run. Without
             ``local_start`` they start at once.

@@ -84,7 +84,8 @@ def _readme_commands():
     import re
     import shlex
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[2]
+    text = "\n".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("#")[0].strip()
