@@ -54,7 +54,7 @@ def export(work: Path, layers: int, peak: float, seq: int) -> tuple:
     )
     model = Qwen2ForCausalLM(config).eval()
     ids = torch.randint(0, config.vocab_size, (1, seq))
-    seen = {}
+    seen: dict = {}
     hook = model.model.norm.register_forward_pre_hook(lambda m, a: seen.update(x=a[0].detach().abs().max().item()))
     with torch.no_grad():
         for _ in range(3):  # the last MLP's output dominates the residual once scaled: converge on the peak
@@ -123,9 +123,8 @@ def main() -> None:
     cuda = ["checker=compare", "checker.providers=[CUDAExecutionProvider]", "checker.check_error_stat=rel_l2"]
     cuda.append("checker.rtol=0.05")
     figures = {"model_mb": round(size / 2**20), "layers": args.layers, "export_s": round(seconds)}
-    precision = run(
-        ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", *cuda], work / "precision"
-    )
+    data = [f"model={path}", f"inputs={inputs}"]
+    precision = run(["mode=precision", "marker=minimal", *data, *cuda], work / "precision")
     s = precision.pop("summary")
     figures["precision"] = {
         **precision,
@@ -138,7 +137,7 @@ def main() -> None:
     }
     print(json.dumps(figures["precision"], indent=1))
     if not args.skip_layerwise:
-        layerwise = run(["mode=layerwise", f"model={path}", f"inputs={inputs}", *cuda], work / "layerwise")
+        layerwise = run(["mode=layerwise", *data, *cuda], work / "layerwise")
         s = layerwise.pop("summary")
         figures["layerwise"] = {
             **layerwise,
