@@ -71,7 +71,9 @@ def export(work: Path, layers: int, peak: float, seq: int) -> tuple:
             self.inner = inner
 
         def forward(self, input_ids):
-            return self.inner(input_ids=input_ids).logits
+            # an explicit mask: without one, transformers looks for packed sequences with aten::diff,
+            # which the TorchScript exporter cannot export
+            return self.inner(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
 
     with torch.no_grad():
         torch.onnx.export(
@@ -137,7 +139,7 @@ def main() -> None:
     }
     print(json.dumps(figures["precision"], indent=1))
     if not args.skip_layerwise:
-        layerwise = run(["mode=layerwise", *data, *cuda], work / "layerwise")
+        layerwise = run(["mode=layerwise", *data, *cuda, "checker.low_precision=float16"], work / "layerwise")
         s = layerwise.pop("summary")
         figures["layerwise"] = {
             **layerwise,
