@@ -81,6 +81,11 @@ def cli() -> int:
     signals.install()
     pipes.guard_streams()  # a reader that goes away (| head) silences output, never the run
     try:
+        if sys.argv[1:] in (["--help"], ["-h"]):  # every key of every group, without composing a config
+            from runner.help import render
+
+            print(render())
+            return 0
         sys.argv = snapshot_run_dirs(absolute_config_path(sys.argv))
         code = _hydra_main()
         sys.stdout.flush()
