@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
-from runner.errors import ArtifactError, CheckError, ConfigError
+from runner.errors import ArtifactError, CheckError, ConfigError, first_line
 from runner.identity import differences
 from runner.jsonio import write_json_atomic
 from runner.monotone import Ledger
@@ -183,9 +183,7 @@ class Replay:
         except RecursionError:
             raise ConfigError(f"replay.load={path}: nested too deeply to be a replay file; {hint}") from None
         except (OSError, ValueError) as e:
-            raise ConfigError(
-                f"replay.load={path}: not a readable replay file ({str(e).splitlines()[0]}); {hint}"
-            ) from None
+            raise ConfigError(f"replay.load={path}: not a readable replay file ({first_line(e)}); {hint}") from None
         formats = (FORMAT, *OLD_FORMATS)
         if (
             not isinstance(data, dict)

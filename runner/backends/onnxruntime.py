@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from runner.backends.base import Backend
-from runner.errors import ConfigError, ModelError
+from runner.errors import ConfigError, ModelError, first_line
 from runner.executors.slot import current
 from runner.graph.activations import run_all_tensors, session_for
 from runner.graph.load import tensor_bytes
@@ -147,7 +147,7 @@ class OnnxRuntimeBackend(Backend):
         try:
             got = sess.run(names, dict(feeds))
         except Exception as e:
-            raise ModelError(f"ONNX Runtime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+            raise ModelError(f"ONNX Runtime cannot run the model: {first_line(e)}") from None
         return {n: np.asarray(v) for n, v in zip(names, got)}
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 import onnx
 
 from runner.candidates import Candidate, Verdict
-from runner.errors import ConfigError, MissingExtraError
+from runner.errors import ConfigError, MissingExtraError, first_line
 from runner.executors.base import Executor
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class DaskExecutor(Executor):
             client = distributed.Client(address, timeout=timeout_s, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
             raise ConfigError(
-                f"executor.address={address}: cannot reach a Dask scheduler ({str(e).splitlines()[0][:200]}); "
+                f"executor.address={address}: cannot reach a Dask scheduler ({first_line(e)[:200]}); "
                 "start one (dask scheduler; dask worker ADDRESS) or fix the address"
             ) from None
         self._attach(distributed, client, workers, gpus, lookahead, f"Dask cluster at {address}")

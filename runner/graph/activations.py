@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from runner.errors import ModelError
+from runner.errors import ModelError, first_line
 from runner.graph.load import as_file, is_large
 
 
@@ -33,7 +33,7 @@ def session_for(
                 return ort.InferenceSession(str(path), opts, providers=list(providers))
         return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
     except Exception as e:  # onnxruntime raises its own exception types
-        raise ModelError(f"ONNX Runtime cannot load the model: {str(e).strip().splitlines()[0]}") from None
+        raise ModelError(f"ONNX Runtime cannot load the model: {first_line(e)}") from None
 
 
 def top_level_outputs(model: onnx.ModelProto) -> List[str]:
@@ -68,7 +68,7 @@ def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: 
     try:
         values = sess.run(list(names), dict(feeds))
     except Exception as e:
-        raise ModelError(f"ONNX Runtime cannot run the model: {str(e).strip().splitlines()[0]}") from None
+        raise ModelError(f"ONNX Runtime cannot run the model: {first_line(e)}") from None
     return {name: np.asarray(value) for name, value in zip(names, values)}
 
 

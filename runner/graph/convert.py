@@ -33,7 +33,7 @@ from typing import Dict, FrozenSet, Iterable, List, Set
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from runner.errors import ModelError
+from runner.errors import ModelError, first_line
 from runner.graph.constants import constants_to_initializers
 from runner.graph.conversion_repairs import (
     bypass_round_trips,
@@ -93,7 +93,7 @@ def raise_opset(model: onnx.ModelProto, version: int, why: str) -> onnx.ModelPro
     except Exception as e:  # the converter raises RuntimeError/ValidationError from C++
         raise ModelError(
             f"{why} need opset {version}, and ONNX's version converter cannot raise the model from opset {have}: "
-            f"{str(e).splitlines()[0]}; convert the model's opset first"
+            f"{first_line(e)}; convert the model's opset first"
         ) from None
     log.info("The model's opset was raised from %d to %d for %s (onnx.version_converter)", have, version, why)
     return raised

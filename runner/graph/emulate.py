@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from runner.errors import first_line
 from runner.graph.precisions import LOW_TYPES
 from runner.graph.stubs import fill, weightless, widened
 
@@ -130,7 +131,7 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     try:
         typed = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True)
     except Exception as e:  # inference can fail on custom ops; types then come from what is declared
-        log.warning("Type inference failed (%s); only tensors with declared types are rounded", str(e).splitlines()[0])
+        log.warning("Type inference failed (%s); only tensors with declared types are rounded", first_line(e))
         typed = bare
     types = _types(typed)
     g = typed.graph

@@ -53,7 +53,7 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
             f"{option}={path}: its external data file is missing ({e.filename}); keep the data file beside the model"
         ) from None
     except onnx.checker.ValidationError as e:  # onnx checks external data locations while loading
-        first = str(e).strip().splitlines()[0]
+        first = first_line(e)
         raise ModelError(
             f"{option}={path}: its external data cannot be read ({first}); keep the data file beside the model"
         ) from None

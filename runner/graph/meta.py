@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from runner.errors import ModelError
+from runner.errors import ModelError, first_line
 from runner.graph.load import as_file, is_large
 from runner.graph.summaries import TensorSummary
 
@@ -98,7 +98,7 @@ class TensorMeta:
         try:
             inferred = infer_shapes(fixed)
         except Exception as e:  # onnx raises InferenceError and others
-            log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", str(e).splitlines()[0])
+            log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", first_line(e))
             inferred = fixed
         g = inferred.graph
         for vi in list(g.input) + list(g.value_info) + list(g.output):

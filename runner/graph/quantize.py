@@ -343,9 +343,7 @@ class Quantizer:
         try:
             self.inferred = infer_shapes(model)  # the quantizer reads tensor types from value_info
         except Exception as e:  # onnx's inference raises InferenceError/ValidationError
-            raise ModelError(
-                f"shape inference fails on the model before quantization: {str(e).splitlines()[0]}"
-            ) from None
+            raise ModelError(f"shape inference fails on the model before quantization: {first_line(e)}") from None
         self.nodes = {n.name: n for n in model.graph.node}
         self.inits = {i.name: i for i in model.graph.initializer}
         self._last: Dict[Tuple[str, ...], onnx.ModelProto] = {}  # the fully quantized model and the last one

@@ -9,6 +9,7 @@ from typing import Any, Dict, Set, Tuple
 import numpy as np
 import onnx
 
+from runner.errors import first_line
 from runner.graph.feeds import as_declared
 from runner.graph.meta import infer_shapes
 from runner.graph.precisions import FLOAT16
@@ -84,7 +85,7 @@ def tensor_types(model: onnx.ModelProto) -> Dict[str, int]:
     try:
         typed = infer_shapes(model)
     except Exception as e:  # inference can fail on custom ops; declared types are then all there is
-        log.warning("Type inference failed (%s); using declared types", str(e).splitlines()[0])
+        log.warning("Type inference failed (%s); using declared types", first_line(e))
         typed = model
     g = typed.graph
     types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)}

@@ -33,8 +33,3 @@ def tensorrt_available() -> bool:
     except MissingExtraError:
         return False
     return True
-
-
-def trt_major(trt: ModuleType) -> int:
-    """TensorRT's major version, e.g. 10 or 11."""
-    return int(str(trt.__version__).split(".")[0])

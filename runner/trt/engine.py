@@ -142,10 +142,6 @@ class EngineBuilder:
                 marked.append(tensor.name)
         return marked
 
-    def input_names(self) -> List[str]:
-        """Names of the network's inputs."""
-        return [self.network.get_input(i).name for i in range(self.network.num_inputs)]
-
 
 def profiles_from_shapes(shapes: Mapping[str, Sequence[int]]) -> List[Profile]:
     """One profile with min = opt = max = the given shape per input (``model_input_shapes``)."""
