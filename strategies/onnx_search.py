@@ -172,7 +172,7 @@ class OnnxSearchStrategy(RoundStrategy):
         if key in self._ahead:
             return True
         budget = self.ahead_budget()
-        if self._ahead_bytes >= budget or not budget:
+        if self._ahead_bytes >= budget:
             return False
         model = self.valid_model(units)
         size = model.ByteSize()

@@ -120,6 +120,7 @@ class IsolatedChecker(Checker):
         self.concurrent = inner.concurrent
         self._pool: Optional[ProcessPoolExecutor] = None
         self._children: List[Any] = []  # the pool's processes (multiprocessing.Process), for their exit codes
+        self._busy = False  # a check is running in the child
 
     def bind(self, ctx: RunContext) -> None:
         """Bind the inner checker here (golden values are computed once, in the runner)."""
@@ -153,7 +154,10 @@ class IsolatedChecker(Checker):
             pool = self._started()
             future = pool.submit(_check, artifact, iteration, sent)
             self._children = list(getattr(pool, "_processes", {}).values())  # started by submit
-            return future.result(timeout=self.timeout_s)
+            self._busy = True
+            verdict = future.result(timeout=self.timeout_s)
+            self._busy = False
+            return verdict
         except (pickle.PicklingError, TypeError, AttributeError) as e:  # the candidate does not pickle
             self._reap()
             raise CheckError(f"checker.isolate=true cannot send the check to a child process ({e})") from None
@@ -183,7 +187,7 @@ class IsolatedChecker(Checker):
 
     def _reap(self) -> Optional[int]:
         """Shut a broken pool down; the exit code of its child, when known."""
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._busy = self._pool, None, False
         if pool is None:
             return None
         pool.shutdown(wait=True, cancel_futures=True)
@@ -194,7 +198,7 @@ class IsolatedChecker(Checker):
     def close(self) -> None:
         """Stop the child (killed if a check still runs), then close the inner checker."""
         if self._pool is not None:
-            if any(c.is_alive() for c in self._children) and getattr(self._pool, "_pending_work_items", None):
+            if self._busy:  # a check still runs (the run ends on an error or a signal): no waiting for it
                 self._kill()
             else:
                 self._pool.shutdown(wait=True, cancel_futures=True)

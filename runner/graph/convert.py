@@ -46,7 +46,7 @@ from runner.graph.conversion_repairs import (
 )
 from runner.graph.isolate import bodies
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
-from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, weightless
+from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class Converter:
         ONNX Runtime's converter clips it, bf16 rounded to nearest even; each low one made once."""
         source = self.weights[name]
         if data_type == source.data_type:
-            return source.raw_data if source.HasField("raw_data") else numpy_helper.to_array(source).tobytes()
+            return raw_bytes(source)
         key = f"{data_type}:{name}"
         with self._lock:
             made = self._low.get(key)

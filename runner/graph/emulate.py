@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import first_line
 from runner.graph.precisions import LOW_TYPES
-from runner.graph.stubs import fill, weightless, widened
+from runner.graph.stubs import fill, raw_bytes, weightless, widened
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +149,8 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     def values(stub: TensorProto) -> bytes:
         source = weights[stub.name]
         if stub.name in low_stubs:
-            return widened(source, source.raw_data if source.HasField("raw_data") else _raw(source))
-        return source.raw_data if source.HasField("raw_data") else _raw(source)
+            return widened(source, raw_bytes(source))
+        return raw_bytes(source)
 
     fill(typed, values, stubs)
     return typed, low_inputs, low_outputs, rw.rounded
-
-
-def _raw(tensor: TensorProto) -> bytes:
-    """A tensor's values as raw little-endian bytes (from a typed field)."""
-    return bytes(numpy_helper.to_array(tensor).tobytes())

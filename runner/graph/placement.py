@@ -37,7 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.errors import ModelError, first_line
 from runner.graph.isolate import outer_reads
 from runner.graph.meta import infer_shapes
-from runner.graph.stubs import fill, weightless
+from runner.graph.stubs import fill, raw_bytes, weightless
 
 #: ops whose data input TensorRT reads int8 (index 0), with their weight input and its channel axis
 WEIGHTED = {"Conv": 0, "ConvTranspose": 1, "MatMul": -1, "Gemm": None}
@@ -101,7 +101,7 @@ class PlacedQuantizer:
             for v in list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)
         }
         self.shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
-        self.inits = {i.name for i in model.graph.initializer}
+        self.inits = {i.name: i for i in model.graph.initializer}
         self.ranges = {name: data.range_value for name, data in calibration.ranges.data.items()}
         self._lock = threading.Lock()
         self._quantized: Dict[Tuple[str, Optional[int]], Tuple[bytes, np.ndarray]] = {}
@@ -223,7 +223,7 @@ class PlacedQuantizer:
         del g.initializer[:]
         g.initializer.extend(stubs)
         g.initializer.extend(new_inits)
-        fill(out, lambda stub: self._raw(self.weights[stub.name]), [s.name for s in stubs if s.name in self.weights])
+        fill(out, lambda stub: raw_bytes(self.weights[stub.name]), [s.name for s in stubs if s.name in self.weights])
         return out
 
     def _qdq(self, name: str, site: Site, nodes: List[onnx.NodeProto], inits: List[TensorProto]) -> str:
@@ -268,7 +268,7 @@ class PlacedQuantizer:
             found = self._quantized.get(key)
         if found is not None:
             return found
-        values = numpy_helper.to_array(self.weights[name] if name in self.weights else self._init(name))
+        values = numpy_helper.to_array(self.inits[name])
         values = values.astype(np.float32)
         if axis is None:
             amax = np.array(np.abs(values).max() if values.size else 0.0, np.float32)
@@ -286,10 +286,3 @@ class PlacedQuantizer:
         with self._lock:
             self._quantized[key] = found
         return found
-
-    def _init(self, name: str) -> TensorProto:
-        return next(i for i in self.model.graph.initializer if i.name == name)
-
-    @staticmethod
-    def _raw(tensor: TensorProto) -> bytes:
-        return tensor.raw_data if tensor.HasField("raw_data") else numpy_helper.to_array(tensor).tobytes()

@@ -41,6 +41,13 @@ def nbytes(tensor: TensorProto) -> int:
     )
 
 
+def raw_bytes(tensor: TensorProto) -> bytes:
+    """A tensor's values as raw little-endian bytes: its ``raw_data``, or its typed field encoded."""
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    return bytes(numpy_helper.to_array(tensor).tobytes())
+
+
 def is_stub(tensor: TensorProto) -> bool:
     """Whether ``tensor`` holds no values although its dims say it has some (a stub, or external data)."""
     count = int(np.prod(tensor.dims)) if len(tensor.dims) else 1

@@ -22,6 +22,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 
 from runner.errors import ArtifactError
+from runner.graph.stubs import raw_bytes
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,6 @@ TENSOR_THRESHOLD = 1024
 MODEL_THRESHOLD = 64 * 2**20
 #: the TensorProto fields that hold a tensor's values
 DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
-
-
-def _raw(tensor: onnx.TensorProto) -> bytes:
-    if tensor.HasField("raw_data"):
-        return tensor.raw_data
-    return numpy_helper.to_array(tensor).tobytes()
 
 
 def initializer_bytes(model: onnx.ModelProto) -> int:
@@ -98,7 +93,7 @@ class SharedWeights:
                 for tensor in model.graph.initializer:
                     if tensor.data_location == onnx.TensorProto.EXTERNAL:
                         continue
-                    data = _raw(tensor)
+                    data = raw_bytes(tensor)
                     if len(data) >= threshold:
                         self.table[tensor.name] = (f.tell(), len(data))
                         f.write(data)
@@ -124,7 +119,7 @@ class SharedWeights:
             if entry is None:
                 continue
             if not tensor.HasField("raw_data"):
-                tensor.raw_data = _raw(tensor)  # onnx sets external data only on raw_data tensors
+                tensor.raw_data = raw_bytes(tensor)  # onnx sets external data only on raw_data tensors
             external_data_helper.set_external_data(tensor, self.path.name, offset=entry[0], length=entry[1])
             for field in DATA_FIELDS:
                 tensor.ClearField(field)
