@@ -29,6 +29,18 @@ def wrong_names():
 """
 
 
+def _image_model(nodes, name: str, inits, channels: int, opset: int) -> onnx.ModelProto:
+    """A model from ``x`` [1, 3, 8, 8] to ``y`` [1, channels, 8, 8] at ``opset``."""
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
 def outlier_model(opset: int = 11) -> onnx.ModelProto:
     """The model of the module docstring, at ``opset`` (11: below what per-channel int8 needs)."""
     rng = np.random.default_rng(1)
@@ -42,14 +54,7 @@ def outlier_model(opset: int = 11) -> onnx.ModelProto:
         helper.make_node("Mul", ["t", "s"], ["u"], name="scale"),
         helper.make_node("Conv", ["u", "w2"], ["y"], name="conv2"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "outlier",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _image_model(nodes, "outlier", inits, 2, opset)
 
 
 def conv_outlier_model() -> onnx.ModelProto:
@@ -68,14 +73,7 @@ def conv_outlier_model() -> onnx.ModelProto:
         helper.make_node("Conv", ["x", "w1", "b1"], ["t"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["t", "w2"], ["y"], name="conv2"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "conv_outlier",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return _image_model(nodes, "conv_outlier", inits, 8, 13)
 
 
 def integer_model() -> onnx.ModelProto:

@@ -23,10 +23,9 @@ def _introduced_share(summary, rows_path):
     return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows
 
 
-def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(run, tmp_path, int8_feeds):
-    model = tmp_path / "outlier.onnx"
-    onnx.save(outlier_model(), model)
-    r = run(
+def _layerwise_int8(model, int8_feeds):
+    """The overrides of a layerwise int8 run of ``model`` on the loader's pages, judged by rel L2."""
+    return [
         "mode=layerwise",
         f"model={model}",
         "checker.low_precision=int8",
@@ -34,8 +33,14 @@ def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(r
         "checker.check_error_stat=rel_l2",
         "checker.rtol=0.05",
         "layerwise.plot=false",
-        "quantization.placement=onnxruntime",  # the CPU placement quantizes the Mul that reads the outlier
-    )
+    ]
+
+
+def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(run, tmp_path, int8_feeds):
+    model = tmp_path / "outlier.onnx"
+    onnx.save(outlier_model(), model)
+    # the CPU placement quantizes the Mul that reads the outlier
+    r = run(*_layerwise_int8(model, int8_feeds), "quantization.placement=onnxruntime")
     assert r.returncode == 0, r.stderr[-3000:]
     s = r.summary
     share, _rows = _introduced_share(s, r.run_dir / "layerwise.csv")
@@ -58,15 +63,7 @@ def test_tensorrt_placement_names_the_conv_that_reads_the_outlier(run, tmp_path,
 
     model = tmp_path / "conv_outlier.onnx"
     onnx.save(conv_outlier_model(), model)
-    r = run(
-        "mode=layerwise",
-        f"model={model}",
-        "checker.low_precision=int8",
-        f"data_loader={int8_feeds}.pages",
-        "checker.check_error_stat=rel_l2",
-        "checker.rtol=0.05",
-        "layerwise.plot=false",
-    )
+    r = run(*_layerwise_int8(model, int8_feeds))
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.summary["top_introduced"][0]["node"] == "conv2"
     assert r.summary["quantization"]["worst_activations"][0]["tensor"] == "t"

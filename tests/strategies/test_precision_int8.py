@@ -162,16 +162,9 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
     assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
 
 
-@pytest.mark.slow
-def test_detector_fully_quantized_as_tensorrt_places_it_passes_the_text_map_check(run, tmp_path):
-    """Issue 38: with Q/DQ where TensorRT fuses them (Conv/ConvTranspose inputs and weights, pools,
-    resizes, residual Adds), the fully quantized detector keeps the text map (IoU >= 0.9 on every page):
-    no node is kept, in three checks, and the answer is what TensorRT would build."""
-    from examples.text_pages import text_map_iou
-
-    model = need(DETECTOR)
-    out = tmp_path / "det_int8.onnx"
-    r = run(
+def _detector_int8(run, model, out, *extra):
+    """The README's int8 run: the detector on rendered pages, judged by the text map's IoU."""
+    return run(
         "mode=precision",
         "low_precision=int8",
         "marker=minimal",
@@ -181,7 +174,20 @@ def test_detector_fully_quantized_as_tensorrt_places_it_passes_the_text_map_chec
         "checker.target=examples.text_pages.text_map_iou",
         f"checker.args=[{model}]",
         f"output={out}",
+        *extra,
     )
+
+
+@pytest.mark.slow
+def test_detector_fully_quantized_as_tensorrt_places_it_passes_the_text_map_check(run, tmp_path):
+    """Issue 38: with Q/DQ where TensorRT fuses them (Conv/ConvTranspose inputs and weights, pools,
+    resizes, residual Adds), the fully quantized detector keeps the text map (IoU >= 0.9 on every page):
+    no node is kept, in three checks, and the answer is what TensorRT would build."""
+    from examples.text_pages import text_map_iou
+
+    model = need(DETECTOR)
+    out = tmp_path / "det_int8.onnx"
+    r = _detector_int8(run, model, out)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["kept"] == 0 and r.summary["checks"] == 3
     assert text_map_iou(str(out), str(model))
@@ -198,18 +204,7 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
 
     model = need(DETECTOR)
     out = tmp_path / "det_int8.onnx"
-    r = run(
-        "mode=precision",
-        "low_precision=int8",
-        "marker=minimal",
-        f"model={model}",
-        "data_loader=examples.text_pages.detector_pages",
-        "checker=python",
-        "checker.target=examples.text_pages.text_map_iou",
-        f"checker.args=[{model}]",
-        f"output={out}",
-        ORT,
-    )
+    r = _detector_int8(run, model, out, ORT)
     assert r.returncode == 0, r.stderr[-2000:]
     s = r.summary
     assert 1 <= s["kept"] <= 3 and s["answer_verified"]["check_passed"] is True

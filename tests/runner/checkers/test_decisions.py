@@ -38,13 +38,18 @@ def _golden(run, tmp_path, path, inputs):
     return golden
 
 
-def test_a_length_change_is_a_decision_flip_with_a_one_line_hint(run, tmp_path):
-    """The golden model keeps 31 boxes; a threshold of 0.45 keeps 32: the arrays cannot be compared, and the
-    verdict says why and what to compare instead."""
+def _against_golden(run, tmp_path):
+    """The run of a model thresholded at 0.45 (32 boxes) against the golden values of one at 0.5 (31)."""
     path, inputs = _files(tmp_path)
     golden = _golden(run, tmp_path, path, inputs)
     lower, _ = _files(tmp_path, 0.45)
-    r = run("mode=repeat", "until=1", f"model={lower}", "checker=compare", f"inputs={inputs}", f"golden={golden}")
+    return ["mode=repeat", "until=1", f"model={lower}", "checker=compare", f"inputs={inputs}", f"golden={golden}"]
+
+
+def test_a_length_change_is_a_decision_flip_with_a_one_line_hint(run, tmp_path):
+    """The golden model keeps 31 boxes; a threshold of 0.45 keeps 32: the arrays cannot be compared, and the
+    verdict says why and what to compare instead."""
+    r = run(*_against_golden(run, tmp_path))
     assert r.returncode == 0 and r.summary["bad"] == 1, r.stderr[-2000:]
     reason = r.replay["iterations"][0]["reason"]
     assert "decision flip" in reason and "shape [32, 4] != golden [31, 4]" in reason
@@ -52,10 +57,7 @@ def test_a_length_change_is_a_decision_flip_with_a_one_line_hint(run, tmp_path):
 
 
 def test_checker_outputs_compares_the_tensors_before_the_decision(run, tmp_path):
-    path, inputs = _files(tmp_path)
-    golden = _golden(run, tmp_path, path, inputs)
-    lower, _ = _files(tmp_path, 0.45)
-    base = ["mode=repeat", "until=1", f"model={lower}", "checker=compare", f"inputs={inputs}", f"golden={golden}"]
+    base = _against_golden(run, tmp_path)
     r = run(*base, "checker.outputs=[all_scores,decoded]")
     assert r.returncode == 0 and r.summary["good"] == 1, r.stderr[-2000:]
     outputs = r.replay["iterations"][0]["details"]["outputs"]
@@ -67,10 +69,7 @@ def test_checker_outputs_compares_the_tensors_before_the_decision(run, tmp_path)
 
 
 def test_detections_are_matched_by_iou_and_an_extra_box_counts(run, tmp_path):
-    path, inputs = _files(tmp_path)
-    golden = _golden(run, tmp_path, path, inputs)
-    lower, _ = _files(tmp_path, 0.45)
-    base = ["mode=repeat", "until=1", f"model={lower}", "checker=compare", f"inputs={inputs}", f"golden={golden}"]
+    base = _against_golden(run, tmp_path)
     strict = run(*base, "checker.detections={boxes: boxes, scores: scores}")
     assert strict.summary["bad"] == 1, strict.stderr[-2000:]
     details = strict.replay["iterations"][0]["details"]["detections"]
