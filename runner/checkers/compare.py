@@ -20,6 +20,7 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.detections import DetectionRule
 from runner.checkers.detections import judge as judge_detections
+from runner.checkers.noise import NoiseFloor
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
@@ -38,12 +39,6 @@ from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
 
 log = logging.getLogger(__name__)
-
-#: a failing fp32 candidate passes when its errors are within this many times the difference between two
-#: runs of it with different reduction orders ...
-NOISE_K = 4.0
-#: ... or within this many fp32 ulps of the golden output's largest magnitude
-NOISE_ULPS = 16.0
 
 
 def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -122,12 +117,10 @@ class CompareChecker(Checker):
         detections: judge detections instead of arrays (``runner.checkers.detections``):
             ``{boxes: name, scores: name, labels: name, iou: 0.5, score_atol: 0.05, min_score: 0,
             max_unmatched: 0}``.
-        noise_floor: when an fp32 candidate fails on ONNX Runtime, run it once more with another
-            reduction order (the other graph optimization level: other fusions) and pass it if every
-            failing output is within ``NOISE_K`` times the difference of the two runs, or within
-            ``NOISE_ULPS`` fp32 ulps of the golden output's largest magnitude: fp32 re-association
-            noise the reference itself cannot tell from a fault (torch's accuracy minifier blames
-            only what an fp64 reference confirms). Candidates in a low precision are never judged so.
+        noise_floor: when an fp32 candidate fails on ONNX Runtime, run it once more in another
+            reduction order and pass it if it shows only fp32 re-association noise, which the
+            reference itself cannot tell from a fault (``runner.checkers.noise``). Candidates in a
+            low precision are never judged so.
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
@@ -186,8 +179,7 @@ class CompareChecker(Checker):
         self.detections = DetectionRule.from_config(plain(detections))
         #: graph outputs whose shape depends on the data, and what decides it (bind)
         self.decisions: Dict[str, Decision] = {}
-        self.level = graph_optimization_level
-        self._other_order: Optional[Backend] = None  # the candidate backend with the other optimization level
+        self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
 
     uses_payload = True
     repeatable = True
@@ -315,7 +307,7 @@ class CompareChecker(Checker):
             if judged is not None and not judged[0]:
                 passed, problems = False, [f"detections: {judged[2]}", *problems]
             if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):
-                floors = self._within_noise(model, feeds, got, values, stats, candidate.key)
+                floors = self._noise.floors(model, feeds, got, values, stats, candidate.key)
                 if floors is not None:
                     log.info(
                         "%s: %s; within the reference's own fp32 noise (%s): counted as a pass",
@@ -411,45 +403,6 @@ class CompareChecker(Checker):
             return False
         return not has_low_precision(model) and not has_qdq(model)
 
-    def _within_noise(
-        self,
-        model: onnx.ModelProto,
-        feeds: Mapping[str, np.ndarray],
-        got: Mapping[str, np.ndarray],
-        golden: Mapping[str, np.ndarray],
-        stats: Mapping[str, Mapping[str, Any]],
-        key: str,
-    ) -> Optional[Dict[str, float]]:
-        """``{failing output: its noise floor}`` when every failing output's largest error is within its
-        floor (the candidate only shows fp32 noise), else None. One more run of the candidate, with the
-        other graph optimization level."""
-        failing = [n for n, s in stats.items() if not s["passed"]]
-        if not failing or any(stats[n].get("new_nonfinite") for n in failing):
-            return None
-        if self._other_order is None:
-            other = "disable" if self.level != "disable" else "all"
-            self._other_order = make_backend(
-                "onnxruntime",
-                providers=self.providers,
-                graph_optimization_level=other,
-                provider_options=self.provider_options,
-            )
-        try:
-            again = self._other_order.run(model, feeds, key=f"noise:{key}")
-        except ModelError:
-            return None
-        floors: Dict[str, float] = {}
-        for name in failing:
-            a, b, g = (np.asarray(x, np.float64) for x in (got[name], again[name], golden[name]))
-            if a.shape != g.shape or not a.size:
-                return None
-            scale = float(np.max(np.abs(g[np.isfinite(g)]), initial=0.0))
-            floor = max(NOISE_K * float(np.max(np.abs(a - b))), NOISE_ULPS * float(np.finfo(np.float32).eps) * scale)
-            if not float(stats[name]["max_abs"]) <= floor:
-                return None
-            floors[name] = floor
-        return floors
-
     def _lowered(self, model: onnx.ModelProto, iteration: int) -> onnx.ModelProto:
         """``model`` converted to ``self.low`` (logged once per run), validated.
 
@@ -521,5 +474,4 @@ class CompareChecker(Checker):
     def close(self) -> None:
         """Release the backends' sessions."""
         self.backend.close()
-        if self._other_order is not None:
-            self._other_order.close()
+        self._noise.close()
