@@ -28,6 +28,7 @@ from transitions.experimental.utils import event, with_model_definitions
 if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
+from runner import malloc
 from runner.artifacts import ArtifactSorter, remove_partial, worker_path
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
@@ -188,6 +189,7 @@ class Lifecycle:
 
     def on_enter_generate(self) -> None:
         """Ask the strategy for the next round; none left stops the run. Known verdicts are reused."""
+        malloc.trim()  # what the last round's candidates held goes back to the system
         candidates = self.strategy.next_round(self.executor.workers)
         if not candidates:
             self.exhausted()

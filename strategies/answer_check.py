@@ -18,7 +18,9 @@ import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import AnswerNotVerifiedError
-from runner.graph.load import check_saved, load_model, loads_on_cpu, save_model
+from runner.graph.load import check_saved, copy_model_file, load_model, save_model
+from runner.graph.sessions import loads_on_cpu
+from runner.graph.weight_file import maps
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class WrittenAnswer:
         self.output, self.save_opts, self.expect_pass = output, save_opts, expect_pass
         self.cpu_load, self.must_load = cpu_load, must_load
         self.facts: Dict[str, Any] = {"output": str(output)}
+        # the written file, loaded once: for ONNX Runtime's CPU load and for its check
+        self._written = functools.cache(lambda: load_model(output, "output"))
 
     def write(self, model: onnx.ModelProto, size: str) -> None:
         """Write ``model`` to ``output`` (checked with onnx.checker) and, with ``cpu_load``, try
@@ -63,10 +67,11 @@ class WrittenAnswer:
             AnswerNotVerifiedError: ``must_load`` and ONNX Runtime refuses the file for a reason
                 other than a missing kernel.
         """
+        self._written.cache_clear()
         save_checked(model, self.output, self.save_opts, size + "; checking it as written")
         if not self.cpu_load:
             return
-        loads = loads_on_cpu(self.output)
+        loads = loads_on_cpu(self._written() if maps(self.output.stat().st_size) else self.output)
         self.facts["loads_on_cpu"] = loads is None
         if loads is not None:
             self.facts["cpu_error"] = loads
@@ -84,11 +89,13 @@ class WrittenAnswer:
             key: the answer's unit set key (``:answer`` is added).
             size: the answer's size for the label. info: its facts. as_typed: as the mode's candidates.
         """
-        output, opts = self.output, self.save_opts
-        written = functools.cache(lambda: load_model(output, "output"))
+        output, opts, written = self.output, self.save_opts, self._written
 
         def write(path: Path) -> None:
-            save_model(written(), path, **opts)
+            if opts.get("external_data") or output.with_name(output.name + ".data").exists():
+                save_model(written(), path, **opts)
+            else:  # one file: a copy of it costs no memory
+                copy_model_file(output, path)
 
         return Candidate(
             f"{key}:answer",

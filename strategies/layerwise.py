@@ -156,10 +156,10 @@ class LayerwiseStrategy(Strategy):
 
     def _models(self) -> Tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
         """(reference; the target as given, nodes named; the target as the backend runs it)."""
-        model = name_nodes(self.ctx.model)
+        model = name_nodes(self.ctx.model, in_place=True)  # the run's own model: no copy
         reference = model
         if self.reference_model:
-            reference = name_nodes(load_model(self.reference_model, "reference_model"))
+            reference = name_nodes(load_model(self.reference_model, "reference_model"), in_place=True)
             ours = sorted(i.name for i in graph_inputs(model))
             theirs = sorted(i.name for i in graph_inputs(reference))
             if ours != theirs:

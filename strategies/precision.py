@@ -225,7 +225,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 from runner.trt import load_tensorrt
 
                 load_tensorrt("weak_typing=true")
-            model = prepare(ctx.model, low_precision)
+            model = prepare(ctx.model, low_precision, in_place=True)  # the run's model, prepared: one copy
             layers = float_nodes(model)
         scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
         forced: List[int] = []
@@ -243,7 +243,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
         def rank() -> List[int]:
             target = quantizer.convert([]) if quantizer is not None else None
-            backend = ranking_backend(checker, low_precision)
+            backend = ranking_backend(checker)
             # the checks that follow: the search's, its two gates (all kept, none kept) and the answer's
             ctx.lanes.expect(ranked_search(layers, marker).remaining() + 3)
             order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, ctx.lanes)
@@ -289,7 +289,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
                 "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
             )
-        model = prepare_int8(ctx.model)
+        model = prepare_int8(ctx.model, in_place=True)
         quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
         quantized = quantized_nodes(quantizer.convert([]))
         layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]

@@ -16,6 +16,7 @@ import onnx
 from runner.backends.base import Backend
 from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.graph.emulate import emulate_low_precision
+from runner.graph.weight_file import is_mapped, maps, weight_bytes, weight_file
 
 
 class EmulationBackend(Backend):
@@ -45,6 +46,10 @@ class EmulationBackend(Backend):
         if cached is not None:
             return cached
         rewritten, low_in, low_out, _ = emulate_low_precision(model)
+        if not is_mapped(rewritten) and maps(
+            weight_bytes(rewritten)
+        ):  # kept with its weights in the weight file, not in memory
+            rewritten = weight_file().mapped(rewritten) or rewritten
         entry = (rewritten, low_in, low_out)
         if key is not None:
             self._rewritten = {key: entry}

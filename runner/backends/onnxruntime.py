@@ -13,8 +13,9 @@ import onnxruntime as ort
 from runner.backends.base import Backend
 from runner.errors import ConfigError, ModelError, first_line
 from runner.executors.slot import current
-from runner.graph.activations import run_all_tensors, session_for
-from runner.graph.load import tensor_bytes
+from runner.graph.activations import run_all_tensors
+from runner.graph.sessions import session_for
+from runner.graph.weight_file import weight_bytes
 
 #: execution providers that run on one device chosen by their ``device_id`` option
 GPU_PROVIDERS = frozenset(
@@ -121,7 +122,7 @@ class OnnxRuntimeBackend(Backend):
                 return self._sessions[key]
         sess = session_for(model, self.providers_for(gpu), self.level)
         if key is not None:
-            large = tensor_bytes(model) >= CACHE_BYTES
+            large = weight_bytes(model) >= CACHE_BYTES
             with self._lock:
                 if large:  # only the newest session of a large model stays
                     self._sessions.clear()

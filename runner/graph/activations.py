@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Sequence
+from typing import Dict, Iterable, List, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
 from runner.errors import ModelError, first_line
-from runner.graph.load import as_file, is_large
-
-
-def session_for(
-    model: onnx.ModelProto,
-    providers: Sequence[Any] = ("CPUExecutionProvider",),
-    level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-) -> ort.InferenceSession:
-    """An ONNX Runtime session for an in-memory model (through a temp file past 2 GB).
-
-    ``providers``: names, or ``(name, options)`` pairs (e.g. ``("CUDAExecutionProvider", {"device_id": "1"})``).
-
-    Raises:
-        ModelError: when ONNX Runtime rejects the model.
-    """
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = level
-    opts.log_severity_level = 3
-    try:
-        if is_large(model):
-            with as_file(model) as path:
-                return ort.InferenceSession(str(path), opts, providers=list(providers))
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
-    except Exception as e:  # onnxruntime raises its own exception types
-        raise ModelError(f"ONNX Runtime cannot load the model: {first_line(e)}") from None
+from runner.graph.sessions import session_for
+from runner.graph.stubs import weightless
+from runner.graph.weight_file import maps, weight_bytes
 
 
 def top_level_outputs(model: onnx.ModelProto) -> List[str]:
@@ -64,7 +42,14 @@ def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: 
     Raises:
         ModelError: when ONNX Runtime cannot load or run the model.
     """
-    sess = session_for(marked(model, names), level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if maps(weight_bytes(model)):  # a marked copy would copy every weight: the session maps them
+        bare, values = weightless(model)
+        del bare.graph.output[:]
+        bare.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
+        sess = session_for(bare, level=level, values=values)
+    else:
+        sess = session_for(marked(model, names), level=level)
     try:
         values = sess.run(list(names), dict(feeds))
     except Exception as e:

@@ -52,10 +52,13 @@ from runner.graph.toposort import sort_topology
 log = logging.getLogger(__name__)
 
 
-def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` in which every top-level node has a unique name (the block list needs names)."""
-    named = onnx.ModelProto()
-    named.CopyFrom(model)
+def name_nodes(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelProto:
+    """``model`` with a unique name on every top-level node (the block list needs names): a copy, or
+    ``model`` itself with ``in_place`` (a run's own model: a copy of a large one costs its size)."""
+    named = model
+    if not in_place:
+        named = onnx.ModelProto()
+        named.CopyFrom(model)
     seen: Dict[str, int] = {}
     for i, node in enumerate(named.graph.node):
         if not node.name or node.name in seen:
@@ -315,10 +318,19 @@ def has_low_precision(model: onnx.ModelProto) -> bool:
     return False
 
 
-def prepare(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
+def prepare(model: onnx.ModelProto, low: str = "float16", in_place: bool = False) -> onnx.ModelProto:
     """``model`` made ready for ``Converter``: opset raised as the precision needs (bfloat16: 13, 16
     with If/Loop/Scan), nodes named, Constant nodes as initializers, Identity nodes that forward a
     weight folded (``fold_weight_identities``).
+
+    Args:
+        model: the model.
+        low: the low precision.
+        in_place: change ``model`` itself, unless its opset must be raised (a run's own model: each
+            copy of a large model costs its size for the whole run).
+
+    Returns:
+        The prepared model: a copy, or ``model`` itself with ``in_place``.
 
     Raises:
         ModelError: the opset cannot be raised.
@@ -327,8 +339,9 @@ def prepare(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
 
     target = low_precision(low)
     flow = any(bodies(n) for n in model.graph.node)
-    model = raise_opset(model, target.control_flow_opset if flow else target.min_opset, f"{low} tensors")
-    return fold_weight_identities(constants_to_initializers(name_nodes(model)), in_place=True)
+    raised = raise_opset(model, target.control_flow_opset if flow else target.min_opset, f"{low} tensors")
+    named = name_nodes(raised, in_place=in_place or raised is not model)
+    return fold_weight_identities(constants_to_initializers(named, in_place=True), in_place=True)
 
 
 def to_low_precision(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:

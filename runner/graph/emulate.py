@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.errors import first_line
 from runner.graph.precisions import LOW_TYPES
 from runner.graph.stubs import fill, raw_bytes, weightless, widened
+from runner.graph.weight_file import maps, weight_bytes, weight_file
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,9 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     rw.rewrite(g)
     del g.value_info[:]  # inferred here; the session infers again, and the Casts renamed what some describe
 
+    if maps(weight_bytes(model)) and _point(typed, weights, low_stubs):
+        return typed, low_inputs, low_outputs, rw.rounded
+
     def values(stub: TensorProto) -> bytes:
         source = weights[stub.name]
         if stub.name in low_stubs:
@@ -154,3 +158,16 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
 
     fill(typed, values, stubs)
     return typed, low_inputs, low_outputs, rw.rounded
+
+
+def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto], low: Set[str]) -> bool:
+    """Point ``typed``'s stubs into the weight file, each low-precision one widened once per run
+    (a large model: its fp32 copy is never whole in memory); False when the file cannot be written."""
+    file = weight_file()
+    for init in typed.graph.initializer:
+        if init.name in weights:
+            source = weights[init.name]
+            make = (lambda data, source=source: widened(source, data)) if init.name in low else None
+            if not file.point(init, source, make, tag=f"widened from {source.data_type}"):
+                return False
+    return True

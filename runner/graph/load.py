@@ -178,6 +178,27 @@ def save_model(
     return path
 
 
+def copy_model_file(src: Path, dst: Path) -> Path:
+    """Copy a model file that holds all its tensors to ``dst``, whole or not at all (as ``save_model``).
+
+    Raises:
+        ArtifactError: when ``src`` cannot be read or ``dst`` cannot be written.
+    """
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, staged = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(src, staged)
+            os.chmod(staged, 0o666 & ~UMASK)
+            os.replace(staged, dst)
+        finally:
+            Path(staged).unlink(missing_ok=True)
+    except OSError as e:
+        raise ArtifactError(f"cannot copy {src} to {dst} ({e.strerror}); choose a writable location") from None
+    return dst
+
+
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copied = onnx.ModelProto()
     copied.CopyFrom(model)
@@ -204,22 +225,3 @@ def check_saved(path: str | Path) -> None:
     except onnx.checker.ValidationError as e:
         first = first_line(e)
         raise ModelError(f"{path} does not pass onnx.checker: {first}") from None
-
-
-def loads_on_cpu(model: Path | onnx.ModelProto) -> Optional[str]:
-    """None when ONNX Runtime on CPU creates a session for ``model`` (a model file, or a model under
-    2 GB in memory), else why not (starting "no CPU kernel" when only a kernel is missing, e.g.
-    bfloat16 ops)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    try:
-        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        first = " ".join(str(e).split())[:300]
-        if type(e).__name__ == "NotImplemented" or "NOT_IMPLEMENTED" in first:
-            return f"no CPU kernel: {first}"
-        return first
-    return None

@@ -137,10 +137,11 @@ def quantizable_op_types() -> List[str]:
     return sorted(set(QDQRegistry) | set(QLinearOpsRegistry))
 
 
-def prepare_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+def prepare_int8(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelProto:
     """``model`` made ready for ``calibrate`` and ``Quantizer``: opset 13 or newer (raised with a log
     line; per-channel DequantizeLinear needs it), nodes named, Constant nodes as initializers (the
-    quantizer quantizes weights and biases only when they are initializers).
+    quantizer quantizes weights and biases only when they are initializers). A copy, or ``model``
+    itself with ``in_place`` when its opset is new enough (``prepare``).
 
     Raises:
         ModelError: ONNX's version converter cannot raise the opset.
@@ -148,7 +149,7 @@ def prepare_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     from runner.graph.convert import prepare
 
     raised = raise_opset(model, INT8_OPSET, "int8 QDQ with per-channel weights")
-    return prepare(raised, "float16")  # float16 needs no opset: names and initializers only
+    return prepare(raised, "float16", in_place=in_place or raised is not model)  # names and initializers
 
 
 def _quieter(record: logging.LogRecord) -> bool:

@@ -17,8 +17,9 @@ import onnx_graphsurgeon as gs
 
 from runner.errors import ModelError, ShapeError
 from runner.graph.constants import constants_to_initializers
-from runner.graph.load import fingerprint, is_large, loads_on_cpu
+from runner.graph.load import fingerprint, is_large
 from runner.graph.meta import TensorMeta
+from runner.graph.sessions import loads_on_cpu
 
 log = logging.getLogger(__name__)
 

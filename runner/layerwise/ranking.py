@@ -84,17 +84,15 @@ def on_device(backend: str, providers: Sequence[str]) -> bool:
     return backend == "tensorrt" or (backend == "onnxruntime" and any(p in GPU_PROVIDERS for p in providers))
 
 
-def ranking_backend(checker: Optional[Checker], low: str = "float16") -> Backend:
-    """The backend precision's ranking runs the low-precision model on: the checker's own when it
-    judges on a device (so the ranking sees the device's arithmetic, e.g. its fp16 kernels), else
-    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for
-    int8 ONNX Runtime on CPU (it runs Q/DQ as written)."""
+def ranking_backend(checker: Optional[Checker]) -> Optional[Backend]:
+    """The checker's own backend when it judges on a device (so precision's ranking sees the
+    device's arithmetic, e.g. its fp16 kernels), else None: ``introduced_ranking`` then runs fp16/bf16
+    emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8 ONNX
+    Runtime on CPU (it runs Q/DQ as written), in backends of its own that it closes."""
     if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
         log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
         return checker.backend
-    if is_quantized(low):
-        return make_backend("onnxruntime")
-    return make_backend("fp16_emulation")  # rounds fp16 and bf16 tensors alike
+    return None
 
 
 def introduced_ranking(
@@ -115,7 +113,7 @@ def introduced_ranking(
         samples: input feed dicts.
         low: float16, bfloat16 or int8.
         backend: runs the low-precision model and its nodes alone (``ranking_backend``); None:
-            emulation on CPU.
+            emulation on CPU (ONNX Runtime on CPU for int8), closed at the end.
         target: the whole model in the low precision; None: ``to_low_precision(model, low)``. For
             int8 the fully quantized QDQ model: each node then runs alone with its own Q/DQ pairs,
             the error it introduces when it alone is quantized.
@@ -126,16 +124,19 @@ def introduced_ranking(
         The ranking, or None when the model cannot be converted or run (the caller falls back).
     """
     names = {model.graph.node[i].name: i for i in layers}
+    reference = make_backend("onnxruntime", graph_optimization_level="disable")
+    own = backend is None
+    if backend is None:  # rounds fp16 and bf16 tensors alike; int8 runs its Q/DQ as written
+        backend = make_backend("onnxruntime" if is_quantized(low) else "fp16_emulation")
     try:
         target = target if target is not None else to_low_precision(model, low)
-        reference = make_backend("onnxruntime", graph_optimization_level="disable")
         comparison = LayerwiseComparison(
             model,
             target,
             set(names),
             weight_peaks(model),
             reference.run,
-            backend if backend is not None else make_backend("fp16_emulation"),
+            backend,
             Tolerances(stat="rel_l2"),  # the ranking reads no verdict: no element-wise pass
             low,
             pairs=False,
@@ -149,6 +150,10 @@ def introduced_ranking(
     except ModelError as e:
         log.warning("Cannot rank nodes by introduced error (%s); ranking by magnitude", e)
         return None
+    finally:  # a large model's sessions would stay beside the search's
+        reference.close()
+        if own:
+            backend.close()
     score = {names[r.node]: error_key(r) for r in rows if r.node in names}
     lowest = (False, False, False, -1.0, 0.0)
     return sorted(layers, key=lambda i: score.get(i, lowest), reverse=True) if score else None

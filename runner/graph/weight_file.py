@@ -1,0 +1,235 @@
+"""One file of weights per process that ONNX Runtime sessions of large models map instead of copying.
+
+A session made from a serialized model copies every weight twice (the protobuf string, then ONNX
+Runtime's own tensors) and pre-packs MatMul weights into a third copy: a 212 MB decoder's session
+took 640 MB beside the loaded model. A session made from a model whose weights are external data
+maps the data file and reads it in place (ONNX Runtime memory-maps external data on CPU), so a
+session costs what it computes. Each distinct tensor is written once (keyed by a digest of its
+bytes): the original weights, their fp16 or int8 forms, and a kept node's fp32 copy are shared by
+every candidate that holds them. ``benchmarks/memory.py`` measures the effect.
+
+The file lives in a temporary directory (``TMPDIR``), is removed when the process exits, and is
+never a user's artifact: models written for users get their values back (``with_values``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Dict, Mapping, Optional, Tuple
+
+import onnx
+from onnx import TensorProto
+
+from runner.graph.stubs import fill, is_stub, nbytes, raw_bytes, weightless
+
+log = logging.getLogger(__name__)
+
+#: models holding this many bytes of weights get sessions that map the weight file
+MAP_BYTES = 64 * 2**20
+
+#: initializers of this many bytes or more go to the file; smaller ones stay in the model
+POINT_BYTES = 64 * 2**10
+
+#: the data file's name, the ``location`` of every tensor pointed into it
+FILE_NAME = "runner-weights.bin"
+
+#: tensors start on page boundaries, so ONNX Runtime can map each one
+ALIGN = 4096
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the model's top-level weights, in the model or pointed into a weight file."""
+    total = 0
+    for init in model.graph.initializer:
+        if init.data_location == TensorProto.EXTERNAL:
+            total += int(next((e.value for e in init.external_data if e.key == "length"), 0))
+        else:
+            total += nbytes(init)
+    return total
+
+
+def maps(nbytes: int) -> bool:
+    """Whether a model holding ``nbytes`` bytes of weights gets sessions that map them (``MAP_BYTES``)."""
+    return nbytes >= MAP_BYTES
+
+
+def is_mapped(model: onnx.ModelProto) -> bool:
+    """Whether some of ``model``'s initializers point into this process's weight file."""
+    return any(_location(init) == FILE_NAME for init in model.graph.initializer)
+
+
+def _location(init: TensorProto) -> Optional[str]:
+    if init.data_location != TensorProto.EXTERNAL:
+        return None
+    return next((e.value for e in init.external_data if e.key == "location"), None)
+
+
+class WeightFile:
+    """An append-only file of tensor bytes, each distinct content written once, in a temporary folder.
+
+    Thread-safe. Writing stops for good on the first error (a full disk): ``point`` then returns
+    False and callers give ONNX Runtime the values themselves, as before.
+    """
+
+    def __init__(self) -> None:
+        self.directory: Optional[Path] = None
+        self._index: Dict[bytes, Tuple[int, int]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+        self._broken = False
+        self._sessions = 0
+
+    def _open(self) -> Path:
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="runner-weights-"))
+            atexit.register(shutil.rmtree, self.directory, True)
+        return self.directory
+
+    def put(self, data: bytes, digest: Optional[bytes] = None) -> Optional[Tuple[int, int]]:
+        """(offset, length) in bytes of ``data`` in the file, written now unless it is there already;
+        None when the file cannot be written (logged once, with the fix).
+
+        ``digest`` names the content when the caller knows it (a digest of what ``data`` was made
+        from, with what made it); by default the SHA-1 of ``data``."""
+        if digest is None:
+            digest = hashlib.sha1(data, usedforsecurity=False).digest()
+        with self._lock:
+            if digest in self._index:
+                return self._index[digest]
+            if self._broken:
+                return None
+            try:
+                path = self._open() / FILE_NAME
+                offset = -(-self._size // ALIGN) * ALIGN
+                with open(path, "ab") as f:
+                    f.write(b"\0" * (offset - self._size))
+                    f.write(data)
+            except OSError as e:
+                self._broken = True
+                log.warning(
+                    "cannot write the weight file in %s (%s): sessions copy their weights from now on, "
+                    "which takes more memory; set TMPDIR to a folder with room for twice the model",
+                    tempfile.gettempdir(),
+                    e.strerror,
+                )
+                return None
+            self._size = offset + len(data)
+            self._index[digest] = (offset, len(data))
+            return self._index[digest]
+
+    def point(
+        self, init: TensorProto, source: TensorProto, make: Optional[Callable[[bytes], bytes]] = None, tag: str = ""
+    ) -> bool:
+        """Point the stub ``init`` at ``source``'s values in the file, in place.
+
+        Args:
+            init: a stub (name, type, dims) in the model that will run.
+            source: the tensor holding the values.
+            make: what turns ``source``'s bytes into ``init``'s (e.g. fp16 widened to fp32); run
+                only when the file does not hold its result yet.
+            tag: names what ``make`` does; with the source's digest, the key of its result.
+
+        Returns:
+            False when the file cannot be written (``init`` is left a stub).
+        """
+        data = raw_bytes(source)
+        digest = None
+        if make is not None:
+            digest = hashlib.sha1(data, usedforsecurity=False).digest() + tag.encode()
+            with self._lock:
+                where = self._index.get(digest)
+            if where is None:
+                data = make(data)
+        where = self.put(data, digest)
+        if where is None:
+            return False
+        init.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", FILE_NAME), ("offset", str(where[0])), ("length", str(where[1]))):
+            entry = init.external_data.add()
+            entry.key, entry.value = key, value
+        return True
+
+    def mapped(
+        self, model: onnx.ModelProto, values: Optional[Mapping[str, TensorProto]] = None
+    ) -> Optional[onnx.ModelProto]:
+        """A copy of ``model`` whose top-level initializers of ``POINT_BYTES`` or more point into the file.
+
+        Args:
+            model: the model (not modified); it may hold stubs, whose values come from ``values``.
+            values: ``{initializer name: tensor holding its values}`` for the stubs in ``model``.
+
+        Returns:
+            The copy, or None when the file cannot be written.
+        """
+        bare, stubbed = weightless(model, keep=lambda t: nbytes(t) < POINT_BYTES)
+        for init in bare.graph.initializer:
+            source = stubbed.get(init.name)
+            if source is None and values is not None and is_stub(init):
+                source = values.get(init.name)
+            if source is not None and not self.point(init, source):
+                return None
+        return bare
+
+    def model_path(self, model: onnx.ModelProto) -> Optional[Path]:
+        """Write a mapped ``model`` beside the file for a session to load by path (ONNX Runtime finds
+        external data beside the model file; the caller removes it once the session exists); None
+        when it cannot be written."""
+        with self._lock:
+            self._sessions += 1
+            path = self._open() / f"session-{self._sessions}.onnx"
+        try:
+            onnx.save_model(model, str(path))
+        except OSError as e:
+            log.warning("cannot write %s (%s): this session copies its weights", path, e.strerror)
+            remove_file(path)
+            return None
+        return path
+
+    def with_values(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A copy of a mapped ``model`` holding its values again (for models written for users)."""
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        directory = self.directory
+        for init in out.graph.initializer:
+            if _location(init) != FILE_NAME or directory is None:
+                continue
+            fields = {e.key: e.value for e in init.external_data}
+            with open(directory / FILE_NAME, "rb") as f:
+                f.seek(int(fields["offset"]))
+                data = f.read(int(fields["length"]))
+            del init.external_data[:]
+            init.data_location = TensorProto.DEFAULT
+            init.raw_data = data
+        return out
+
+
+def filled(model: onnx.ModelProto, values: Mapping[str, TensorProto]) -> onnx.ModelProto:
+    """A copy of ``model`` whose stubs named in ``values`` hold those tensors' values."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    fill(out, lambda stub: raw_bytes(values[stub.name]), values)
+    return out
+
+
+_shared: Optional[WeightFile] = None
+_shared_lock = threading.Lock()
+
+
+def weight_file() -> WeightFile:
+    """This process's weight file (made on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = WeightFile()
+        return _shared
+
+
+def remove_file(path: Path) -> None:
+    """Remove a session's model file (its weights stay in the weight file)."""
+    path.unlink(missing_ok=True)
