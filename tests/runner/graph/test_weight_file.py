@@ -1,0 +1,141 @@
+"""The weight file: sessions of large models map their weights (issue 34's memory target), give the
+same outputs as sessions that copy them, write each distinct tensor once, and fall back to copying
+when the file cannot be written. The thresholds are lowered so that small models count as large."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.graph import weight_file as wf
+from runner.graph.convert import convert_except
+from runner.graph.emulate import emulate_low_precision
+from runner.graph.sessions import loads_on_cpu, session_for
+from runner.graph.stubs import is_stub
+from tests.helpers.graphs import rmsnorm_decoder
+from tests.helpers.inprocess import run_in_process
+
+pytestmark = pytest.mark.usefixtures("small_maps")
+
+
+@pytest.fixture
+def small_maps(monkeypatch, tmp_path):
+    """Models of 4 KB of weights map; tensors of 1 KB go to a fresh weight file in ``tmp_path``."""
+    monkeypatch.setattr(wf, "MAP_BYTES", 4096)
+    monkeypatch.setattr(wf, "POINT_BYTES", 1024)
+    monkeypatch.setattr(wf, "_shared", wf.WeightFile())
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+def _mlp(seed: int = 0) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((128, 16)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [w1, w2],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _copied_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _file_size() -> int:
+    directory = wf.weight_file().directory
+    assert directory is not None
+    return (directory / wf.FILE_NAME).stat().st_size
+
+
+def test_a_mapped_session_gives_the_copied_sessions_outputs_and_writes_each_tensor_once():
+    model = _mlp()
+    x = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)}
+    got = session_for(model).run(None, x)[0]
+    np.testing.assert_array_equal(got, _copied_session(model).run(None, x)[0])
+    size = _file_size()
+    assert size >= (64 * 128 + 128 * 16) * 4
+    session_for(model).run(None, x)  # the same weights: nothing more is written
+    assert _file_size() == size
+    leftovers = sorted(p.name for p in wf.weight_file().directory.iterdir())
+    assert leftovers == [wf.FILE_NAME]  # each session's model file is removed once it is loaded
+
+
+def test_a_mapped_model_is_small_and_gets_its_values_back():
+    model = _mlp()
+    mapped = wf.weight_file().mapped(model)
+    assert mapped is not None and wf.is_mapped(mapped)
+    assert mapped.ByteSize() < 2048
+    assert wf.weight_bytes(mapped) == wf.weight_bytes(model)
+    back = wf.weight_file().with_values(mapped)
+    assert not wf.is_mapped(back)
+    assert [t.raw_data for t in back.graph.initializer] == [t.raw_data for t in model.graph.initializer]
+
+
+def test_stubs_get_their_values_from_the_tensors_given():
+    """A model whose weights are stubs runs with ``values`` (layerwise marks every tensor this way)."""
+    model = _mlp()
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    for init in bare.graph.initializer:
+        init.ClearField("raw_data")
+    assert all(is_stub(t) for t in bare.graph.initializer)
+    x = {"x": np.ones((4, 64), np.float32)}
+    values = {t.name: t for t in model.graph.initializer}
+    got = session_for(bare, values=values).run(None, x)[0]
+    np.testing.assert_array_equal(got, _copied_session(model).run(None, x)[0])
+
+
+def test_the_emulation_widens_each_fp16_weight_once_and_runs_as_before(monkeypatch):
+    model = _mlp()
+    half = convert_except(model, [])
+    mapped, _, _, _ = emulate_low_precision(half)
+    assert wf.is_mapped(mapped)
+    size = _file_size()
+    emulate_low_precision(convert_except(model, ["relu"]))  # the same fp16 weights
+    assert _file_size() == size
+    monkeypatch.setattr(wf, "MAP_BYTES", 2**40)  # the same rewrite, with its weights in the model
+    filled, _, _, _ = emulate_low_precision(half)
+    assert not wf.is_mapped(filled)
+    x = {"x": np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)}
+    np.testing.assert_array_equal(session_for(mapped).run(None, x)[0], _copied_session(filled).run(None, x)[0])
+
+
+def test_a_weight_file_that_cannot_be_written_leaves_sessions_copying(monkeypatch, tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setattr("tempfile.tempdir", str(blocker))  # mkdtemp fails: a real OSError
+    model = _mlp()
+    x = {"x": np.ones((4, 64), np.float32)}
+    assert wf.weight_file().mapped(model) is None
+    np.testing.assert_array_equal(session_for(model).run(None, x)[0], _copied_session(model).run(None, x)[0])
+    assert "set TMPDIR" in caplog.text
+    assert loads_on_cpu(model) is None
+
+
+def test_precision_keeps_the_same_nodes_with_mapped_sessions(tmp_path):
+    """The RMSNorm decoder of issue 34 with every session mapped: the four needed nodes, verified."""
+    model, needed, ids = rmsnorm_decoder(layers=2)
+    path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
+    onnx.save(model, path)
+    np.savez(inputs, ids=ids)
+    args = ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "checker=compare"]
+    args += ["checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=0.01"]
+    r = run_in_process(tmp_path, "run", *args)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
+    assert r.summary["answer_verified"]["passed"]
+    assert _file_size() > wf.weight_bytes(model)  # the weights and their widened fp16 forms were mapped
