@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from runner import console
-from runner.backends.base import make_backend
+from runner.backends.base import make_backend, onnxruntime_options
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
@@ -211,8 +211,9 @@ class LayerwiseStrategy(Strategy):
                 f"{self.ctx.model_path} has no nodes that compute (its graph is empty or only constants); "
                 "there is no layer to compare"
             )
+        name = self.checker.reference_name
         ref_backend = make_backend(
-            self.checker.reference_name, providers=self.checker.providers, graph_optimization_level="disable"
+            name, **onnxruntime_options(name, providers=self.checker.providers, graph_optimization_level="disable")
         )
         budget = None if self.max_memory_mb is None else int(float(self.max_memory_mb) * 2**20)
         try:

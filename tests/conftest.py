@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -34,6 +35,26 @@ def _runner(tmp_path: Path, how):
 def pytest_collection_modifyitems(items: list) -> None:
     """Start the tests marked ``slow`` first, so that no worker is left alone with one at the end."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
+
+
+#: seconds an unmarked test may take (its call, not its fixtures); RUNNER_FAST_TEST_LIMIT_S overrides it
+FAST_LIMIT_S = float(os.environ.get("RUNNER_FAST_TEST_LIMIT_S", "1.5"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Fail an unmarked test whose call took more than ``FAST_LIMIT_S``: the inner loop
+    (``-m "not slow"``) stays fast only if a slow test says so (``@pytest.mark.slow``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or not report.passed or item.get_closest_marker("slow"):
+        return
+    if call.duration > FAST_LIMIT_S:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {call.duration:.2f} s, over the {FAST_LIMIT_S} s of an unmarked test: "
+            "make it faster or mark it @pytest.mark.slow"
+        )
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import onnx
@@ -17,6 +17,9 @@ class Backend(abc.ABC):
 
     #: the name used in config (``checker.backend=NAME``)
     name: str = ""
+
+    #: runs on ONNX Runtime: takes ``providers``, ``graph_optimization_level`` and ``provider_options``
+    on_onnxruntime: bool = False
 
     @abc.abstractmethod
     def run(
@@ -56,28 +59,47 @@ BACKENDS: Dict[str, Tuple[str, Dict[str, Any]]] = {
 }
 
 
-def make_backend(name: str, **options) -> Backend:
-    """Build a backend by its config name (a key of ``BACKENDS``).
-
-    Args:
-        name: onnxruntime, onnx_reference, fp16_emulation, bf16_emulation or tensorrt.
-        options: ONNX Runtime options (providers, graph_optimization_level), passed to backends
-            that run on ONNX Runtime and ignored by the others.
+def backend_class(name: str) -> Type[Backend]:
+    """The class of the backend named ``name`` in config (imported, not built).
 
     Raises:
         runner.errors.ConfigError: for an unknown name.
-        runner.errors.MissingExtraError: for tensorrt when TensorRT is not installed.
     """
-    import inspect
-
     from hydra.utils import get_class
 
     from runner.errors import ConfigError
 
     if name not in BACKENDS:
         raise ConfigError(f"checker backend {name!r} is unknown; use one of {sorted(BACKENDS)}")
-    path, fixed = BACKENDS[name]
-    cls = get_class(path)
-    accepted = inspect.signature(cls).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted}
-    return cls(**fixed, **kwargs)
+    cls: Type[Backend] = get_class(BACKENDS[name][0])
+    return cls
+
+
+def onnxruntime_options(name: str, **options: Any) -> Dict[str, Any]:
+    """``options`` (ONNX Runtime's: providers, graph_optimization_level, provider_options) when the
+    backend ``name`` runs on ONNX Runtime, else none: for internal callers that pass the run's
+    ONNX Runtime settings to whichever backend the user chose."""
+    return dict(options) if backend_class(name).on_onnxruntime else {}
+
+
+def make_backend(name: str, **options: Any) -> Backend:
+    """Build a backend by its config name (a key of ``BACKENDS``).
+
+    Args:
+        name: onnxruntime, onnx_reference, fp16_emulation, bf16_emulation or tensorrt.
+        options: keyword arguments of the backend's constructor (ONNX Runtime's options for the
+            backends whose ``on_onnxruntime`` is True; ``onnxruntime_options`` picks them).
+
+    Raises:
+        runner.errors.ConfigError: for an unknown name, or an option the backend does not take.
+        runner.errors.MissingExtraError: for tensorrt when TensorRT is not installed.
+    """
+    import inspect
+
+    from runner.errors import ConfigError
+
+    cls = backend_class(name)
+    unknown = sorted(set(options) - set(inspect.signature(cls).parameters))
+    if unknown:
+        raise ConfigError(f"checker.backend={name} takes no {', '.join(unknown)}; drop the checker key(s) setting them")
+    return cls(**BACKENDS[name][1], **options)

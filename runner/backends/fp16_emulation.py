@@ -24,12 +24,13 @@ class EmulationBackend(Backend):
 
     Args:
         providers: ONNX Runtime providers for the fp32 run.
-        graph_optimization_level: as for the onnxruntime backend; "all" may fuse a rounding Cast
-            away in rare patterns, so "disable" is used unless set otherwise.
+        graph_optimization_level: as for the onnxruntime backend ("disable" unless given; the compare
+            checker gives ``checker.graph_optimization_level``).
         provider_options: as for the onnxruntime backend.
     """
 
     name = "fp16_emulation"
+    on_onnxruntime = True
 
     def __init__(
         self,

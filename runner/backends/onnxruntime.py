@@ -58,6 +58,7 @@ class OnnxRuntimeBackend(Backend):
     """
 
     name = "onnxruntime"
+    on_onnxruntime = True
 
     def __init__(
         self,

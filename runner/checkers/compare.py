@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from runner.backends.base import Backend, make_backend
+from runner.backends.base import Backend, backend_class, make_backend, onnxruntime_options
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
@@ -160,12 +160,19 @@ class CompareChecker(Checker):
         self.on_error = on_error
         self._warned_error = False
         self.rule = Tolerances(plain(atol), plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
-        self.backend: Backend = make_backend(
+        options = onnxruntime_options(
             backend,
             providers=list(providers),
             graph_optimization_level=graph_optimization_level,
             provider_options=provider_options,
         )
+        on_ort = bool(options) or backend_class(reference).on_onnxruntime
+        if not on_ort and (list(providers) != ["CPUExecutionProvider"] or provider_options):
+            raise ConfigError(
+                f"checker.backend={backend} and checker.reference={reference} do not run on ONNX Runtime: "
+                "checker.providers and checker.provider_options do not apply; drop them"
+            )
+        self.backend: Backend = make_backend(backend, **options)
         self.backend_name = backend
         self.reference_name = reference
         self.providers = list(providers)
@@ -242,7 +249,8 @@ class CompareChecker(Checker):
         ONNX Runtime on its feeds."""
         if self.reference_name == "onnxruntime":
             return ctx.activations if ctx is not None else run_all_tensors(model, feeds)
-        reference = make_backend(self.reference_name, providers=self.providers, provider_options=self.provider_options)
+        ort = onnxruntime_options(self.reference_name, providers=self.providers, provider_options=self.provider_options)
+        reference = make_backend(self.reference_name, **ort)
         try:
             names = (
                 [o for n in model.graph.node for o in n.output if o]

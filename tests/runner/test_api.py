@@ -68,6 +68,7 @@ def test_errors_come_back_as_on_the_command_line(tmp_path, chain):
     assert result.exit_code == 2 and not result.ok and result.status.startswith("error: seed=-1")
 
 
+@pytest.mark.slow
 def test_precision_and_layerwise_on_the_classifier(tmp_path):
     model = need(CLASSIFIER)
     shapes = {"x": [1, 3, 48, 192]}

@@ -70,6 +70,7 @@ def test_a_clean_stop_leaves_nothing_pending(run, model, tmp_path):
         assert json.loads(replay.read_text()).get("pending", []) == []
 
 
+@pytest.mark.slow
 def test_isolated_compare_checks_give_the_same_verdicts(run, model, tmp_path):
     import numpy as np
 

@@ -215,6 +215,7 @@ def test_kill_then_resume(run, tmp_path, sig):
     assert [e["passed"] for e in resumed.replay["iterations"]] == [e["passed"] for e in full.replay["iterations"]]
 
 
+@pytest.mark.slow
 def test_interactive_asks_on_a_terminal(tmp_path):
     import pty
 
@@ -253,6 +254,7 @@ def test_interactive_asks_on_a_terminal(tmp_path):
     assert proc.returncode == 0 and summary["runs"] == 2 and summary["bad"] == 1
 
 
+@pytest.mark.slow
 def test_interactive_answers_can_be_piped(tmp_path):
     """As Polygraphy reads them: one line per question from a pipe; running out of answers is one line."""
     cmd = [sys.executable, "-m", "runner", "mode=repeat", "until=bad", "checker=interactive"]

@@ -12,6 +12,7 @@ from tests.helpers.cli import SLOW_HAS_NODES, check_cmd, one_line_error, write_s
 from tests.helpers.models import chain_model
 
 
+@pytest.mark.slow
 def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain, has_nodes_script):
     first = run(*reduce_args(chain, "n3"), "output=a.onnx")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -38,6 +39,7 @@ def test_replay_of_another_check_model_or_shapes_is_refused(run, tmp_path, chain
     assert forced.summary["reused_from_other_identity"] == forced.summary["reused"] > 0
 
 
+@pytest.mark.slow
 def test_replay_after_the_check_script_changed_is_refused(run, tmp_path, chain):
     script = write_script(tmp_path / "check.py", SLOW_HAS_NODES)
     first = run("mode=reduce", f"model={chain}", check_cmd(script, "{artifact}", "0", "n3"), "output=a.onnx")

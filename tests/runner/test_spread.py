@@ -161,6 +161,7 @@ def _ranking(lanes=HERE):
     return introduced_ranking(model, layers, feeds, "float16", lanes=lanes)
 
 
+@pytest.mark.slow
 def test_a_ranking_spread_over_threads_is_the_serial_ranking():
     """The classifier's nodes, run alone in 2 * 3 models on 3 threads beside the whole model's run, rank as
     when run alone in one model after it."""

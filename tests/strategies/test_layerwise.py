@@ -39,6 +39,7 @@ def _layerwise(run, model_path, *extra, plot=False):
     return r
 
 
+@pytest.mark.slow
 def test_overflow_is_introduced_by_the_node_that_overflows(run, tmp_path):
     path = tmp_path / "overflow.onnx"
     onnx.save(overflow_model(), path)

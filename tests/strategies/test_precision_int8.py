@@ -124,6 +124,7 @@ def test_nothing_to_fix_is_settled_in_three_checks(run, tmp_path, model, int8_fe
     assert r.summary["kept"] == 0 and r.summary["checks"] == 3
 
 
+@pytest.mark.slow
 def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, int8_feeds):
     base = ["mode=precision", "low_precision=int8", *CHECK]
     r = run(*base, f"model={model}")

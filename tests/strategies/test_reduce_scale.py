@@ -91,6 +91,7 @@ def test_large_weights_are_written_once_and_referenced(run, tmp_path, monkeypatc
     assert kept and all(onnx.load(str(k)).graph.initializer[0].raw_data for k in kept[1:]), "kept candidates load"
 
 
+@pytest.mark.slow
 def test_shared_weights_with_the_compare_checker(run, tmp_path, monkeypatch):
     import strategies.reduce
 

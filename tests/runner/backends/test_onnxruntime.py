@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.executors.slot import Slot, set_current
@@ -34,3 +35,27 @@ def test_a_cpu_check_in_a_slot_with_a_gpu_runs_as_any_other():
         set_current(None)
     assert list(backend._sessions) == ["m"]  # the CPU session is shared, not one per GPU
     assert all(np.array_equal(plain[n], in_slot[n]) for n in plain)
+
+
+def test_make_backend_refuses_an_option_the_backend_does_not_take():
+    """Issue 37: options a backend cannot use are an error, not dropped; ONNX Runtime's options reach
+    only the backends that run on it."""
+    from runner.backends.base import make_backend, onnxruntime_options
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="onnx_reference takes no providers"):
+        make_backend("onnx_reference", providers=["CPUExecutionProvider"])
+    assert onnxruntime_options("onnx_reference", providers=["CPUExecutionProvider"]) == {}
+    assert onnxruntime_options("fp16_emulation", graph_optimization_level="disable") == {
+        "graph_optimization_level": "disable"
+    }
+    assert make_backend("fp16_emulation", **onnxruntime_options("fp16_emulation", providers=["CPUExecutionProvider"]))
+
+
+def test_providers_for_checks_that_run_nowhere_on_onnxruntime_are_an_error():
+    from runner.checkers.compare import CompareChecker
+    from runner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="do not run on ONNX Runtime"):
+        CompareChecker(backend="onnx_reference", reference="onnx_reference", providers=["CUDAExecutionProvider"])
+    assert CompareChecker(backend="onnx_reference", reference="onnxruntime", providers=["CPUExecutionProvider"])

@@ -99,6 +99,7 @@ def test_signals_end_the_run_like_ctrl_c(tmp_path, sig, code):
     assert not any(alive(int(p)) for p in pids.read_text().split())
 
 
+@pytest.mark.slow
 def test_check_dies_with_a_killed_runner(tmp_path):
     import signal as signal_module
 

@@ -119,6 +119,7 @@ def test_reduce_by_rel_l2_finds_the_scaled_weight(run, tmp_path):
     assert "rel L2" in r.stdout and "cosine" in r.stdout
 
 
+@pytest.mark.slow
 def test_an_fp32_model_under_fp16_emulation_runs_in_fp16(run, tmp_path):
     """As TensorRT's --fp16: a weight of 1e5 is fine in fp32 and past fp16's range once the model is converted."""
     from tests.helpers.graphs import one_sensitive

@@ -94,6 +94,7 @@ def test_bad_options_and_models_are_one_line_errors():
         calibrate(ints, [{"a": np.arange(4, dtype=np.int64)}], QuantOptions())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
 def test_each_calibration_method_gives_ranges_for_every_quantized_tensor(method):
     model = prepare_int8(outlier_model())
@@ -103,6 +104,7 @@ def test_each_calibration_method_gives_ranges_for_every_quantized_tensor(method)
     assert strict_problem(Quantizer(model, cal, options).convert([])) is None
 
 
+@pytest.mark.slow
 def test_entropy_calibration_clips_ranges_minmax_keeps():
     """Issue 38: with ONNX Runtime's default 128 bins and 128 quantized bins, entropy calibration had one
     threshold to choose, the maximum: its 253 scales on the classifier were minmax's, bit for bit. With
