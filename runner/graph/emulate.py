@@ -161,13 +161,46 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
 
 
 def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto], low: Set[str]) -> bool:
-    """Point ``typed``'s stubs into the weight file, each low-precision one widened once per run
-    (a large model: its fp32 copy is never whole in memory); False when the file cannot be written."""
+    """Point ``typed``'s stubs into the weight file (a large model), in place; False when the file
+    cannot be written.
+
+    A low-precision weight stays stored in its type (the bytes the candidate holds, written to the
+    file once per run) and a ``Cast`` to fp32 just before its first reader gives the fp32 values
+    (exact), so no fp32 copy of it is made in memory or on disk."""
     file = weight_file()
-    for init in typed.graph.initializer:
-        if init.name in weights:
-            source = weights[init.name]
-            make = (lambda data, source=source: widened(source, data)) if init.name in low else None
-            if not file.point(init, source, make, tag=f"widened from {source.data_type}"):
-                return False
+    g = typed.graph
+    casts: Dict[str, onnx.NodeProto] = {}
+    for init in g.initializer:
+        if init.name not in weights:
+            continue
+        source = weights[init.name]
+        if init.name in low:
+            stored = f"{init.name}__emu_stored"
+            casts[init.name] = helper.make_node(
+                "Cast", [stored], [init.name], name=stored + "_to_fp32", to=TensorProto.FLOAT
+            )
+            init.name, init.data_type = stored, source.data_type
+        if not file.point(init, source):
+            return False
+    if casts:
+        nodes: List[onnx.NodeProto] = []
+        for node in g.node:
+            nodes.extend(casts.pop(name) for name in _reads(node) if name in casts)
+            nodes.append(node)
+        del g.node[:]
+        g.node.extend(list(casts.values()) + nodes)  # a weight read only in a body: its Cast goes first
     return True
+
+
+def _reads(node: onnx.NodeProto) -> List[str]:
+    """The tensors ``node`` reads: its inputs, then the outer-scope names its bodies read."""
+    names = [n for n in node.input if n]
+    stack = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    stack += [g for a in node.attribute for g in a.graphs]
+    while stack:
+        body = stack.pop()
+        for inner in body.node:
+            names.extend(n for n in inner.input if n)
+            stack.extend(a.g for a in inner.attribute if a.type == onnx.AttributeProto.GRAPH)
+            stack.extend(g for a in inner.attribute for g in a.graphs)
+    return names

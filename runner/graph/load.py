@@ -16,9 +16,13 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from runner.errors import ArtifactError, ModelError, first_line
+from runner.graph.stubs import copy_fields
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
+
+#: models with this many bytes of weights are written one initializer at a time (``_save_streamed``)
+STREAM_BYTES = 64 * 2**20
 
 #: protobuf cannot serialize a message of 2 GiB or more into one string
 PROTOBUF_LIMIT = 2**31 - 1
@@ -160,6 +164,8 @@ def save_model(
                 location=location,
                 size_threshold=threshold,
             )
+        elif tensor_bytes(model) >= STREAM_BYTES:
+            _save_streamed(model, staged)
         else:
             onnx.save_model(model, str(staged))
         mode = 0o666 & ~UMASK  # as a file the user's shell makes (onnx writes external data 0600)
@@ -197,6 +203,25 @@ def copy_model_file(src: Path, dst: Path) -> Path:
     except OSError as e:
         raise ArtifactError(f"cannot copy {src} to {dst} ({e.strerror}); choose a writable location") from None
     return dst
+
+
+def _save_streamed(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` as one file, one initializer at a time: the graph without its top-level
+    initializers, then each initializer as a message of its own holding ``graph.initializer``.
+
+    Protobuf merges the messages concatenated in a file (a singular message field seen twice is
+    merged, repeated fields append), so the file loads as ``model`` with its initializers in order;
+    ``onnx.save_model`` would hold the whole serialized model in memory beside the model.
+    """
+    bare = onnx.ModelProto()
+    copy_fields(model, bare, skip="graph")
+    copy_fields(model.graph, bare.graph, skip="initializer")
+    with open(path, "wb") as f:
+        f.write(bare.SerializeToString())
+        for init in model.graph.initializer:
+            piece = onnx.ModelProto()
+            piece.graph.initializer.append(init)
+            f.write(piece.SerializeToString())
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -24,8 +24,10 @@ def session_file(
 
     A model with ``MAP_BYTES`` or more of weights, one already mapped, or one with ``values`` for
     its stubs: the path of a mapped copy in the weight file's folder (removed after the block), and
-    ``options`` (an ``onnxruntime.SessionOptions``) told to skip MatMul weight pre-packing, a third
-    copy. Otherwise (or when the weight file cannot be written) the model itself: its path, its
+    ``options`` (an ``onnxruntime.SessionOptions``) told to skip what copies weights: MatMul weight
+    pre-packing, constant folding (a folded Cast or Transpose of a weight), level "all"'s layout
+    transforms (the level drops to "extended"), and the CPU arena (it keeps the largest set of
+    weights' Casts a run made). Otherwise (or when the weight file cannot be written) the model itself: its path, its
     protobuf string, or a temporary file past 2 GB.
 
     Args:
@@ -45,6 +47,12 @@ def session_file(
         path = weights.model_path(mapped) if mapped is not None else None
         if path is not None:
             options.add_session_config_entry("session.disable_prepacking", "1")
+            # folding a Cast or Transpose of a weight makes a copy of it in memory, as do the layout
+            # transforms of level "all"; the arena would keep the largest set of weights' Casts for good
+            options.add_session_config_entry("optimization.disable_specified_optimizers", "ConstantFolding")
+            if options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL:
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            options.enable_cpu_mem_arena = False
             try:
                 yield str(path)
             finally:

@@ -9,7 +9,7 @@ step costs what the graph costs, and each weight is converted once per run.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Optional, Set
 
 import numpy as np
 import onnx
@@ -19,7 +19,7 @@ from onnx import TensorProto, numpy_helper
 STUB_BYTES = 256
 
 
-def _copy_fields(src, dst, skip: str) -> None:
+def copy_fields(src: Any, dst: Any, skip: str) -> None:
     """Copy every set field of protobuf message ``src`` into ``dst`` but the field named ``skip``."""
     for field, value in src.ListFields():
         if field.name == skip:
@@ -73,9 +73,9 @@ def weightless(
         If/Loop/Scan are copied whole. The copy is built field by field: no weight is copied.
     """
     out = onnx.ModelProto()
-    _copy_fields(model, out, "graph")
+    copy_fields(model, out, "graph")
     g, src = out.graph, model.graph
-    _copy_fields(src, g, "initializer")
+    copy_fields(src, g, "initializer")
     stubbed: Dict[str, TensorProto] = {}
     for init in src.initializer:
         if nbytes(init) >= STUB_BYTES and not (keep is not None and keep(init)):
