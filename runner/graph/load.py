@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from runner.errors import ArtifactError, ModelError, first_line
-from runner.graph.stubs import copy_fields
+from runner.graph.stubs import copy_fields, nbytes
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def save_model(
                 location=location,
                 size_threshold=threshold,
             )
-        elif tensor_bytes(model) >= STREAM_BYTES:
+        elif sum(nbytes(t) for t in model.graph.initializer) >= STREAM_BYTES:
             _save_streamed(model, staged)
         else:
             onnx.save_model(model, str(staged))
