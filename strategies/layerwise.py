@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
-from runner import console
+from runner import console, malloc
 from runner.backends.base import make_backend, onnxruntime_options
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
@@ -202,6 +202,7 @@ class LayerwiseStrategy(Strategy):
             ArtifactError: the CSV or the plot cannot be written.
         """
         reference, given, target = self._models()
+        malloc.trim()  # what the conversion made and dropped goes back to the system
         compute = compute_nodes(given)
         if self.scope.given:
             self.scope.check([(n.name, n.op_type) for n in compute])

@@ -11,7 +11,7 @@ import onnxruntime as ort
 from runner.errors import ModelError, first_line
 from runner.graph.sessions import session_for
 from runner.graph.stubs import weightless
-from runner.graph.weight_file import maps, weight_bytes
+from runner.graph.weight_file import maps, weight_bytes, weight_file
 
 
 def top_level_outputs(model: onnx.ModelProto) -> List[str]:
@@ -27,9 +27,12 @@ def top_level_outputs(model: onnx.ModelProto) -> List[str]:
 
 
 def marked(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose graph outputs are ``names`` (top-level tensors), in order."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    """A copy of ``model`` whose graph outputs are ``names`` (top-level tensors), in order; a large
+    model's copy holds its weights in the weight file (``runner.graph.weight_file``), not in memory."""
+    out = weight_file().mapped(model) if maps(weight_bytes(model)) else None
+    if out is None:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     del out.graph.output[:]
     out.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
     return out

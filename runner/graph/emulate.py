@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.errors import first_line
 from runner.graph.precisions import LOW_TYPES
 from runner.graph.stubs import fill, raw_bytes, weightless, widened
-from runner.graph.weight_file import maps, weight_bytes, weight_file
+from runner.graph.weight_file import is_pointed, maps, weight_bytes, weight_file
 
 log = logging.getLogger(__name__)
 
@@ -140,15 +140,25 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     low_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in LOW_TYPES]
     stubs: Set[str] = set(weights)
     low_stubs = {i.name for i in g.initializer if i.name in stubs and i.data_type in LOW_TYPES}
+    # weights already in the weight file (a large model's marked copy) stay there, stored as they are
+    stored = {i.name: i.data_type for i in g.initializer if i.data_type in LOW_TYPES and is_pointed(i)}
+    mapping = bool(stored) or maps(weight_bytes(model))
     for init in g.initializer:
-        if init.name in low_stubs:
+        if init.name in low_stubs or init.name in stored:
             init.data_type = TensorProto.FLOAT
     rw = _Rewriter(types)
     rw.rewrite(g)
     del g.value_info[:]  # inferred here; the session infers again, and the Casts renamed what some describe
-
-    if maps(weight_bytes(model)) and _point(typed, weights, low_stubs):
-        return typed, low_inputs, low_outputs, rw.rounded
+    if mapping:
+        stored.update({name: weights[name].data_type for name in low_stubs})
+        renamed = _cast_stored(g, stored)
+        if _point(typed, {renamed.get(n, n): t for n, t in weights.items()}):
+            return typed, low_inputs, low_outputs, rw.rounded
+        for init in g.initializer:  # the weight file cannot be written: widened values in the model
+            if init.name in renamed.values() and init.data_location != TensorProto.EXTERNAL:
+                cast = next(n for n in g.node if n.input and n.input[0] == init.name and n.op_type == "Cast")
+                init.name, init.data_type = cast.output[0], TensorProto.FLOAT
+                g.node.remove(cast)
 
     def values(stub: TensorProto) -> bytes:
         source = weights[stub.name]
@@ -160,28 +170,18 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     return typed, low_inputs, low_outputs, rw.rounded
 
 
-def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto], low: Set[str]) -> bool:
-    """Point ``typed``'s stubs into the weight file (a large model), in place; False when the file
-    cannot be written.
-
-    A low-precision weight stays stored in its type (the bytes the candidate holds, written to the
-    file once per run) and a ``Cast`` to fp32 just before its first reader gives the fp32 values
-    (exact), so no fp32 copy of it is made in memory or on disk."""
-    file = weight_file()
-    g = typed.graph
+def _cast_stored(g: onnx.GraphProto, stored: Dict[str, int]) -> Dict[str, str]:
+    """Keep the low-precision weights named in ``stored`` (name: their type) stored in that type under
+    a new name, with a ``Cast`` to fp32 (exact) just before their first reader giving the old name:
+    no fp32 copy of them is made. Returns ``{old name: new name}``."""
+    renamed: Dict[str, str] = {}
     casts: Dict[str, onnx.NodeProto] = {}
     for init in g.initializer:
-        if init.name not in weights:
-            continue
-        source = weights[init.name]
-        if init.name in low:
-            stored = f"{init.name}__emu_stored"
-            casts[init.name] = helper.make_node(
-                "Cast", [stored], [init.name], name=stored + "_to_fp32", to=TensorProto.FLOAT
-            )
-            init.name, init.data_type = stored, source.data_type
-        if not file.point(init, source):
-            return False
+        if init.name in stored:
+            new = f"{init.name}__emu_stored"
+            casts[init.name] = helper.make_node("Cast", [new], [init.name], name=new + "_to_fp32", to=TensorProto.FLOAT)
+            renamed[init.name] = new
+            init.name, init.data_type = new, stored[init.name]
     if casts:
         nodes: List[onnx.NodeProto] = []
         for node in g.node:
@@ -189,6 +189,16 @@ def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto], low: Set[str
             nodes.append(node)
         del g.node[:]
         g.node.extend(list(casts.values()) + nodes)  # a weight read only in a body: its Cast goes first
+    return renamed
+
+
+def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto]) -> bool:
+    """Point ``typed``'s stubs (``weights``: stub name: the tensor holding its values) into the weight
+    file, in place (a large model); False when the file cannot be written."""
+    file = weight_file()
+    for init in typed.graph.initializer:
+        if init.name in weights and not file.point(init, weights[init.name]):
+            return False
     return True
 
 

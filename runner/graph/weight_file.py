@@ -64,6 +64,11 @@ def is_mapped(model: onnx.ModelProto) -> bool:
     return any(_location(init) == FILE_NAME for init in model.graph.initializer)
 
 
+def is_pointed(init: TensorProto) -> bool:
+    """Whether ``init`` holds its values in this process's weight file."""
+    return _location(init) == FILE_NAME
+
+
 def _location(init: TensorProto) -> Optional[str]:
     if init.data_location != TensorProto.EXTERNAL:
         return None

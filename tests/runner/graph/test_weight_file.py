@@ -139,3 +139,17 @@ def test_precision_keeps_the_same_nodes_with_mapped_sessions(tmp_path):
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert r.summary["answer_verified"]["passed"]
     assert _file_size() > wf.weight_bytes(model)  # the weights and their widened fp16 forms were mapped
+
+
+def test_a_mapped_fp16_model_is_emulated_from_the_file(monkeypatch):
+    """Layerwise marks tensors on a mapped copy of the fp16 target: its fp16 weights stay in the file,
+    read through Casts, and the emulated run matches the one with its weights in the model."""
+    half = convert_except(_mlp(), [])
+    mapped = wf.weight_file().mapped(half)
+    assert mapped is not None and wf.is_mapped(mapped)
+    from_file, _, _, _ = emulate_low_precision(mapped)
+    assert any(n.op_type == "Cast" and n.input[0].endswith("__emu_stored") for n in from_file.graph.node)
+    monkeypatch.setattr(wf, "MAP_BYTES", 2**40)
+    in_model, _, _, _ = emulate_low_precision(half)
+    x = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
+    np.testing.assert_array_equal(session_for(from_file).run(None, x)[0], _copied_session(in_model).run(None, x)[0])
