@@ -22,6 +22,8 @@ import onnx
 
 from runner.artifacts import ensure_writable_dir, split_name
 from runner.errors import ArtifactError, ConfigError
+from runner.graph.load import STREAM_BYTES
+from runner.graph.streamed import load_streamed
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,11 @@ def model_files(path: Optional[str | Path]) -> List[Path]:
     path = Path(path).absolute()
     files = [path]
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = (
+            load_streamed(path)
+            if path.stat().st_size >= STREAM_BYTES
+            else onnx.load(str(path), load_external_data=False)
+        )
     except Exception:  # not ONNX: load_model reports it
         return files
     for location in external_locations(model):

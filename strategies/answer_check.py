@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import onnx
 
@@ -58,9 +58,10 @@ class WrittenAnswer:
         # the written file, loaded once: for ONNX Runtime's CPU load and for its check
         self._written = functools.cache(lambda: load_model(output, "output"))
 
-    def write(self, model: onnx.ModelProto, size: str) -> None:
-        """Write ``model`` to ``output`` (checked with onnx.checker) and, with ``cpu_load``, try
-        loading the file in ONNX Runtime on CPU.
+    def write(self, model: Callable[[], onnx.ModelProto], size: str) -> None:
+        """Write the model ``model()`` builds to ``output`` (checked with onnx.checker) and, with
+        ``cpu_load``, try loading the file in ONNX Runtime on CPU (once the built model is dropped:
+        a large model is not held twice).
 
         Raises:
             ModelError: the written file does not pass onnx.checker.
@@ -68,7 +69,7 @@ class WrittenAnswer:
                 other than a missing kernel.
         """
         self._written.cache_clear()
-        save_checked(model, self.output, self.save_opts, size + "; checking it as written")
+        save_checked(model(), self.output, self.save_opts, size + "; checking it as written")
         if not self.cpu_load:
             return
         loads = loads_on_cpu(self._written() if maps(self.output.stat().st_size) else self.output)

@@ -368,7 +368,7 @@ class OnnxSearchStrategy(RoundStrategy):
         self._answer = WrittenAnswer(
             self.output, self.save_opts, self.hit_on_pass, self.answer_cpu_load, self.answer_must_load_on_cpu
         )
-        self._answer.write(self.output_model(units), self.size(units))
+        self._answer.write(lambda: self.output_model(units), self.size(units))
         return self._answer
 
     def _answer_candidate(self) -> Candidate:

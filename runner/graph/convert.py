@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from typing import Dict, FrozenSet, Iterable, List, Set
+from typing import Dict, FrozenSet, Iterable, List, Set, Tuple, Union
 
 import onnx
 from onnx import TensorProto, numpy_helper
@@ -48,6 +48,7 @@ from runner.graph.isolate import bodies
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
 from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
+from runner.graph.weight_file import maps, weight_bytes, weight_file
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,9 @@ class Converter:
             self.typed = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True)
         except Exception:  # a model inference cannot type: the converter sees what is declared
             self.typed = bare
-        self._low: Dict[str, bytes] = {}  # each weight's low-precision bytes, made once
+        # each weight's low-precision bytes, made once: the bytes, or where the weight file holds them
+        self._low: Dict[str, Union[bytes, Tuple[int, int]]] = {}
+        self.large = maps(weight_bytes(model))
         self._lock = threading.Lock()
 
     def convert(self, keep: Iterable[str]) -> onnx.ModelProto:
@@ -256,6 +259,8 @@ class Converter:
         key = f"{data_type}:{name}"
         with self._lock:
             made = self._low.get(key)
+        if isinstance(made, tuple):  # kept in the weight file (a large model)
+            return weight_file().read(made)
         if made is None:
             if data_type == TensorProto.FLOAT16:
                 made = float16_bytes(source, 5.96e-08, FLOAT16.max_finite)
@@ -263,8 +268,11 @@ class Converter:
                 made = bfloat16_bytes(numpy_helper.to_array(source))
             else:
                 raise ModelError(f"the conversion retyped weight {name} to ONNX type {data_type}, which it never does")
+            kept: Union[bytes, Tuple[int, int]] = made
+            if self.large:  # a large model's converted weights wait in the weight file, not in memory
+                kept = weight_file().put(made) or made
             with self._lock:
-                self._low[key] = made
+                self._low[key] = kept
         return made
 
 
@@ -285,7 +293,7 @@ def float_nodes(model: onnx.ModelProto) -> List[int]:
     from runner.graph.meta import infer_shapes
 
     try:
-        typed = infer_shapes(model)
+        typed = infer_shapes(weightless(model)[0])  # types need no weights (a copy of them would cost their size)
     except Exception:  # inference failure: fall back to declared types only
         typed = model
     types = {

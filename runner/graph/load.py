@@ -13,15 +13,17 @@ from typing import Iterator, Optional
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import numpy_helper
+from onnx import external_data_helper, numpy_helper
 
 from runner.errors import ArtifactError, ModelError, first_line
-from runner.graph.stubs import copy_fields, nbytes
+from runner.graph.streamed import load_streamed, save_streamed
+from runner.graph.stubs import nbytes
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
 
-#: models with this many bytes of weights are written one initializer at a time (``_save_streamed``)
+#: models with this many bytes of weights (files of this size) are written (read) piece by piece
+#: (``runner.graph.streamed``)
 STREAM_BYTES = 64 * 2**20
 
 #: protobuf cannot serialize a message of 2 GiB or more into one string
@@ -49,7 +51,11 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     if not os.access(path, os.R_OK):
         raise ModelError(f"{option}={path}: the file is not readable; fix its permissions")
     try:
-        model = onnx.load(str(path), load_external_data=True)
+        if path.stat().st_size >= STREAM_BYTES:  # parsed piece by piece: one string of the file would double it
+            model = load_streamed(path)
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
+        else:
+            model = onnx.load(str(path), load_external_data=True)
     except (DecodeError, RuntimeWarning, ValueError) as e:
         raise ModelError(f"{option}={path}: not an ONNX model ({type(e).__name__}); give a .onnx file") from None
     except FileNotFoundError as e:
@@ -165,7 +171,7 @@ def save_model(
                 size_threshold=threshold,
             )
         elif sum(nbytes(t) for t in model.graph.initializer) >= STREAM_BYTES:
-            _save_streamed(model, staged)
+            save_streamed(model, staged)
         else:
             onnx.save_model(model, str(staged))
         mode = 0o666 & ~UMASK  # as a file the user's shell makes (onnx writes external data 0600)
@@ -203,25 +209,6 @@ def copy_model_file(src: Path, dst: Path) -> Path:
     except OSError as e:
         raise ArtifactError(f"cannot copy {src} to {dst} ({e.strerror}); choose a writable location") from None
     return dst
-
-
-def _save_streamed(model: onnx.ModelProto, path: Path) -> None:
-    """Write ``model`` as one file, one initializer at a time: the graph without its top-level
-    initializers, then each initializer as a message of its own holding ``graph.initializer``.
-
-    Protobuf merges the messages concatenated in a file (a singular message field seen twice is
-    merged, repeated fields append), so the file loads as ``model`` with its initializers in order;
-    ``onnx.save_model`` would hold the whole serialized model in memory beside the model.
-    """
-    bare = onnx.ModelProto()
-    copy_fields(model, bare, skip="graph")
-    copy_fields(model.graph, bare.graph, skip="initializer")
-    with open(path, "wb") as f:
-        f.write(bare.SerializeToString())
-        for init in model.graph.initializer:
-            piece = onnx.ModelProto()
-            piece.graph.initializer.append(init)
-            f.write(piece.SerializeToString())
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -159,6 +160,19 @@ class WeightFile:
             entry = init.external_data.add()
             entry.key, entry.value = key, value
         return True
+
+    def read(self, where: Tuple[int, int]) -> bytes:
+        """The bytes at ``where`` ((offset, length) from ``put``).
+
+        Raises:
+            OSError: when the file cannot be read.
+        """
+        assert self.directory is not None
+        fd = os.open(self.directory / FILE_NAME, os.O_RDONLY)
+        try:
+            return os.pread(fd, where[1], where[0])
+        finally:
+            os.close(fd)
 
     def mapped(
         self, model: onnx.ModelProto, values: Optional[Mapping[str, TensorProto]] = None

@@ -13,6 +13,7 @@ from runner.errors import first_line
 from runner.graph.feeds import as_declared
 from runner.graph.meta import infer_shapes
 from runner.graph.precisions import FLOAT16
+from runner.graph.stubs import weightless
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def cast_aliases(model: onnx.ModelProto, known: Set[str]) -> Dict[str, str]:
 def tensor_types(model: onnx.ModelProto) -> Dict[str, int]:
     """``{tensor name: ONNX elem type}`` of the model's top-level tensors, from type inference."""
     try:
-        typed = infer_shapes(model)
+        typed = infer_shapes(weightless(model)[0])  # types need no weights
     except Exception as e:  # inference can fail on custom ops; declared types are then all there is
         log.warning("Type inference failed (%s); using declared types", first_line(e))
         typed = model

@@ -21,3 +21,23 @@ def test_a_streamed_model_file_loads_as_the_model(source, tmp_path, monkeypatch)
     again = onnx.load(str(path))
     assert again.SerializeToString() == model.SerializeToString()
     load.check_saved(path)
+
+
+@pytest.mark.parametrize("source", [DETECTOR, CLASSIFIER, VAD_IF], ids=["detector", "classifier", "vad_with_if"])
+def test_a_model_file_read_piece_by_piece_is_the_model(source, tmp_path, monkeypatch):
+    monkeypatch.setattr(load, "STREAM_BYTES", 1)  # every file counts as large
+    model = onnx.load(str(source))
+    assert load.load_model(source).SerializeToString() == model.SerializeToString()
+    streamed = load.save_model(constants_to_initializers(model), tmp_path / "streamed.onnx")
+    assert load.load_model(streamed).SerializeToString() == onnx.load(str(streamed)).SerializeToString()
+
+
+def test_external_data_and_bad_files_read_piece_by_piece(tmp_path, monkeypatch):
+    monkeypatch.setattr(load, "STREAM_BYTES", 1)
+    model = constants_to_initializers(onnx.load(str(CLASSIFIER)))
+    path = load.save_model(model, tmp_path / "external.onnx", external_data=True)
+    assert load.load_model(path).SerializeToString() == onnx.load(str(path)).SerializeToString()
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x3a\xff\xff\x03not a model")  # a graph field longer than the file
+    with pytest.raises(load.ModelError, match="not an ONNX model"):
+        load.load_model(junk)

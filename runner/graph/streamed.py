@@ -1,0 +1,116 @@
+"""Read and write large ONNX model files piece by piece, never the whole file as one string.
+
+``onnx.load`` reads a file into one string and parses it (the model's size twice), and
+``onnx.save_model`` serializes the model into one string first (twice again). Protobuf merges
+concatenated messages (a singular message field seen twice is merged, a repeated field appends,
+a scalar takes the last value), so a model can be written as its graph without initializers
+followed by one message per initializer, and read back by merging each top-level field, and each
+field of the graph, on its own: at most one tensor is in memory twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import BinaryIO, Optional
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from runner.graph.stubs import copy_fields
+
+#: ModelProto's ``graph`` field (number 7, length-delimited), as its key
+GRAPH_KEY = 7 << 3 | 2
+
+
+def save_streamed(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` to ``path`` as one ONNX file, one top-level initializer at a time.
+
+    Raises:
+        OSError: when the file cannot be written.
+    """
+    bare = onnx.ModelProto()
+    copy_fields(model, bare, skip="graph")
+    copy_fields(model.graph, bare.graph, skip="initializer")
+    with open(path, "wb") as f:
+        f.write(bare.SerializeToString())
+        for init in model.graph.initializer:
+            piece = onnx.ModelProto()
+            piece.graph.initializer.append(init)
+            f.write(piece.SerializeToString())
+
+
+def load_streamed(path: Path) -> onnx.ModelProto:
+    """Parse the model file ``path`` field by field (external data is not loaded).
+
+    Raises:
+        DecodeError: when the file is not a well-formed protobuf message.
+        OSError: when it cannot be read.
+    """
+    model = onnx.ModelProto()
+    with open(path, "rb") as f:
+        while (key := _varint(f)) is not None:
+            if key != GRAPH_KEY:
+                model.MergeFromString(_field(f, key))
+                continue
+            end = _required(f) + f.tell()
+            while f.tell() < end:
+                model.graph.MergeFromString(_field(f, _required(f)))
+            if f.tell() != end:
+                raise DecodeError("a graph field runs past its length")
+    return model
+
+
+def _varint(f: BinaryIO) -> Optional[int]:
+    """The next varint, or None at the end of the file."""
+    result = shift = 0
+    while True:
+        byte = f.read(1)
+        if not byte:
+            if shift:
+                raise DecodeError("the file ends inside a varint")
+            return None
+        result |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise DecodeError("a varint longer than 10 bytes")
+
+
+def _required(f: BinaryIO) -> int:
+    value = _varint(f)
+    if value is None:
+        raise DecodeError("the file ends inside a field")
+    return value
+
+
+def _encoded(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise DecodeError("the file ends inside a field")
+    return data
+
+
+def _field(f: BinaryIO, key: int) -> bytes:
+    """The whole encoding (key included) of the field whose key was just read."""
+    wire = key & 7
+    head = _encoded(key)
+    if wire == 0:
+        return head + _encoded(_required(f))
+    if wire == 1:
+        return head + _read(f, 8)
+    if wire == 5:
+        return head + _read(f, 4)
+    if wire == 2:
+        length = _required(f)
+        return head + _encoded(length) + _read(f, length)
+    raise DecodeError(f"wire type {wire} is not used by ONNX")
