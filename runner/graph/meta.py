@@ -11,7 +11,9 @@ from onnx import helper
 
 from runner.errors import ModelError, first_line
 from runner.graph.load import as_file, is_large
+from runner.graph.stubs import weightless
 from runner.graph.summaries import TensorSummary
+from runner.graph.weight_file import maps, weight_bytes
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,10 @@ class TensorMeta:
     ):
         self.meta: Dict[str, Meta] = {}
         self.fallback_error: Optional[str] = None
-        fixed = _with_input_shapes(model, input_shapes)
+        # a large model's weights are stubs here: inference reads their types and dims, and a copy of
+        # them would cost their size (small initializers, which shape inputs are, keep their values)
+        source = weightless(model)[0] if maps(weight_bytes(model)) else model
+        fixed = _with_input_shapes(source, input_shapes)
         try:
             inferred = infer_shapes(fixed)
         except Exception as e:  # onnx raises InferenceError and others

@@ -39,6 +39,7 @@ from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import weight_names
 from runner.graph.precisions import LOW_PRECISIONS
 from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
+from runner.graph.weight_file import maps, weight_bytes
 from runner.layerwise.alone import AloneRuns
 from runner.layerwise.pairs import PairRow, QDQPairs
 from runner.layerwise.persistence import trace
@@ -129,6 +130,8 @@ class LayerwiseComparison:
         lanes: JobLanes = HERE,
     ):
         self.reference, self.target = reference, target
+        # a large reference's session is not kept: its mapped weights would stay beside the target's
+        self.keep_reference_session = not maps(weight_bytes(reference))
         self.weights_of = weights_of
         self.run_reference, self.backend, self.rule, self.low = run_reference, target_backend, rule, low
         ref_names = {i.name for i in reference.graph.input} | {o for n in reference.graph.node for o in n.output}
@@ -225,7 +228,8 @@ class LayerwiseComparison:
         needed = [self.ref_name(t) for t in outs + reads]
         start = time.perf_counter()
         reference = self._built(("reference", id(chunk)), lambda: marked(self.reference, [n for n in needed if n]))
-        ref = self.run_reference(reference, feeds, key=self._key("reference", chunk))
+        key = self._key("reference", chunk) if self.keep_reference_session else None
+        ref = self.run_reference(reference, feeds, key=key)
         lap = self._lap("reference", start)
         ref = {**{k: np.asarray(v) for k, v in feeds.items()}, **ref}
 
