@@ -19,6 +19,7 @@ Markers:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -32,8 +33,8 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
-from runner.errors import CheckNeverPassedError, ConfigError
-from runner.graph.convert import Converter, float_nodes, prepare
+from runner.errors import CheckNeverPassedError, ConfigError, ModelError
+from runner.graph.convert import Converter, convert_except, float_nodes, prepare
 from runner.graph.load import fingerprint, save_model
 from runner.graph.precisions import is_quantized
 from runner.graph.precisions import low_precision as named_low_precision
@@ -243,6 +244,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
         def rank() -> List[int]:
             target = quantizer.convert([]) if quantizer is not None else None
+            if target is None:  # the whole model in the low precision, from the prepared model (no second copy)
+                with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
+                    target = convert_except(model, [], low_precision)
             backend = ranking_backend(checker)
             # the checks that follow: the search's, its two gates (all kept, none kept) and the answer's
             ctx.lanes.expect(ranked_search(layers, marker).remaining() + 3)
