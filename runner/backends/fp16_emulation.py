@@ -41,6 +41,12 @@ class EmulationBackend(Backend):
         self.ort = OnnxRuntimeBackend(providers, graph_optimization_level, provider_options=provider_options)
         self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
 
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickled without its rewritten models (a large one points into this process's weight file)."""
+        state = dict(self.__dict__)
+        state["_rewritten"] = {}
+        return state
+
     def prepare(self, model: onnx.ModelProto, key: Optional[str]) -> Tuple[onnx.ModelProto, List[str], List[str]]:
         """The rewritten model and its low-precision inputs and outputs (cached by key)."""
         cached = self._rewritten.get(key) if key is not None else None  # one read: another thread may replace it

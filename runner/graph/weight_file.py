@@ -18,6 +18,7 @@ import atexit
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -27,6 +28,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 import onnx
 from onnx import TensorProto
 
+from runner.errors import ModelError
 from runner.graph.stubs import fill, is_stub, nbytes, raw_bytes, weightless
 
 log = logging.getLogger(__name__)
@@ -37,8 +39,10 @@ MAP_BYTES = 64 * 2**20
 #: initializers of this many bytes or more go to the file; smaller ones stay in the model
 POINT_BYTES = 64 * 2**10
 
-#: the data file's name, the ``location`` of every tensor pointed into it
-FILE_NAME = "runner-weights.bin"
+#: how the data file's name (the ``location`` of every tensor pointed into it) begins; the rest is the
+#: process id and a random part, so that a mapped model that reaches another process (a pickled
+#: cache) fails to load there instead of reading that process's file
+FILE_PREFIX = "runner-weights-"
 
 #: tensors start on page boundaries, so ONNX Runtime can map each one
 ALIGN = 4096
@@ -62,12 +66,12 @@ def maps(nbytes: int) -> bool:
 
 def is_mapped(model: onnx.ModelProto) -> bool:
     """Whether some of ``model``'s initializers point into this process's weight file."""
-    return any(_location(init) == FILE_NAME for init in model.graph.initializer)
+    return any(is_pointed(init) for init in model.graph.initializer)
 
 
 def is_pointed(init: TensorProto) -> bool:
-    """Whether ``init`` holds its values in this process's weight file."""
-    return _location(init) == FILE_NAME
+    """Whether ``init`` holds its values in a weight file."""
+    return (_location(init) or "").startswith(FILE_PREFIX)
 
 
 def _location(init: TensorProto) -> Optional[str]:
@@ -85,6 +89,7 @@ class WeightFile:
 
     def __init__(self) -> None:
         self.directory: Optional[Path] = None
+        self.name = f"{FILE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.bin"
         self._index: Dict[bytes, Tuple[int, int]] = {}
         self._size = 0
         self._lock = threading.Lock()
@@ -111,7 +116,7 @@ class WeightFile:
             if self._broken:
                 return None
             try:
-                path = self._open() / FILE_NAME
+                path = self._open() / self.name
                 offset = -(-self._size // ALIGN) * ALIGN
                 with open(path, "ab") as f:
                     f.write(b"\0" * (offset - self._size))
@@ -156,7 +161,7 @@ class WeightFile:
         if where is None:
             return False
         init.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", FILE_NAME), ("offset", str(where[0])), ("length", str(where[1]))):
+        for key, value in (("location", self.name), ("offset", str(where[0])), ("length", str(where[1]))):
             entry = init.external_data.add()
             entry.key, entry.value = key, value
         return True
@@ -168,7 +173,7 @@ class WeightFile:
             OSError: when the file cannot be read.
         """
         assert self.directory is not None
-        fd = os.open(self.directory / FILE_NAME, os.O_RDONLY)
+        fd = os.open(self.directory / self.name, os.O_RDONLY)
         try:
             return os.pread(fd, where[1], where[0])
         finally:
@@ -216,10 +221,12 @@ class WeightFile:
         out.CopyFrom(model)
         directory = self.directory
         for init in out.graph.initializer:
-            if _location(init) != FILE_NAME or directory is None:
+            if not is_pointed(init):
                 continue
+            if _location(init) != self.name or directory is None:
+                raise ModelError(f"tensor {init.name} points into another process's weight file; please report this")
             fields = {e.key: e.value for e in init.external_data}
-            with open(directory / FILE_NAME, "rb") as f:
+            with open(directory / self.name, "rb") as f:
                 f.seek(int(fields["offset"]))
                 data = f.read(int(fields["length"]))
             del init.external_data[:]

@@ -58,7 +58,7 @@ def _copied_session(model: onnx.ModelProto) -> ort.InferenceSession:
 def _file_size() -> int:
     directory = wf.weight_file().directory
     assert directory is not None
-    return (directory / wf.FILE_NAME).stat().st_size
+    return (directory / wf.weight_file().name).stat().st_size
 
 
 def test_a_mapped_session_gives_the_copied_sessions_outputs_and_writes_each_tensor_once():
@@ -71,7 +71,7 @@ def test_a_mapped_session_gives_the_copied_sessions_outputs_and_writes_each_tens
     session_for(model).run(None, x)  # the same weights: nothing more is written
     assert _file_size() == size
     leftovers = sorted(p.name for p in wf.weight_file().directory.iterdir())
-    assert leftovers == [wf.FILE_NAME]  # each session's model file is removed once it is loaded
+    assert leftovers == [wf.weight_file().name]  # each session's model file is removed once it is loaded
 
 
 def test_a_mapped_model_is_small_and_gets_its_values_back():
@@ -153,3 +153,28 @@ def test_a_mapped_fp16_model_is_emulated_from_the_file(monkeypatch):
     in_model, _, _, _ = emulate_low_precision(half)
     x = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
     np.testing.assert_array_equal(session_for(from_file).run(None, x)[0], _copied_session(in_model).run(None, x)[0])
+
+
+def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
+    """A mapped model that reached another process (a pickled cache) fails there; it never reads that
+    process's own file. The emulation backend is pickled without its rewritten (mapped) models, so a
+    worker's copy runs a model it was sent before as it would run any."""
+    import pickle
+
+    from runner.backends.fp16_emulation import EmulationBackend
+    from runner.errors import ModelError
+
+    model, x = _mlp(), {"x": np.ones((4, 64), np.float32)}
+    half = convert_except(model, [])
+    mapped = wf.weight_file().mapped(model)
+    backend = EmulationBackend()
+    here = backend.run(half, x, key="k")["y"]
+    sent = pickle.dumps(backend)
+    other = wf.WeightFile()  # the worker's own weight file, holding other weights
+    monkeypatch.setattr(wf, "_shared", other)
+    session_for(_mlp(seed=1))
+    with pytest.raises(ModelError):
+        session_for(mapped)
+    with pytest.raises(ModelError, match="another process's weight file"):
+        other.with_values(mapped)
+    np.testing.assert_array_equal(pickle.loads(sent).run(half, x, key="k")["y"], here)
