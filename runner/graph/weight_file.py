@@ -166,6 +166,11 @@ class WeightFile:
             entry.key, entry.value = key, value
         return True
 
+    def holds(self, model: onnx.ModelProto) -> bool:
+        """Whether every initializer of ``model`` that points into a weight file points into this one
+        (a mapped model made in another process does not load here)."""
+        return all(_location(i) == self.name for i in model.graph.initializer if is_pointed(i))
+
     def read(self, where: Tuple[int, int]) -> bytes:
         """The bytes at ``where`` ((offset, length) from ``put``).
 

@@ -22,6 +22,7 @@ from runner.errors import ModelError
 from runner.executors.base import HERE, JobLanes, SizedJobs
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
+from runner.graph.weight_file import weight_file
 from runner.layerwise.tensors import fed_value
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,15 @@ ModelJob = Tuple[onnx.ModelProto, Dict[str, np.ndarray], str]
 def run_alone(backend: Backend, job: ModelJob) -> Tuple[Dict[str, np.ndarray], str]:
     """Run one model (a job of ``AloneRuns.run`` for ``Executor.spread``, perhaps in a worker
     process): ``({output: value}, "")``, or ``({}, the backend's one-line error)`` when it cannot
-    run the model (a ``ModelError``)."""
+    run the model (a ``ModelError``).
+
+    Raises:
+        RuntimeError: in a worker process, for a model whose weights are in the runner's weight file
+            (``executor=processes`` then runs the job in the runner).
+    """
     model, feeds, key = job
+    if not weight_file().holds(model):  # a large model's mapped copy reached a worker process
+        raise RuntimeError("the model's weights are in the runner's weight file: run this job in the runner")
     try:
         return backend.run(model, feeds, key=key), ""
     except ModelError as e:

@@ -170,8 +170,14 @@ def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
     backend = EmulationBackend()
     here = backend.run(half, x, key="k")["y"]
     sent = pickle.dumps(backend)
+    from runner.backends.onnxruntime import OnnxRuntimeBackend
+    from runner.layerwise.alone import run_alone
+
+    assert run_alone(OnnxRuntimeBackend(), (mapped, x, None))[1] == ""  # in its own process it runs
     other = wf.WeightFile()  # the worker's own weight file, holding other weights
     monkeypatch.setattr(wf, "_shared", other)
+    with pytest.raises(RuntimeError, match="run this job in the runner"):  # a worker hands it back
+        run_alone(OnnxRuntimeBackend(), (mapped, x, None))
     session_for(_mlp(seed=1))
     with pytest.raises(ModelError):
         session_for(mapped)
