@@ -18,6 +18,7 @@ from onnx import external_data_helper, numpy_helper
 from runner.errors import ArtifactError, ModelError, first_line
 from runner.graph.streamed import load_streamed, save_streamed
 from runner.graph.stubs import nbytes
+from runner.graph.weight_file import is_mapped, weight_file
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,8 @@ def save_model(
         ArtifactError: when the file cannot be written (the staging folder is removed).
     """
     path = Path(path)
+    if is_mapped(model):  # weights in this process's temporary weight file: the file gets them back
+        model = weight_file().with_values(model)
     big = tensor_bytes(model) >= PROTOBUF_LIMIT - 64 * 2**20
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

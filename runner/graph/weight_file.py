@@ -65,7 +65,7 @@ def maps(nbytes: int) -> bool:
 
 
 def is_mapped(model: onnx.ModelProto) -> bool:
-    """Whether some of ``model``'s initializers point into this process's weight file."""
+    """Whether some of ``model``'s initializers point into a weight file (``runner.graph.weight_file``)."""
     return any(is_pointed(init) for init in model.graph.initializer)
 
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.graph import weight_file as wf
 from runner.graph.convert import convert_except
 from runner.graph.emulate import emulate_low_precision
+from runner.graph.load import save_model
 from runner.graph.sessions import loads_on_cpu, session_for
 from runner.graph.stubs import is_stub
 from tests.helpers.graphs import rmsnorm_decoder
@@ -74,7 +75,7 @@ def test_a_mapped_session_gives_the_copied_sessions_outputs_and_writes_each_tens
     assert leftovers == [wf.weight_file().name]  # each session's model file is removed once it is loaded
 
 
-def test_a_mapped_model_is_small_and_gets_its_values_back():
+def test_a_mapped_model_is_small_and_gets_its_values_back(tmp_path):
     model = _mlp()
     mapped = wf.weight_file().mapped(model)
     assert mapped is not None and wf.is_mapped(mapped)
@@ -83,6 +84,8 @@ def test_a_mapped_model_is_small_and_gets_its_values_back():
     back = wf.weight_file().with_values(mapped)
     assert not wf.is_mapped(back)
     assert [t.raw_data for t in back.graph.initializer] == [t.raw_data for t in model.graph.initializer]
+    written = onnx.load(str(save_model(mapped, tmp_path / "written.onnx")))  # a file never points into it
+    assert written.SerializeToString() == back.SerializeToString()
 
 
 def test_stubs_get_their_values_from_the_tensors_given():
