@@ -10,7 +10,6 @@ import onnxruntime as ort
 
 from runner.errors import ModelError, first_line
 from runner.graph.sessions import session_for
-from runner.graph.stubs import weightless
 from runner.graph.weight_file import maps, weight_bytes, weight_file
 
 
@@ -45,14 +44,7 @@ def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: 
     Raises:
         ModelError: when ONNX Runtime cannot load or run the model.
     """
-    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if maps(weight_bytes(model)):  # a marked copy would copy every weight: the session maps them
-        bare, values = weightless(model)
-        del bare.graph.output[:]
-        bare.graph.output.extend(onnx.ValueInfoProto(name=n) for n in dict.fromkeys(names))
-        sess = session_for(bare, level=level, values=values)
-    else:
-        sess = session_for(marked(model, names), level=level)
+    sess = session_for(marked(model, names), level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     try:
         values = sess.run(list(names), dict(feeds))
     except Exception as e:

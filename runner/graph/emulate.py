@@ -149,16 +149,10 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     rw = _Rewriter(types)
     rw.rewrite(g)
     del g.value_info[:]  # inferred here; the session infers again, and the Casts renamed what some describe
-    if mapping:
-        stored.update({name: weights[name].data_type for name in low_stubs})
-        renamed = _cast_stored(g, stored)
-        if _point(typed, {renamed.get(n, n): t for n, t in weights.items()}):
-            return typed, low_inputs, low_outputs, rw.rounded
-        for init in g.initializer:  # the weight file cannot be written: widened values in the model
-            if init.name in renamed.values() and init.data_location != TensorProto.EXTERNAL:
-                cast = next(n for n in g.node if n.input and n.input[0] == init.name and n.op_type == "Cast")
-                init.name, init.data_type = cast.output[0], TensorProto.FLOAT
-                g.node.remove(cast)
+    if mapping:  # what the weight file cannot take (a full disk) is filled below, widened
+        pointed = _point(typed, weights)
+        stored.update({name: weights[name].data_type for name in low_stubs & pointed})
+        _cast_stored(g, stored)
 
     def values(stub: TensorProto) -> bytes:
         source = weights[stub.name]
@@ -170,17 +164,15 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     return typed, low_inputs, low_outputs, rw.rounded
 
 
-def _cast_stored(g: onnx.GraphProto, stored: Dict[str, int]) -> Dict[str, str]:
+def _cast_stored(g: onnx.GraphProto, stored: Dict[str, int]) -> None:
     """Keep the low-precision weights named in ``stored`` (name: their type) stored in that type under
     a new name, with a ``Cast`` to fp32 (exact) just before their first reader giving the old name:
-    no fp32 copy of them is made. Returns ``{old name: new name}``."""
-    renamed: Dict[str, str] = {}
+    no fp32 copy of them is made."""
     casts: Dict[str, onnx.NodeProto] = {}
     for init in g.initializer:
         if init.name in stored:
             new = f"{init.name}__emu_stored"
             casts[init.name] = helper.make_node("Cast", [new], [init.name], name=new + "_to_fp32", to=TensorProto.FLOAT)
-            renamed[init.name] = new
             init.name, init.data_type = new, stored[init.name]
     if casts:
         nodes: List[onnx.NodeProto] = []
@@ -189,17 +181,19 @@ def _cast_stored(g: onnx.GraphProto, stored: Dict[str, int]) -> Dict[str, str]:
             nodes.append(node)
         del g.node[:]
         g.node.extend(list(casts.values()) + nodes)  # a weight read only in a body: its Cast goes first
-    return renamed
 
 
-def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto]) -> bool:
+def _point(typed: onnx.ModelProto, weights: Dict[str, TensorProto]) -> Set[str]:
     """Point ``typed``'s stubs (``weights``: stub name: the tensor holding its values) into the weight
-    file, in place (a large model); False when the file cannot be written."""
+    file, in place, until the file cannot be written; the names pointed."""
     file = weight_file()
+    pointed: Set[str] = set()
     for init in typed.graph.initializer:
-        if init.name in weights and not file.point(init, weights[init.name]):
-            return False
-    return True
+        if init.name in weights:
+            if not file.point(init, weights[init.name]):
+                break
+            pointed.add(init.name)
+    return pointed
 
 
 def _reads(node: onnx.NodeProto) -> List[str]:

@@ -5,35 +5,31 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto
 
 from runner.errors import ModelError, first_line
 from runner.graph.load import as_file, is_large, load_model
-from runner.graph.weight_file import filled, is_mapped, maps, remove_file, weight_bytes, weight_file
+from runner.graph.weight_file import is_mapped, maps, remove_file, weight_bytes, weight_file
 
 
 @contextmanager
-def session_file(
-    model: Union[onnx.ModelProto, Path], options: Any, values: Optional[Mapping[str, TensorProto]] = None
-) -> Iterator[Union[str, bytes]]:
+def session_file(model: Union[onnx.ModelProto, Path], options: Any) -> Iterator[Union[str, bytes]]:
     """What to give ``onnxruntime.InferenceSession`` for ``model``, for the ``with`` block.
 
-    A model with ``MAP_BYTES`` or more of weights, one already mapped, or one with ``values`` for
-    its stubs: the path of a mapped copy in the weight file's folder (removed after the block), and
-    ``options`` (an ``onnxruntime.SessionOptions``) told to skip what copies weights: MatMul weight
-    pre-packing, constant folding (a folded Cast or Transpose of a weight), level "all"'s layout
-    transforms (the level drops to "extended"), and the CPU arena (it keeps the largest set of
-    weights' Casts a run made). Otherwise (or when the weight file cannot be written) the model itself: its path, its
+    A model with ``MAP_BYTES`` or more of weights, or one already mapped: the path of a mapped copy
+    in the weight file's folder (removed after the block), and ``options`` (an
+    ``onnxruntime.SessionOptions``) told to skip what copies weights: MatMul weight pre-packing,
+    constant folding (a folded Cast or Transpose of a weight), level "all"'s layout transforms (the
+    level drops to "extended"), and the CPU arena (it keeps the largest set of weights' Casts a run
+    made). Otherwise (or when the weight file cannot be written) the model itself: its path, its
     protobuf string, or a temporary file past 2 GB.
 
     Args:
-        model: a model file, or a model in memory (not modified; it may hold stubs).
+        model: a model file, or a model in memory (not modified).
         options: the session's options; changed as said above.
-        values: ``{initializer name: tensor holding its values}`` for the stubs in ``model``.
 
     Raises:
         ArtifactError: when a model of 1 GB or more cannot be written to a temporary file.
@@ -41,9 +37,9 @@ def session_file(
     if isinstance(model, Path):
         yield str(model)
         return
-    if values is not None or is_mapped(model) or maps(weight_bytes(model)):
+    if is_mapped(model) or maps(weight_bytes(model)):
         weights = weight_file()
-        mapped = model if values is None and is_mapped(model) else weights.mapped(model, values)
+        mapped = model if is_mapped(model) else weights.mapped(model)
         path = weights.model_path(mapped) if mapped is not None else None
         if path is not None:
             options.add_session_config_entry("session.disable_prepacking", "1")
@@ -58,9 +54,7 @@ def session_file(
             finally:
                 remove_file(path)
             return
-        if values is not None:  # the weight file cannot be written: the stubs get their values here
-            model = filled(model, values)
-        elif is_mapped(model):
+        if is_mapped(model):  # the session file cannot be written: the model gets its values back
             model = weights.with_values(model)
     if is_large(model):
         with as_file(model) as path:
@@ -73,7 +67,6 @@ def session_for(
     model: onnx.ModelProto,
     providers: Sequence[Any] = ("CPUExecutionProvider",),
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    values: Optional[Mapping[str, onnx.TensorProto]] = None,
 ) -> ort.InferenceSession:
     """An ONNX Runtime session for an in-memory model.
 
@@ -81,10 +74,9 @@ def session_for(
     its weights from this process's weight file instead of copying them (``session_file``).
 
     Args:
-        model: the model; with ``values``, it may hold stubs (``runner.graph.stubs``).
+        model: the model.
         providers: names, or ``(name, options)`` pairs (e.g. ``("CUDAExecutionProvider", {"device_id": "1"})``).
         level: ONNX Runtime's graph optimization level.
-        values: ``{initializer name: tensor holding its values}`` for the stubs in ``model``.
 
     Raises:
         ModelError: when ONNX Runtime rejects the model.
@@ -93,7 +85,7 @@ def session_for(
     opts.graph_optimization_level = level
     opts.log_severity_level = 3
     try:
-        with session_file(model, opts, values) as source:
+        with session_file(model, opts) as source:
             return ort.InferenceSession(source, opts, providers=list(providers))
     except Exception as e:  # onnxruntime raises its own exception types
         raise ModelError(f"ONNX Runtime cannot load the model: {first_line(e)}") from None

@@ -23,13 +23,13 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import onnx
 from onnx import TensorProto
 
 from runner.errors import ModelError
-from runner.graph.stubs import fill, is_stub, nbytes, raw_bytes, weightless
+from runner.graph.stubs import nbytes, raw_bytes, weightless
 
 log = logging.getLogger(__name__)
 
@@ -184,24 +184,12 @@ class WeightFile:
         finally:
             os.close(fd)
 
-    def mapped(
-        self, model: onnx.ModelProto, values: Optional[Mapping[str, TensorProto]] = None
-    ) -> Optional[onnx.ModelProto]:
-        """A copy of ``model`` whose top-level initializers of ``POINT_BYTES`` or more point into the file.
-
-        Args:
-            model: the model (not modified); it may hold stubs, whose values come from ``values``.
-            values: ``{initializer name: tensor holding its values}`` for the stubs in ``model``.
-
-        Returns:
-            The copy, or None when the file cannot be written.
-        """
+    def mapped(self, model: onnx.ModelProto) -> Optional[onnx.ModelProto]:
+        """A copy of ``model`` (not modified) whose top-level initializers of ``POINT_BYTES`` or more
+        point into the file; None when the file cannot be written."""
         bare, stubbed = weightless(model, keep=lambda t: nbytes(t) < POINT_BYTES)
         for init in bare.graph.initializer:
-            source = stubbed.get(init.name)
-            if source is None and values is not None and is_stub(init):
-                source = values.get(init.name)
-            if source is not None and not self.point(init, source):
+            if init.name in stubbed and not self.point(init, stubbed[init.name]):
                 return None
         return bare
 
@@ -231,21 +219,11 @@ class WeightFile:
             if _location(init) != self.name or directory is None:
                 raise ModelError(f"tensor {init.name} points into another process's weight file; please report this")
             fields = {e.key: e.value for e in init.external_data}
-            with open(directory / self.name, "rb") as f:
-                f.seek(int(fields["offset"]))
-                data = f.read(int(fields["length"]))
+            data = self.read((int(fields["offset"]), int(fields["length"])))
             del init.external_data[:]
             init.data_location = TensorProto.DEFAULT
             init.raw_data = data
         return out
-
-
-def filled(model: onnx.ModelProto, values: Mapping[str, TensorProto]) -> onnx.ModelProto:
-    """A copy of ``model`` whose stubs named in ``values`` hold those tensors' values."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    fill(out, lambda stub: raw_bytes(values[stub.name]), values)
-    return out
 
 
 _shared: Optional[WeightFile] = None

@@ -15,7 +15,6 @@ from runner.graph.convert import convert_except
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.load import save_model
 from runner.graph.sessions import loads_on_cpu, session_for
-from runner.graph.stubs import is_stub
 from tests.helpers.graphs import rmsnorm_decoder
 from tests.helpers.inprocess import run_in_process
 
@@ -88,18 +87,19 @@ def test_a_mapped_model_is_small_and_gets_its_values_back(tmp_path):
     assert written.SerializeToString() == back.SerializeToString()
 
 
-def test_stubs_get_their_values_from_the_tensors_given():
-    """A model whose weights are stubs runs with ``values`` (layerwise marks every tensor this way)."""
+def test_marked_copies_of_a_large_model_map_its_weights():
+    """Layerwise and the golden run mark tensors on a copy of the model: a large model's copy points
+    into the weight file (no copy of its weights) and every tensor's value is as a copied session's."""
+    from runner.graph.activations import marked, run_tensors
+
     model = _mlp()
-    bare = onnx.ModelProto()
-    bare.CopyFrom(model)
-    for init in bare.graph.initializer:
-        init.ClearField("raw_data")
-    assert all(is_stub(t) for t in bare.graph.initializer)
+    copy = marked(model, ["h", "y"])
+    assert wf.is_mapped(copy) and copy.ByteSize() < 2048
     x = {"x": np.ones((4, 64), np.float32)}
-    values = {t.name: t for t in model.graph.initializer}
-    got = session_for(bare, values=values).run(None, x)[0]
-    np.testing.assert_array_equal(got, _copied_session(model).run(None, x)[0])
+    got = run_tensors(model, x, ["h", "y"])
+    want = _copied_session(model).run(["y"], x)[0]
+    np.testing.assert_array_equal(got["y"], want)
+    assert got["h"].shape == (4, 128)
 
 
 def test_the_emulation_widens_each_fp16_weight_once_and_runs_as_before(monkeypatch):
