@@ -115,7 +115,7 @@ def _same(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-#: worker processes started with the run, not once the work left pays for them (``executor.start=auto``)
+#: worker processes started with the run, not once a check here is dear (``executor.start=lazy``)
 START_NOW = "executor.start=now"
 
 
@@ -126,10 +126,8 @@ def executors(gpus: int) -> List[tuple]:
         ("serial", []),
         ("local 2 threads, 1 GPU", ["executor=local", "executor.workers=2", "executor.gpus=[0,0]"]),
         ("processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2"]),
-        ("processes 1x2 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=2"]),
         ("processes 4, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=4"]),
         ("now: processes 2, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.per_gpu=2", START_NOW]),
-        ("processes 1x4 threads, 1 GPU", ["executor=processes", "executor.gpus=[0]", "executor.threads_per_worker=4"]),
     ]
     if gpus >= 2:
         rows += [
@@ -139,10 +137,6 @@ def executors(gpus: int) -> List[tuple]:
             (
                 "now: processes 4, 2 GPUs",
                 ["executor=processes", "executor.gpus=[0,1]", "executor.per_gpu=2", START_NOW],
-            ),
-            (
-                "processes 2x2 threads, 2 GPUs",
-                ["executor=processes", "executor.gpus=[0,1]", "executor.threads_per_worker=2"],
             ),
         ]
     return rows

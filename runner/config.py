@@ -162,17 +162,16 @@ class ExecutorConf:
 
     _target_: str = MISSING
     name: str = MISSING
-    # local: checks at once (len(gpus) or the cores); processes: worker processes (len(gpus) * per_gpu or 2);
-    # dask: checks at once (the cluster's threads)
+    # checks at once: local, threads (len(gpus) or the cores); processes, worker processes (len(gpus) * per_gpu
+    # or 2); dask, tasks (the cluster's threads)
     workers: Optional[int] = None
     gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
     address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
     timeout_s: float = 30.0  # dask: seconds to wait for the scheduler; processes: for the workers to start
     per_gpu: int = 1  # processes: worker processes per GPU of gpus
-    threads_per_worker: int = 1  # processes: checks at once in each worker process (sharing its CUDA context)
     local_start: bool = True  # processes: checks run here (threads) until the workers are ready
-    # processes: auto starts the workers once the work left would take longer here than their start-up; now: at once
-    start: str = "auto"
+    # processes: lazy starts the workers once a check or job here (after the first) takes 1 s or more; now: at once
+    start: str = "lazy"
     lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
 
 

@@ -227,7 +227,6 @@ class Lifecycle:
             ahead = sum(p.candidate.key in self._built_ahead for p in todo)
             if ahead:
                 log.info("Round %d: %d of %d candidates were built ahead", self.rounds + 1, ahead, len(todo))
-            self.executor.expect(self.strategy.remaining())
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)

@@ -248,8 +248,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
                     target = convert_except(model, [], low_precision)
             backend = ranking_backend(checker)
-            # the checks that follow: the search's, its two gates (all kept, none kept) and the answer's
-            ctx.lanes.expect(ranked_search(layers, marker).remaining() + 3)
             order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, ctx.lanes)
             if order is None:
                 order = sensitivity_ranking(model, layers, ctx.summaries)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
@@ -29,10 +32,6 @@ def spread_here(fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any])
     return [fn(shared, job) for job in jobs]
 
 
-def _expect_nothing(checks: Optional[int]) -> None:
-    """``JobLanes.expect`` where no executor listens."""
-
-
 @dataclass(frozen=True)
 class JobLanes:
     """Where work that is not a check runs, as an executor offers it (``Executor.job_lanes``):
@@ -42,37 +41,40 @@ class JobLanes:
         spread: ``spread(fn, shared, jobs) -> [fn(shared, job) for job in jobs]`` (``Executor.spread``);
             default in this thread, in order.
         count: jobs ``spread`` runs at once at most (``Executor.lanes``).
-        expect: ``expect(checks)``: the checks estimated to follow the jobs, None when unknown
-            (``Executor.expect``: ``executor=processes`` starts its workers when the work left pays).
     """
 
     spread: Spread = spread_here
     count: int = 1
-    expect: Callable[[Optional[int]], None] = _expect_nothing
 
 
-#: jobs in this thread, one after another, no executor listening: where there is no executor
+#: jobs in this thread, one after another: where there is no executor
 HERE = JobLanes()
 
 
-class SizedJobs:
-    """``jobs`` with a length: at most ``count`` jobs, still built as they are taken. ``len`` lets
-    an executor plan (``executor=processes`` starts its workers only when the jobs left would take
-    long here).
+@dataclass(frozen=True)
+class Shipped:
+    """A candidate's model, built before the check is sent elsewhere: the payload a check task calls."""
 
-    Args:
-        jobs: any iterable of at most ``count`` jobs.
-        count: how many it holds at most.
+    model: onnx.ModelProto
+
+    def __call__(self) -> onnx.ModelProto:
+        return self.model
+
+
+def shipped(candidate: Candidate, executor: str) -> Candidate:
+    """``candidate`` with its model built here (a task elsewhere cannot call back into the strategy)
+    and no writer: what a check in another process receives.
+
+    Raises:
+        ConfigError: the candidate is built in its check (TensorRT engines), on this machine only.
     """
-
-    def __init__(self, jobs: Iterable[Any], count: int):
-        self.jobs, self.count = jobs, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.jobs)
+    if candidate.write_in_check:
+        raise ConfigError(
+            "this mode's candidates are built in the check (TensorRT engines) on this machine; "
+            f"use executor=local executor.gpus=[...] instead of {executor}"
+        )
+    payload = Shipped(candidate.payload()) if candidate.payload is not None else None
+    return dataclasses.replace(candidate, write=None, payload=payload)
 
 
 class Jobs:
@@ -227,13 +229,6 @@ class Executor(abc.ABC):
         process (no cancel flag): the lanes of ``spread`` run here."""
         return [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
 
-    def expect(self, remaining: Optional[int]) -> None:
-        """The estimate of the checks still to come (None: unknown), given by the lifecycle before
-        each round's slots are taken (the strategy's), and by work that comes before the first
-        round (precision's ranking, through ``JobLanes.expect``: the checks its search will take);
-        an executor that starts workers may decide from it whether they would pay
-        (``executor=processes``). Unused here."""
-
     def cancel_flag(self, iteration: int) -> Any:
         """A fresh flag that cancels one check (None: checks are not cancelled this way)."""
         return None
@@ -271,8 +266,8 @@ class Executor(abc.ABC):
         return 1
 
     def job_lanes(self) -> JobLanes:
-        """This executor's ``spread``, ``lanes`` and ``expect``, as work that is not a check takes them."""
-        return JobLanes(self.spread, self.lanes, self.expect)
+        """This executor's ``spread`` and ``lanes``, as work that is not a check takes them."""
+        return JobLanes(self.spread, self.lanes)
 
     def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
         """``[fn(shared, job) for job in jobs]``: work that is not a check (precision's ranking runs
@@ -284,8 +279,7 @@ class Executor(abc.ABC):
                 pickle. Called with the current slot (``runner.executors.slot.current``) of the
                 lane that runs it: its GPU is the lane's.
             shared: the object every call gets (a backend), sent once to each worker.
-            jobs: the jobs, built as lanes take them; with a length (``SizedJobs``, a list) the
-                executor can plan for the jobs left.
+            jobs: the jobs, built as lanes take them.
 
         Returns:
             One result per job, in the jobs' order.

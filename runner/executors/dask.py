@@ -10,29 +10,16 @@ workers share. A cancelled check stops by a cluster-wide ``distributed.Event``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import uuid
 from typing import Any, Callable, Iterable, Optional, Sequence, Set, Tuple
 
-import onnx
-
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError, MissingExtraError, first_line
-from runner.executors.base import Executor
+from runner.executors.base import Executor, shipped
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Shipped:
-    """A candidate's model, built before the task is sent: the payload a check task calls."""
-
-    model: onnx.ModelProto
-
-    def __call__(self) -> onnx.ModelProto:
-        return self.model
 
 
 def import_distributed(option: str) -> Any:
@@ -126,14 +113,8 @@ class DaskExecutor(Executor):
         return self.client.scatter(obj, broadcast=True, hash=False)
 
     def ship(self, candidate: Candidate) -> Candidate:
-        """The candidate with its model built here (a task cannot call back into the strategy) and no writer."""
-        if candidate.write_in_check:
-            raise ConfigError(
-                "this mode's candidates are built in the check (TensorRT engines) on this machine; "
-                "use executor=local executor.gpus=[...] instead of executor=dask"
-            )
-        payload = Shipped(candidate.payload()) if candidate.payload is not None else None
-        return dataclasses.replace(candidate, write=None, payload=payload)
+        """The candidate with its model built here (``base.shipped``)."""
+        return shipped(candidate, "executor=dask")
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
         """Submit ``fn(*args)`` as a task (never cached: ``pure=False``) on any worker."""

@@ -1,92 +1,169 @@
-"""``executor=processes``: checks in worker processes on this machine, one (or ``per_gpu``) per GPU.
+"""``executor=processes``: checks in worker processes on this machine, ``per_gpu`` pinned to each GPU.
 
-In-process checks (``checker=compare`` on ONNX Runtime's CUDA execution provider) spend their time
-in Python: converting, serializing, building a session. Threads of one process share the
-interpreter for that, so ``executor=local`` gains little from running them at once (2 threads on
-an H100: 0.86 to 0.96x serial, benchmarks/README.md, "GPU checks"); worker processes do not share it, but each
-pays its start-up and its first session of the model (seconds). Each worker is pinned to its
-GPU (``CUDA_VISIBLE_DEVICES`` is set before it imports ONNX Runtime) and keeps the checker it
-received once, with its golden values and cached sessions, between checks.
+In-process checks (``checker=compare`` on ONNX Runtime's CUDA provider) spend much of their time in
+Python (converting, serializing, building a session), which threads of one process share; worker
+processes do not. Each worker is the standard library's ``ProcessPoolExecutor(max_workers=1)``,
+spawned with ``CUDA_VISIBLE_DEVICES`` set to its GPU, holding what it was sent once (the bound
+checker, with its golden values and cached sessions; the ranking's backend) between tasks. Check
+``i`` of a round runs on worker ``i``, so its GPU and ``{worker}`` match.
 
-The engine is Dask distributed's own: a ``SpecCluster`` of ``Nanny`` processes
-(``threads_per_worker`` threads each) in a process of its own (``runner.executors.cluster``),
-driven through a ``Client`` exactly as ``executor=dask`` drives a cluster elsewhere; Dask is
-imported here only once the workers are ready, so a run that ends sooner never pays for it. The
-check of slot ``i`` always runs on worker ``i // threads_per_worker``, so its GPU and
-``{worker}`` match. A worker process that dies in a check (a crash
-in the backend) is not given the check again: the run stops with an error naming the iteration,
-instead of a verdict the check never gave.
-
-Starting the workers costs seconds (spawning, importing ONNX Runtime, a CUDA context each), and a
-worker's first check of the model costs more again (the model's kernels load, its first session
-allocates). With ``local_start`` (the default) the checks of the rounds that start before the
-workers are ready run here, in threads as ``executor=local`` runs them, each on its slot's GPU;
-with ``start="auto"`` (the default) the workers start only once the work left would take longer
-here than their start-up (``runner.executors.handover``), so a run of cheap checks never starts them.
-With a checker whose check can be repeated unseen (``Checker.repeatable``: the compare checker),
-each worker then checks the first candidate checked here again, its verdict unused, while the
-rounds go on here; once every worker has, every round goes to the workers. Ready workers are
-connected (``runner.executors.connection``: Dask imported, their GPUs warmed) only when the checks left would take
-longer here than that costs (``runner.executors.handover``), or when jobs of ``spread`` (precision's
-ranking) or a check that must run on a worker want them.
+A worker costs seconds to start (spawning, importing ONNX Runtime, a CUDA context) and its first
+check of the model costs more again. So, one rule: with ``start="lazy"`` (the default) the workers
+start once a check or job run here (after the first, which pays for this process's own CUDA start)
+takes ``DEAR_S`` or more: a run of cheap checks never starts them and ends as ``executor=local``
+would. ``start="now"`` starts them with the run (for runs known to be dear). Until every worker
+is ready the checks run here, in threads, each on its slot's GPU (``local_start``); with a checker
+whose check can be repeated unseen (the compare checker), each worker then checks the first
+candidate checked here once more, its verdict unused, so its first real check does not pay for
+loading the model. Figures: benchmarks/README.md, "GPU checks".
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
-import itertools
+import contextlib
 import logging
+import multiprocessing
+import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Sized
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from runner.candidates import Candidate, Verdict
-from runner.errors import CheckError, ConfigError, MissingExtraError
-from runner.executors.base import Executor
-from runner.executors.connection import WorkerConnection
-from runner.executors.dask import DaskExecutor
-from runner.executors.handover import HandOver
-from runner.executors.lanes import spread_with_workers, worker_lanes
-from runner.executors.local import LocalExecutor
-from runner.executors.slot import Slot, visible_gpu
+from runner.errors import CheckError, ConfigError, first_line
+from runner.executors.base import Executor, Jobs, run_on_threads, shipped
+from runner.executors.slot import Slot, set_current, visible_gpu
 
 log = logging.getLogger(__name__)
 
+#: seconds a check or job run here must take (after the first) for ``start="lazy"`` to start the workers
+DEAR_S = 1.0
+#: how often (seconds) a worker looks whether the runner is still its parent, and the runner at the workers
+WATCH_S = 0.05
 
-class ProcessExecutor(DaskExecutor):
-    """Starts ``workers`` worker processes (a Dask ``SpecCluster`` in a process of its own,
-    ``runner.executors.cluster``, started from a background thread once ``start`` says) and
-    runs ``threads_per_worker`` checks at a time on each; stops them when the run ends, on an
-    error or on Ctrl-C. The executor's slots (``workers`` attribute) are the checks at once:
-    processes times ``threads_per_worker``; slot ``i`` runs on process ``i // threads_per_worker``.
+_HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
+
+
+def _begin(env: Dict[str, str], parent: int) -> None:
+    """A worker's initializer: pin its GPU before anything touches CUDA, and end the process when the
+    runner ``parent`` is gone (a watch thread: even after ``kill -9``)."""
+    os.environ.update(env)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="runner-watch", daemon=True).start()
+
+
+def _warm() -> None:
+    """A worker's first task: import what a check needs and, pinned to a GPU with the CUDA provider
+    there, make its CUDA context with a one-Conv session (the second or so a new process pays once)."""
+    import onnxruntime as ort
+
+    import runner.checkers.compare  # noqa: F401
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES") and "CUDAExecutionProvider" in ort.get_available_providers():
+        import numpy as np
+
+        session = ort.InferenceSession(warm_model().SerializeToString(), providers=["CUDAExecutionProvider"])
+        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
+
+
+def warm_model() -> Any:
+    """The one-Conv model ``_warm`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6 loads
+    (``make_model`` writes the installed onnx's IR version: onnx 1.20's 14, which ONNX Runtime 1.31 refuses)."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def _hold(key: str, obj: Any) -> None:
+    _HELD[key] = obj
+
+
+def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot] = None) -> Any:
+    """A task in a worker: ``fn(*args)`` with each ``Held`` replaced by what it names, ``slot`` current."""
+    set_current(slot)
+    try:
+        return fn(*(_HELD[a.key] if isinstance(a, Held) else a for a in args))
+    finally:
+        set_current(None)
+
+
+class Held:
+    """An object every task uses (the checker, the ranking's backend): sent to each worker once."""
+
+    def __init__(self, obj: Any):
+        self.obj, self.key = obj, uuid.uuid4().hex
+
+    def __reduce__(self) -> Any:  # to a worker only its key travels
+        return (_key, (self.key,))
+
+
+def _key(key: str) -> Held:
+    held = Held.__new__(Held)
+    held.obj, held.key = None, key
+    return held
+
+
+class Worker:
+    """One worker process (a spawned ``ProcessPoolExecutor`` of one process) and what it holds.
+
+    Args:
+        env: its environment additions (``CUDA_VISIBLE_DEVICES``).
+    """
+
+    def __init__(self, env: Dict[str, str]):
+        context = multiprocessing.get_context("spawn")
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=context, initializer=_begin, initargs=(env, os.getpid())
+        )
+        #: done once the process has started and warmed (``_warm``)
+        self.ready = self.pool.submit(_warm)
+        self._held: set = set()
+
+    def call(self, fn: Callable[..., Any], args: Sequence[Any], slot: Optional[Slot] = None) -> Any:
+        """``fn(*args)`` in the worker, after its queued tasks; a ``Held`` is sent the first time only."""
+        for held in (a for a in args if isinstance(a, Held) and a.key not in self._held):
+            self.pool.submit(_hold, held.key, held.obj)
+            self._held.add(held.key)
+        return self.pool.submit(_call, fn, tuple(args), slot)
+
+    def kill(self) -> None:
+        """End the process now, whatever it runs."""
+        for process in list(getattr(self.pool, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class ProcessExecutor(Executor):
+    """``workers`` worker processes (``Worker``), one check at a time each, started as ``start`` says
+    and stopped when the run ends, on an error or on Ctrl-C.
 
     Args:
         workers: worker processes; with ``gpus`` it must be ``len(gpus) * per_gpu`` (the default),
             without them the default is 2.
         gpus: GPU ids as this process numbers them; each gets ``per_gpu`` workers pinned to it.
-        per_gpu: workers per GPU (>= 1): two let one worker convert and build its session while
-            the other's model runs.
+        per_gpu: workers per GPU (>= 1): two let one convert and build its session while the other runs.
         lookahead: as ``Executor``'s.
-        timeout_s: seconds the workers get to start and warm (their process group is stopped
-            after that, and the next round's first check raises).
-        local_start: run the checks of rounds that start before every worker is ready in this
-            process (threads, one per slot, each on its slot's GPU) instead of waiting for them.
-            False: every check runs in a worker process (a check that may crash its process).
-        threads_per_worker: checks at once in each worker process (>= 1), in threads that share
-            its CUDA context (two processes on one GPU time-slice it; on an H100 two threads paid
-            for checks of 0.3 s and lost for checks of 3 s, benchmarks/README.md, "GPU checks").
-        start: ``"auto"``: start the workers once the work left (checks, ``spread``'s jobs) would
-            take longer here than their start-up and hand-over; ``"now"``: with the run. Without
-            ``local_start`` they start at once.
+        timeout_s: seconds the workers get to start and warm; past them the next check raises.
+        local_start: run the checks of rounds that start before every worker is ready here (threads,
+            each on its slot's GPU); False: every check runs in a worker (a check that may crash its process).
+        start: ``"lazy"`` (see the module) or ``"now"``; without ``local_start``, always now.
 
     Raises:
-        MissingExtraError: ``distributed`` is not installed (the ``dask`` extra).
-        ConfigError: ``per_gpu`` or ``threads_per_worker`` < 1, ``workers`` disagreeing with
-            ``gpus`` and ``per_gpu``, or ``start`` neither ``"auto"`` nor ``"now"``; from the
-            first use of ``client`` (the round's first check), workers that did not start within
-            ``timeout_s``.
+        ConfigError: ``per_gpu`` < 1, ``workers`` disagreeing with ``gpus`` and ``per_gpu``, ``start``
+            neither ``"lazy"`` nor ``"now"``; from a round's first check, workers that failed to start
+            or did not within ``timeout_s``.
     """
 
     name = "processes"
@@ -97,275 +174,239 @@ class ProcessExecutor(DaskExecutor):
         gpus: Optional[Sequence[Any]] = None,
         per_gpu: int = 1,
         lookahead: bool = True,
-        timeout_s: float = 60.0,
+        timeout_s: float = 30.0,
         local_start: bool = True,
-        threads_per_worker: int = 1,
-        start: str = "auto",
+        start: str = "lazy",
     ):
-        if importlib.util.find_spec("distributed") is None:  # imported by the start thread (a second or so)
-            raise MissingExtraError("distributed", "dask", "executor=processes")
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
-        if int(threads_per_worker) < 1:
-            raise ConfigError(f"executor.threads_per_worker={threads_per_worker} must be 1 or more checks per worker")
+        if start not in ("lazy", "now"):
+            raise ConfigError(f"executor.start={start} must be lazy (once a check here is dear) or now")
         listed = [str(g) for g in (gpus or [])]
-        pinned: List[Optional[str]] = [g for g in listed for _ in range(int(per_gpu))]
+        pinned = [g for g in listed for _ in range(int(per_gpu))]
         if listed and workers is not None and int(workers) != len(pinned):
             raise ConfigError(
                 f"executor.workers={workers} with {len(listed)} GPUs and executor.per_gpu={per_gpu}: "
                 f"executor=processes starts {len(pinned)} workers; drop executor.workers or set executor.per_gpu"
             )
-        count = len(pinned) if listed else int(workers if workers is not None else 2)
-        if count < 1:
-            raise ConfigError(f"executor.workers={workers} must be 1 or more worker processes")
-        if not listed:
-            pinned = [None] * count
-        #: checks at once in each worker process (its threads share its CUDA context)
-        self.threads = int(threads_per_worker)
-        self.names = [f"check-{i}" for i in range(count)]
-        self.env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(gpu)} if gpu is not None else {} for gpu in pinned]
-        self.timeout_s = float(timeout_s)
-        self._watched: Set[Any] = set()  # futures whose end sets _any_ended (DaskExecutor.wait)
-        self._any_ended = threading.Event()
-        # slot i runs on worker process i // threads, on that process's GPU
-        slot_gpus = [g for g in pinned if g is not None for _ in range(self.threads)]
-        Executor.__init__(self, count * self.threads, slot_gpus, lookahead)
-        self.run_id = uuid.uuid4().hex[:12]
-        self.local_start = bool(local_start)
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here at the start
-        self._here: Set[int] = set()  # id() of the slots whose check runs here
-        self._scattered: Any = None  # the shared checker as the workers hold it
+        super().__init__(len(pinned) if listed else (workers if workers is not None else 2), pinned, lookahead)
+        self.timeout_s, self.local_start, self.start_rule = float(timeout_s), bool(local_start), start
+        self._env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(g)} if g else {} for g in (pinned or [""] * self.workers)]
+        self._processes: List[Worker] = []
+        self._lock = threading.Lock()
+        self._here: set = set()  # id() of the slots whose check runs here
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here
+        self._timed = 0  # checks and jobs timed here
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
-        #: when to start the workers, and to connect to them once ready (the work left may end sooner here)
-        self.handover = HandOver(count * self.threads, start=start)
-        if not self.local_start:  # every check runs on a worker: they start at once
-            self.handover.launch.set()
+        self._handed_over = False
+        #: when the workers were started (``time.monotonic()``), None while they are not
+        self.launched_at: Optional[float] = None
+        self._ready_at: Optional[float] = None
         #: checks run here before the workers were ready
         self.local_checks = 0
-        self._handed_over = False
-        #: the workers, started from a thread of its own once launched
-        self.connection = WorkerConnection(
-            {
-                "names": self.names,
-                "env": self.env,
-                "nthreads": self.threads,
-                "timeout_s": self.timeout_s,
-                "log": log.isEnabledFor(logging.DEBUG),
-            },
-            self.handover,
-        )
-        where = f" on GPUs {listed}, {per_gpu} each" if listed else ""
-        each = f", {self.threads} checks at once in each" if self.threads > 1 else ""
-        when = "now" if self.handover.launch.is_set() else "once the work left pays for them (executor.start=auto)"
-        log.info("%d worker processes%s%s: they start %s", count, where, each, when)
+        if start == "now" or not self.local_start:
+            self.start()
+        when = "now" if self.launched_at else f"once a check here takes {DEAR_S:g} s or more (executor.start=lazy)"
+        log.info("%d worker processes%s: they start %s", self.workers, f" on GPUs {listed}" if listed else "", when)
 
-    @property
-    def client(self) -> Any:
-        """The cluster's client, once every worker has started (``WorkerConnection.client``).
+    def start(self) -> None:
+        """Start the worker processes (once)."""
+        with self._lock:
+            if self.launched_at is None:
+                self.launched_at = time.monotonic()
+                self._processes = [Worker(env) for env in self._env]
+                for process in self._processes:
+                    process.ready.add_done_callback(self._one_ready)
+
+    def _one_ready(self, future: concurrent.futures.Future) -> None:
+        """A worker started (or failed to): the log says when the last one is ready."""
+        if self._ready_at is None and all(p.ready.done() and not p.ready.exception() for p in self._processes):
+            self._ready_at = time.monotonic()
+            log.info("%d worker processes ready after %.1f s", self.workers, self._ready_at - (self.launched_at or 0))
+
+    def _took_here(self, seconds: float) -> None:
+        """A check or job ran here in ``seconds``: a dear one starts the workers (``start="lazy"``)."""
+        self._timed += 1
+        if self._timed > 1 and seconds >= DEAR_S and self.launched_at is None:
+            log.info("A check here took %.1f s: starting the %d worker processes", seconds, self.workers)
+            self.start()
+
+    def ready(self, wait_s: float = 0.0) -> bool:
+        """True once every worker has started and warmed, waiting up to ``wait_s`` seconds for it.
 
         Raises:
-            ConfigError: the workers did not start (within ``timeout_s``, or at all).
+            ConfigError: a worker failed to start, or they were not ready within ``timeout_s`` of their start.
         """
-        try:
-            return self.connection.client()
-        except ConfigError:
-            self.close()
-            raise
-
-    @client.setter
-    def client(self, value: Any) -> None:
-        self.connection._client = value
-
-    @property
-    def launched_at(self) -> Optional[float]:
-        """When the workers were started (``time.monotonic()``), None while they are not."""
-        return self.connection.launched_at
-
-    @property
-    def distributed(self) -> Any:
-        """Dask's ``distributed`` module, once the connection imported it."""
-        return self.connection.distributed
+        if self.launched_at is None:
+            return False
+        if self._ready_at is None:
+            left = self.timeout_s - (time.monotonic() - self.launched_at)
+            concurrent.futures.wait([p.ready for p in self._processes], timeout=max(0.0, min(wait_s, left)))
+            if not all(p.ready.done() for p in self._processes):
+                if left <= wait_s:
+                    raise ConfigError(
+                        f"the worker processes did not start within executor.timeout_s={self.timeout_s} s; "
+                        "raise it, or use executor=local"
+                    )
+                return False
+            for failed in (p.ready.exception() for p in self._processes):
+                if failed is not None:
+                    raise ConfigError(f"a worker process failed to start: {first_line(failed)}")
+        return True
 
     def starting(self) -> bool:
-        """True while checks run here (``local_start``): the workers start, or (with a repeatable
-        checker) have not all ended their warm-up check."""
+        """True while checks run here: the workers are not ready, or have not all ended their warm-up check."""
         if not self.local_start:
             return False
-        if not self.connection.ready.is_set():
+        if not self.ready():
             return True
-        if self.connection.failed is not None or self.connection.closing or not self._repeatable:
-            return False
-        return self._warming is None or not all(f.done() for f in self._warming)
-
-    def expect(self, remaining: Optional[int]) -> None:
-        """As ``Executor.expect``: the ready workers are connected only when the checks left would
-        take longer here than handing them over costs (``runner.executors.handover``)."""
-        self.handover.expect(remaining, self.connection.address.is_set())
+        return self._repeatable and (self._warming is None or not all(f.done() for f in self._warming))
 
     def slot(self, worker: int, iteration: int) -> Slot:
-        """The slot of a check: while the workers start (``local_start``), one that runs here as
-        ``executor=local``'s do (its GPU as this process numbers it, a ``threading.Event`` to cancel
-        it); else pinned to worker process ``worker``, which sees only the slot's GPU.
+        """A check's slot: here (a ``threading.Event`` to cancel it) while ``starting()``, else on
+        worker process ``worker``, which sees only the slot's GPU (no flag: a running check ends).
 
         Raises:
-            ConfigError: the workers did not start (see ``client``).
+            ConfigError: see ``_ready``.
         """
+        gpu = self.gpus[worker] if self.gpus else None
         if self.starting():
-            gpu = self.gpus[worker] if self.gpus else None
-            slot = Slot(worker, gpu, threading.Event(), LocalExecutor.poll_s)
+            slot = Slot(worker, gpu, threading.Event(), self.poll_s)
             self._here.add(id(slot))
             return slot
         if self.local_checks and not self._handed_over:
             self._handed_over = True
             log.info(
-                "The workers are ready: iteration %d and every later check run on them (%d ran here)",
-                iteration,
-                self.local_checks,
+                "The workers are ready: iteration %d and later run there (%d ran here)", iteration, self.local_checks
             )
-        slot = super().slot(worker, iteration)
-        slot.pinned = slot.gpu is not None
-        return slot
+        return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
 
-    def cancel_flag(self, iteration: int) -> Any:
-        """A ``distributed.Event`` named after this run and the iteration (once the workers started).
-
-        Raises:
-            ConfigError: the workers did not start (see ``client``).
-        """
-        client = self.client
-        return self.distributed.Event(f"runner-{self.run_id}-cancel-{iteration}", client=client)
-
-    def share(self, obj: Any) -> Any:
-        """``obj`` as every check receives it: scattered to the workers when the first check goes
-        to them, itself for a check run here."""
+    def share(self, obj: Any) -> Held:
+        """``obj`` (the checker) as checks receive it: sent to each worker once."""
         self._repeatable = bool(getattr(obj, "repeatable", False))
-        return _Shared(obj)
+        return Held(obj)
+
+    def ship(self, candidate: Candidate) -> Candidate:
+        """The candidate with its model built here (``base.shipped``)."""
+        return shipped(candidate, "executor=processes")
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
-        """Start ``fn(*args)``: here, in a thread, when its slot (in ``args``) was made to run
-        here; else on worker process ``worker`` and no other (its GPU is the slot's)."""
-        slots = [a for a in args if isinstance(a, Slot)]
-        if slots and id(slots[0]) in self._here:
-            self._here.discard(id(slots[0]))
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
-            self.local_checks += 1
-            future = self._pool.submit(fn, *(a.obj if isinstance(a, _Shared) else a for a in args))
-            if (
-                self._warming is None
-                and self._repeatable
-                and self.connection.ready.is_set()
-                and self.connection.failed is None
-            ):
-                self._warm_workers(fn, args, slots[0])
-            return future
-        client, name = self.client, self.names[worker // self.threads]
-        sent = [self._scatter(client, a) if isinstance(a, _Shared) else self._send(client, a, name) for a in args]
-        return client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False)
+        """Start ``fn(*args)``: in a thread here when its slot was made to run here, else on worker ``worker``
+        (started, and ready within ``timeout_s``, first).
 
-    @staticmethod
-    def _send(client: Any, arg: Any, name: str) -> Any:
-        """A candidate (its model built) sent straight to worker ``name`` ahead of its task: through
-        the scheduler with the task, a detector's 4.7 MB took 85 ms there and back, directly 25 ms."""
-        if isinstance(arg, Candidate) and arg.payload is not None:
-            return client.scatter(arg, workers=[name], direct=True, hash=False)
-        return arg
-
-    def _scatter(self, client: Any, shared: _Shared) -> Any:
-        """The shared checker as the workers hold it: scattered to every worker on the first call."""
-        if self._scattered is None:
-            self._scattered = client.scatter(shared.obj, broadcast=True, hash=False)
-        return self._scattered
-
-    def _warm_workers(self, fn: Callable[..., Verdict], args: Sequence[Any], slot: Slot) -> None:
-        """Send every worker the check just started here, its verdict unused: the model's kernels
-        load and its first session is made there while the rounds go on here."""
-        client = self.client
-        self._warming = []
-        for w, name in enumerate(self.names):
-            first = w * self.threads  # the process's first slot
-            pinned = Slot(first, self.gpus[first] if self.gpus else None, None, self.poll_s, pinned=bool(self.gpus))
-            sent = [
-                self._scatter(client, a)
-                if isinstance(a, _Shared)
-                else pinned
-                if a is slot
-                else self._send(client, a, name)
-                for a in args
+        Raises:
+            ConfigError: see ``ready``.
+        """
+        slot = next((a for a in args if isinstance(a, Slot)), None)
+        if slot is None or id(slot) not in self._here:
+            self.start()
+            self.ready(self.timeout_s)
+            return self._processes[worker].call(fn, args)
+        self._here.discard(id(slot))
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
+        self.local_checks += 1
+        here = tuple(a.obj if isinstance(a, Held) else a for a in args)
+        future = self._pool.submit(fn, *here)
+        future.add_done_callback(self._timed_check)
+        if self._warming is None and self._repeatable and self.launched_at is not None and self.ready():
+            self._warming = [
+                p.call(fn, [a if a is not slot else self._pinned(w) for a in args])
+                for w, p in enumerate(self._processes)
             ]
-            self._warming.append(client.submit(fn, *sent, pure=False, workers=[name], allow_other_workers=False))
-        log.info(
-            "Warming the %d workers with a check of a candidate checked here (its verdict is not used)", len(self.names)
-        )
-
-    @property
-    def lanes(self) -> int:
-        """Each slot's thread here (``local_start``; else one) and each slot on the workers."""
-        return len(self._here_slots()) + self.workers
-
-    def _here_slots(self) -> List[Slot]:
-        """The slots jobs run on here: one per slot, each on its GPU, as checks while the workers
-        start (``local_start``); else one, on this process's first GPU."""
-        return self.thread_slots() if self.local_start else [Slot()]
-
-    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-        """As ``Executor.spread``: jobs run here from the start (as checks do while the workers
-        start, ``_here_slots``) and, once the workers are ready, on each worker's threads as well
-        (``runner.executors.lanes``); a job a worker does not finish runs here. Each job here is
-        timed for the workers' start (``HandOver.job_here``; ``len(jobs)`` where it has one)."""
-        lanes = worker_lanes(self.names, self.threads, self.gpus, self.poll_s)
-        started = time.monotonic()
-        count = len(jobs) if isinstance(jobs, Sized) else None
-        ended = itertools.count(1)
-
-        def timed(shared: Any, job: Any) -> Any:  # a job here, noted for the workers' start
-            began = time.monotonic()
-            result = fn(shared, job)
-            done = next(ended)
-            self.handover.job_here(time.monotonic() - began, None if count is None else count - done)
-            return result
-
-        try:
-            results, elsewhere = spread_with_workers(
-                fn, shared, jobs, self.connection.connected, lambda: self.distributed, lanes, self._here_slots(), timed
+            log.info(
+                "Warming the %d workers with a check of a candidate checked here (its verdict is not used)",
+                self.workers,
             )
-        finally:
-            self.handover.jobs_ended()
-        log.info(
-            "%d of %d jobs ran on the worker processes (%.1f s)", elsewhere, len(results), time.monotonic() - started
-        )
-        return results
+        return future
+
+    def _timed_check(self, future: concurrent.futures.Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._took_here(float(future.result().details.get("check_s", 0.0)))
+
+    def _pinned(self, worker: int) -> Slot:
+        gpu = self.gpus[worker] if self.gpus else None
+        return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
 
     def result(self, future: Any, iteration: int) -> Verdict:
-        """As ``Executor.result``; a worker process that died in the check is a ``CheckError``.
+        """As ``Executor.result``.
 
         Raises:
             CheckError: the check's worker process died (a crash in the backend, or killed).
         """
-        if isinstance(future, concurrent.futures.Future):  # a check run here
-            verdict: Verdict = future.result()
-            self.handover.checked_here(float(verdict.details.get("check_s", 0.0)))
-            return verdict
         try:
-            return future.result()
-        except self.distributed.KilledWorker:
+            verdict: Verdict = future.result()
+        except BrokenProcessPool:
             raise CheckError(
                 f"iteration {iteration}: the check's worker process died (a crash in the backend, or killed); "
                 "reduce the crash with a command check (checker=command) that runs the backend in its own process"
             ) from None
+        return verdict
+
+    @property
+    def lanes(self) -> int:
+        """A thread per slot here (``local_start``; else one) and each worker."""
+        return (self.workers if self.local_start else 1) + self.workers
+
+    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
+        """As ``Executor.spread``: jobs run here from the start, on a thread per slot (each timed for
+        ``start="lazy"``), and on each worker once it is ready; a job a worker fails runs again here."""
+        source, held, failed = Jobs(jobs), Held(shared), []
+        done: Dict[int, Any] = {}
+
+        def feed(worker: int) -> None:  # one worker's jobs, from the moment it is ready
+            while not self._processes or not self._processes[worker].ready.done():
+                if source.exhausted:
+                    return
+                time.sleep(WATCH_S)
+            process = self._processes[worker]
+            if process.ready.exception() is not None:
+                return
+            with contextlib.suppress(Exception):  # building a job raised: source.error has it
+                while (item := source.take()) is not None:
+                    try:
+                        done[item[0]] = process.call(fn, [held, item[1]], self._pinned(worker)).result()
+                    except Exception as e:  # run again here: what fn raises, it raises in the runner
+                        failed.append(item)
+                        log.debug("A job failed on worker %d (%s); it runs again here", worker, first_line(e))
+                        if isinstance(e, BrokenProcessPool):
+                            return
+
+        def timed(shared: Any, job: Any) -> Any:
+            began = time.monotonic()
+            result = fn(shared, job)
+            self._took_here(time.monotonic() - began)
+            return result
+
+        started = time.monotonic()
+        feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in range(self.workers)]
+        for feeder in feeders:
+            feeder.start()
+        try:
+            results = run_on_threads(timed, shared, source, self.thread_slots() if self.local_start else [Slot()])
+            for feeder in feeders:  # on an error they end with the workers (close)
+                feeder.join()
+        finally:
+            source.close()
+        if source.error is not None:
+            raise source.error
+        for index, job in failed:
+            results[index] = fn(shared, job)
+        elsewhere = {i: r for i, r in done.items() if i not in results}
+        results.update(elsewhere)
+        log.info(
+            "%d of %d jobs ran on the worker processes (%.1f s)",
+            len(elsewhere),
+            len(results),
+            time.monotonic() - started,
+        )
+        return [results[i] for i in range(source.taken)]
 
     def close(self) -> None:
-        """Stop every worker process with the cluster's process, after the threads of the checks
-        run here; during the start-up too, without waiting for it."""
+        """Stop every worker process (killed if a check still runs), after the threads of the checks run here."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        self.connection.close()
-
-
-class _Shared:
-    """An object every check uses (the checker), kept here until a check goes to the workers."""
-
-    def __init__(self, obj: Any):
-        self.obj = obj
+        for process in self._processes:
+            process.kill()

@@ -19,7 +19,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
-from runner.executors.base import HERE, JobLanes, SizedJobs
+from runner.executors.base import HERE, JobLanes
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
 from runner.graph.weight_file import weight_file
@@ -128,7 +128,7 @@ class AloneRuns:
         sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
         groups = self._groups(runnable)
         jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
-        (whole, failed), *results = self.lanes.spread(run_alone, self.backend, SizedJobs(jobs, 1 + len(groups)))
+        (whole, failed), *results = self.lanes.spread(run_alone, self.backend, jobs)
         if failed:
             raise ModelError(failed)
         for size, (got, error) in zip(sizes, results):

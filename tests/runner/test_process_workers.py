@@ -1,6 +1,7 @@
-"""``executor=processes`` (issue 24): checks in worker processes of a Dask cluster the run starts
-itself. On CPU, with the compare checker: the serial answer, each check on the worker of its slot,
-no worker process left after Ctrl-C, and a stopped run resumes to the same answer."""
+"""``executor=processes``: checks in worker processes the run starts itself (one spawned
+``ProcessPoolExecutor`` each). On CPU, with the compare checker: the serial answer, each check on
+the worker of its slot, no worker process left after Ctrl-C or ``kill -9``, and a stopped run
+resumes to the same answer."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -16,13 +19,10 @@ import onnx
 import pytest
 
 from runner.errors import ConfigError
-from runner.executors.cluster_process import ClusterProcess, group_running
-from runner.executors.processes import ProcessExecutor
+from runner.executors.processes import ProcessExecutor, warm_model
 from runner.executors.slot import visible_gpu
 from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
 from tests.helpers.graphs import GRAPHS
-
-pytest.importorskip("distributed")
 
 #: every check in a worker process (the tests of the workers themselves)
 PROCESSES = ["executor=processes", "executor.workers=2", "executor.local_start=false"]
@@ -84,81 +84,53 @@ def test_each_check_runs_on_the_worker_of_its_slot(tmp_path):
     assert not any(alive(pid) for pid in set(pids)), "close() stops the worker processes"
 
 
-@pytest.mark.slow
-def test_threads_per_worker_runs_that_many_checks_at_once_in_one_process(tmp_path):
-    """``threads_per_worker=2`` on one GPU: two slots, both on that GPU, whose checks run at the
-    same time in one worker process (one CUDA context on the GPU)."""
-    executor = ProcessExecutor(gpus=[0], threads_per_worker=2, local_start=False)
-    try:
-        assert executor.workers == 2 and len(executor.names) == 1
-        slots = [executor.slot(w, 1) for w in (0, 1)]
-        assert [s.gpu for s in slots] == ["0", "0"] and all(s.pinned for s in slots)
-        futures = [executor.submit(_pid_span, 0.5, worker=w) for w in (0, 1)]
-        (pid0, start0, end0), (pid1, start1, end1) = (f.result(timeout=60) for f in futures)
-    finally:
-        executor.close()
-    assert pid0 == pid1, "both slots run in the GPU's one worker process"
-    assert start1 < end0 and start0 < end1, "the two checks ran at the same time"
-
-
-def _pid_span(seconds: float):
-    import os
-    import time
-
-    start = time.monotonic()
-    time.sleep(seconds)
-    return os.getpid(), start, time.monotonic()
-
-
 def test_process_executor_options_are_checked():
     with pytest.raises(ConfigError, match="per_gpu=0"):
         ProcessExecutor(per_gpu=0)
-    with pytest.raises(ConfigError, match="threads_per_worker=0"):
-        ProcessExecutor(threads_per_worker=0)
     with pytest.raises(ConfigError, match="starts 4 workers"):
         ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
-    with pytest.raises(ConfigError, match="start='later' is not one of auto, now: auto starts"):
+    with pytest.raises(ConfigError, match="start=later must be lazy"):
         ProcessExecutor(start="later", local_start=False)  # refused whatever local_start says
 
 
-def test_a_cluster_process_stopped_before_it_starts_never_starts():
-    cluster = ClusterProcess({"names": ["check-0"], "env": [{}], "timeout_s": 5})
-    cluster.stop()
-    assert cluster.address(5) is None and cluster.process is None
+#: a runner stand-in: starts two worker processes, prints their process ids, then waits to be killed
+ORPHANING = """
+import os, sys, time
+from runner.executors.processes import ProcessExecutor
+
+def pid():
+    return os.getpid()
+
+if __name__ == "__main__":
+    executor = ProcessExecutor(workers=2, start="now")
+    print(*[executor.submit(pid, worker=w).result(timeout=60) for w in (0, 1)], flush=True)
+    time.sleep(60)
+"""
 
 
-def test_stop_ends_the_group_of_a_cluster_process_that_died_first():
-    """The cluster's process dies and leaves a worker behind in its group: ``stop`` still ends it."""
-    import subprocess
-
-    cluster = ClusterProcess({})
-    leader = ["sh", "-c", "sleep 60 & echo $!"]
-    cluster.process = subprocess.Popen(leader, stdout=subprocess.PIPE, start_new_session=True)
-    orphan = int(cluster.process.stdout.readline())
-    cluster.process.wait()
-    assert alive(orphan) and group_running(cluster.process.pid)
-    cluster.stop()
-    assert not group_running(cluster.process.pid) and not alive(orphan)
-
-
-def test_group_running_sees_a_live_group_and_not_an_ended_one():
-    import subprocess
-
-    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+@pytest.mark.slow
+def test_workers_end_when_the_runner_is_killed_outright(tmp_path):
+    """``kill -9`` of the runner: its worker processes see their parent gone and end within a second."""
+    script = tmp_path / "orphaning.py"
+    script.write_text(ORPHANING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    runner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        assert group_running(child.pid) and group_running(os.getpgid(0))
+        workers = [int(p) for p in runner.stdout.readline().split()]
+        assert len(workers) == 2 and all(alive(p) for p in workers)
     finally:
-        child.kill()
-        child.wait()
-    assert not group_running(child.pid)
+        runner.kill()
+        runner.wait()
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in workers), "the workers outlived a killed runner"
 
 
 def test_the_warm_up_model_loads_in_runtimes_older_than_the_installed_onnx():
     """``make_model`` writes the installed onnx's IR version (14 with onnx 1.20), which ONNX Runtime 1.31
     refuses: the warm-up pins IR 7 and runs."""
     import onnxruntime as ort
-
-    from runner.executors.cluster import warm_model
 
     model = warm_model()
     assert model.ir_version == 7
@@ -276,8 +248,8 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
 
 
 def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path):
-    """executor.start=auto (the default): a ranking and checks of milliseconds never pay for worker
-    processes; all of it runs here and no cluster process starts. Same answer as serial."""
+    """executor.start=lazy (the default): a ranking and checks of milliseconds never pay for worker
+    processes; all of it runs here and no worker starts. Same answer as serial."""
     path, inputs, _ = _planted(tmp_path)
     args = ["mode=precision", f"model={path}", f"inputs={inputs}", *COMPARE]
     serial = run(*args)
@@ -287,32 +259,29 @@ def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path):
     assert result.summary["local_checks"] == result.summary["checks"] > 2
     assert result.summary["workers_started_s"] is None
     log = (tmp_path / "processes" / "runner.log").read_text()
-    assert "2 worker processes: they start once the work left pays for them" in log
-    assert "Starting 2 worker processes" not in log
+    assert "2 worker processes: they start once a check here takes 1 s or more" in log
+    assert "starting the 2 worker processes" not in log
 
 
 @pytest.mark.slow
 def test_a_repeatable_check_warms_every_worker_before_checks_go_to_them():
     """With a repeatable checker, the first check run here once the workers are up is sent to every worker
     too (its verdict unused); checks run here until those warm-up checks end, then on the workers."""
-    executor = ProcessExecutor(workers=2)
+    executor = ProcessExecutor(workers=2, start="now")
     try:
         shared = executor.share(_Repeatable())
-        assert executor.client is not None  # the workers are up: the next slot runs here, cold workers warm meanwhile
-        slot = executor.slot(0, 1)
-        here = executor.submit(_pid_check, shared, slot, worker=0).result(timeout=60)
-        assert executor._warming is not None and len(executor._warming) == 2
-        warm_pids = {f.result(timeout=60) for f in executor._warming}
+        assert executor.ready(60)  # the workers are up: the next slot runs here, cold workers warm meanwhile
+        here = executor.submit(_pid_check, shared, executor.slot(0, 1), worker=0).result(timeout=60)
+        deadline = time.monotonic() + 60
+        while executor.starting() and time.monotonic() < deadline:
+            time.sleep(0.01)
         later = [
             executor.submit(_pid_check, shared, executor.slot(w, 2 + w), worker=w).result(timeout=60) for w in (0, 1)
         ]
     finally:
         executor.close()
-    import os
-
     assert here == os.getpid() and executor.local_checks == 1
-    assert len(warm_pids) == 2 and os.getpid() not in warm_pids
-    assert set(later) == warm_pids, "after the warm-up, checks run on the warmed workers"
+    assert len(set(later)) == 2 and os.getpid() not in later, "after the warm-up, checks run on the workers"
 
 
 class _Repeatable:
@@ -361,8 +330,8 @@ def test_checks_that_write_much_output_in_the_workers_do_not_stall_the_run(run_c
 def test_workers_that_cannot_start_in_time_are_one_line(tmp_path):
     executor = ProcessExecutor(workers=1, timeout_s=0.001, local_start=False)
     try:
-        with pytest.raises(ConfigError, match=r"did not start within 0\.001 s"):
-            _ = executor.client
+        with pytest.raises(ConfigError, match=r"did not start within executor.timeout_s=0\.001 s"):
+            executor.submit(_pid, worker=0)
     finally:
         executor.close()
 

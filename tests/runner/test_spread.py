@@ -84,12 +84,12 @@ def test_local_spread_raises_the_first_error_and_takes_no_more_jobs():
 
 @pytest.mark.slow
 def test_process_spread_runs_jobs_here_and_on_every_ready_worker():
-    pytest.importorskip("distributed")
     from runner.executors.processes import ProcessExecutor
 
     executor = ProcessExecutor(workers=2)
     try:
-        assert executor.client is not None  # ready: the jobs go to both workers as well as here
+        executor.start()
+        assert executor.ready(60)  # the jobs go to both workers as well as here
         got = executor.spread(_where, 2, range(60))
     finally:
         executor.close()
@@ -100,38 +100,36 @@ def test_process_spread_runs_jobs_here_and_on_every_ready_worker():
 
 
 @pytest.mark.slow
-def test_dear_jobs_start_the_workers_and_cheap_ones_do_not(caplog):
-    """start=auto: a spread of quick jobs runs here and starts nothing; jobs whose rest would take
-    longer here than the workers' start-up (shortened for the test) start them, and the workers
-    take jobs as soon as they are ready."""
-    pytest.importorskip("distributed")
-    from runner.executors.base import SizedJobs
+def test_dear_jobs_start_the_workers_and_cheap_ones_do_not(caplog, monkeypatch):
+    """start=lazy: a spread of quick jobs runs here and starts nothing; a job here (after the first) that
+    takes ``DEAR_S`` (shortened for the test) starts the workers, which take jobs as soon as they are ready."""
+    from runner.executors import processes
     from runner.executors.processes import ProcessExecutor
 
+    monkeypatch.setattr(processes, "DEAR_S", 0.15)
     executor = ProcessExecutor(workers=2)
     try:
-        got = executor.spread(_where, 1, SizedJobs(iter(range(20)), 20))
+        got = executor.spread(_where, 1, iter(range(20)))
         assert [g[0] for g in got] == list(range(20)) and {g[1] for g in got} == {os.getpid()}
-        assert not executor.handover.launch.is_set() and executor.connection._cluster.process is None
-        executor.handover.start_s, executor.handover.cost_s = 0.0, 0.5  # then 80 jobs of 0.2 s, 2 at once: 8 s
+        assert executor.launched_at is None
         with caplog.at_level(logging.INFO, logger="runner.executors"):
             got = executor.spread(_slow, 1, list(range(80)))
-        assert executor.handover.launch.is_set()
+        assert executor.launched_at is not None
     finally:
         executor.close()
     assert [g[0] for g in got] == list(range(80))
     assert {g[1] for g in got} != {os.getpid()}, "the workers took jobs once ready"
-    assert any("more than the workers' start-up: they start" in m for m in caplog.messages)
+    assert any("starting the 2 worker processes" in m for m in caplog.messages)
 
 
 @pytest.mark.slow
 def test_a_job_whose_worker_dies_runs_again_here():
-    pytest.importorskip("distributed")
     from runner.executors.processes import ProcessExecutor
 
     executor = ProcessExecutor(workers=2)
     try:
-        assert executor.client is not None
+        executor.start()
+        assert executor.ready(60)
         got = executor.spread(_dies_elsewhere, os.getpid(), range(8))
     finally:
         executor.close()
@@ -140,16 +138,15 @@ def test_a_job_whose_worker_dies_runs_again_here():
 
 @pytest.mark.slow
 def test_process_spread_runs_everything_here_when_the_workers_cannot_start():
-    pytest.importorskip("distributed")
     from runner.errors import ConfigError
     from runner.executors.processes import ProcessExecutor
 
-    executor = ProcessExecutor(workers=1, timeout_s=0.001)
+    executor = ProcessExecutor(workers=1, timeout_s=0.001, start="now")
     try:
         got = executor.spread(_where, 1, range(5))
         assert [g[0] for g in got] == list(range(5)) and {g[1] for g in got} == {os.getpid()}
         with pytest.raises(ConfigError, match="did not start"):
-            _ = executor.client  # the first check still says why
+            executor.slot(0, 1)  # the first check still says why
     finally:
         executor.close()
 
@@ -177,12 +174,12 @@ def test_a_ranking_spread_over_threads_is_the_serial_ranking():
 
 @pytest.mark.slow
 def test_a_ranking_spread_over_worker_processes_is_the_serial_ranking(caplog):
-    pytest.importorskip("distributed")
     from runner.executors.processes import ProcessExecutor
 
     executor = ProcessExecutor(workers=2)
     try:
-        assert executor.client is not None
+        executor.start()
+        assert executor.ready(60)
         with caplog.at_level(logging.INFO, logger="runner.executors.processes"):
             spread = _ranking(executor.job_lanes())
     finally:
@@ -225,12 +222,12 @@ def test_a_job_that_cannot_be_built_is_raised_not_dropped():
 
 @pytest.mark.slow
 def test_a_job_that_cannot_be_built_on_the_workers_side_is_raised_in_the_runner():
-    pytest.importorskip("distributed")
     from runner.executors.processes import ProcessExecutor
 
     executor = ProcessExecutor(workers=2, local_start=False)  # one lane here, two on the workers
     try:
-        assert executor.client is not None
+        executor.start()
+        assert executor.ready(60)
         with pytest.raises(RuntimeError, match="job building failed"):
             executor.spread(_where, 1, _broken_jobs(40))
     finally:
