@@ -60,7 +60,7 @@ def _hydra_main() -> int:
     from omegaconf import DictConfig
 
     import conf
-    from runner.config import register_configs
+    from runner.config_keys import register_configs
 
     logging.raiseExceptions = False  # a log line to a closed stdout/terminal is dropped, not a traceback
     register_configs()

@@ -188,7 +188,7 @@ def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, 
 
     import conf
     from runner.callables import release
-    from runner.config import register_configs
+    from runner.config_keys import register_configs
 
     run_dir = options.pop("run_dir", None)
     extra = list(options.pop("overrides", []))

@@ -182,7 +182,7 @@ class ArtifactSorter:
         """Copy the external data a kept ONNX artifact references beside its copy (once: a file of the same
         name and size is taken as the same; onnx refuses hard-linked data). A different file already
         there under that name is a warning, not an overwrite."""
-        from runner.outputs import model_files
+        from runner.graph.model_files import model_files  # onnx, only where a kept model has external data
 
         for data in model_files(artifact)[1:]:
             target = dest_dir / data.name

@@ -32,9 +32,10 @@ from runner.config_keys import check_mode_keys, check_option_keys, group_keys, m
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor, executor_classes
+from runner.graph.model_files import model_files
 from runner.identity import run_identity
 from runner.inputs import files_read
-from runner.outputs import OutputPlan, model_files, plan_outputs
+from runner.outputs import OutputPlan, plan_outputs
 from runner.paths import in_job_dir, run_dir
 from runner.progress import Progress
 from runner.replay import Replay

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 RUN_DIR = "${hydra:runtime.output_dir}"
@@ -301,28 +300,3 @@ def plain(value: Any) -> Any:
     if OmegaConf.is_config(value):
         return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
     return getattr(value, "value", value)
-
-
-def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent).
-
-    The group YAML files extend these through their defaults lists, e.g.
-    ``conf/checker/command.yaml`` starts with ``defaults: [command_schema]``.
-    """
-    from omegaconf import OmegaConf
-
-    from runner.config_keys import modes_help, run_config
-    from runner.rundir import register_resolvers
-
-    register_resolvers()
-    OmegaConf.register_new_resolver("modes_help", modes_help, replace=True)
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=run_config())
-    cs.store(name="mode_schema", node=ModeConf)
-    cs.store(name="marker_schema", node=MarkerConf)
-    cs.store(name="command_schema", node=CommandCheckerConf)
-    cs.store(name="interactive_schema", node=InteractiveCheckerConf)
-    cs.store(name="python_schema", node=PythonCheckerConf)
-    cs.store(name="compare_schema", node=CompareCheckerConf)
-    cs.store(name="artifacts_schema", node=ArtifactsConf)
-    cs.store(name="executor_schema", node=ExecutorConf)

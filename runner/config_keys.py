@@ -14,7 +14,20 @@ from dataclasses import fields, make_dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping
 
-from runner.config import CommonKeys, plain
+from hydra.core.config_store import ConfigStore
+
+from runner.config import (
+    ArtifactsConf,
+    CommandCheckerConf,
+    CommonKeys,
+    CompareCheckerConf,
+    ExecutorConf,
+    InteractiveCheckerConf,
+    MarkerConf,
+    ModeConf,
+    PythonCheckerConf,
+    plain,
+)
 from runner.errors import ConfigError
 
 
@@ -195,3 +208,27 @@ def modes_help() -> str:
         lines.append(f"  {name:<13} {text[0]}")
         lines.extend(f"  {'':<13} {more}" for more in text[1:])
     return "\n".join(lines)
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent).
+
+    The group YAML files extend these through their defaults lists, e.g.
+    ``conf/checker/command.yaml`` starts with ``defaults: [command_schema]``.
+    """
+    from omegaconf import OmegaConf
+
+    from runner.rundir import register_resolvers
+
+    register_resolvers()
+    OmegaConf.register_new_resolver("modes_help", modes_help, replace=True)
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=run_config())
+    cs.store(name="mode_schema", node=ModeConf)
+    cs.store(name="marker_schema", node=MarkerConf)
+    cs.store(name="command_schema", node=CommandCheckerConf)
+    cs.store(name="interactive_schema", node=InteractiveCheckerConf)
+    cs.store(name="python_schema", node=PythonCheckerConf)
+    cs.store(name="compare_schema", node=CompareCheckerConf)
+    cs.store(name="artifacts_schema", node=ArtifactsConf)
+    cs.store(name="executor_schema", node=ExecutorConf)

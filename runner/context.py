@@ -46,7 +46,7 @@ class RunContext:
         mode: the mode's name.
         run_dir: the run's own directory (locked for the run).
         model_path: the model file (``model=``), or None for modes without one.
-        model_files: the model file and the external data files it references (``runner.outputs.model_files``,
+        model_files: the model file and the external data files it references (``runner.graph.model_files.model_files``,
             listed once per run), or empty.
         input_shapes: ``model_input_shapes=`` as given (validated against the model on first use).
         inputs: an ``.npz`` file or Polygraphy ``--save-inputs`` JSON of input samples

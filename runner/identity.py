@@ -100,7 +100,7 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
 
     Args:
         cfg: the run's config.
-        model_files: the model and its external data files (``runner.outputs.model_files``).
+        model_files: the model and its external data files (``runner.graph.model_files.model_files``).
 
     Returns:
         ``{"mode", "model", "check", "data", "candidates"}``.

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
-from runner.outputs import model_files
+from runner.graph.model_files import model_files
 
 
 def module_file(dotted: Optional[str]) -> Optional[Path]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the modules that assemble and start a run: they import every layer
@@ -53,3 +53,91 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
     (tmp_path / "runner" / "graph" / "load.py").write_text("def f():\n    from statemachine.lifecycle import L\n")
     (tmp_path / "runner" / "assembly.py").write_text("from statemachine.lifecycle import L\n")
     assert upward_imports(tmp_path) == [("runner.graph.load", "statemachine.lifecycle", 2)]
+
+
+def import_graph(root: Path = ROOT) -> Dict[str, Set[str]]:
+    """``{module: the project modules it imports}`` (at the top of a file or inside a function), over every
+    module of runner, strategies, statemachine and conf under ``root``; ``from a.b import c`` counts as an
+    import of module ``a.b.c`` where that is a module, else of ``a.b``."""
+    modules = {}
+    for package in ("runner", "strategies", "statemachine", "conf"):
+        for path in sorted((root / package).rglob("*.py")):
+            modules[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = path
+
+    def resolve(name: str) -> Optional[str]:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph: Dict[str, Set[str]] = {}
+    for module, path in modules.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[module].update(r for r in map(resolve, names) if r is not None and r != module)
+    return graph
+
+
+def import_circles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The circles of ``graph``: its strongly connected components of more than one module (Tarjan's
+    algorithm, iterative), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    circles: List[List[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_no_module_imports_itself_through_others():
+    """0 circles at file level: two modules that import each other (even inside a function) are one job
+    split in two, or a lower one reaching up."""
+    assert import_circles(import_graph()) == []
+
+
+def test_a_circle_through_a_function_level_import_is_found(tmp_path):
+    """A test of the walk: ``a`` imports ``b`` at the top, ``b`` imports ``a`` inside a function, ``c`` only
+    imports ``a``: one circle, of ``a`` and ``b``."""
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "a.py").write_text("from runner.b import f\n")
+    (tmp_path / "runner" / "b.py").write_text("def f():\n    from runner.a import g\n")
+    (tmp_path / "runner" / "c.py").write_text("import runner.a\n")
+    assert import_circles(import_graph(tmp_path)) == [["runner.a", "runner.b"]]

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 import conf
 from runner.api import run_composed
-from runner.config import register_configs
+from runner.config_keys import register_configs
 from tests.helpers.cli import RunResult
 
 CONF_DIR = str(Path(conf.__file__).resolve().parent)

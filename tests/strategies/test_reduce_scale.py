@@ -60,7 +60,7 @@ def _matmul_chain(n: int, size: int = 64) -> onnx.ModelProto:
 
 def test_large_weights_are_written_once_and_referenced(run, tmp_path, monkeypatch):
     import strategies.reduce
-    from runner.outputs import external_locations
+    from runner.graph.model_files import external_locations
     from tests.helpers.checks import python_check
 
     monkeypatch.setattr(strategies.reduce, "MODEL_THRESHOLD", 1024)  # share the weights of this small model too
