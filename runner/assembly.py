@@ -28,7 +28,7 @@ from runner import console, signals
 from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.config import plain
-from runner.config_keys import check_mode_keys, check_option_keys, group_keys, mode_options, mode_uses, set_keys
+from runner.config_keys import check_mode_keys, check_option_keys, group_keys, keys_of, mode_uses, set_keys
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor, executor_classes
@@ -194,18 +194,12 @@ def _check_worker_paths(executor: Executor, artifact_paths: List[str]) -> None:
 
 
 def _build_strategy(cfg: DictConfig, ctx: RunContext, checker: Optional[Checker] = None) -> Strategy:
-    """``instantiate`` the mode's ``_target_`` (its ``create``) with the keys it names
-    (``mode_options``), then call it with the context (and the marker factory, for modes with a
-    marker; the checker, for modes that take it)."""
-    options = mode_options(cfg.mode.name, cfg, get_method(cfg.mode._target_))
-    extra: Dict[str, Any] = {"ctx": ctx}
-    if checker is not None:
-        extra["checker"] = checker
-    if mode_uses(cfg.mode.name, "marker"):
-        extra["marker"] = instantiate(cfg.marker, _partial_=True)
+    """Call the mode's ``create`` (``cfg.mode._target_``) with the context, its keys whole
+    (``keys_of``), the checker and, for modes with a marker, the marker factory."""
+    keys = keys_of(cfg.mode.name, cfg)
+    marker = instantiate(cfg.marker, _partial_=True) if mode_uses(cfg.mode.name, "marker") else None
     try:
-        factory = instantiate({"_target_": cfg.mode._target_, **options}, _partial_=True, _convert_="all")
-        strategy: Strategy = factory(**extra)
+        strategy: Strategy = get_method(cfg.mode._target_)(ctx, keys, checker=checker, marker=marker)
     except Exception as e:
         _raise_cause(e)
     return strategy

@@ -67,8 +67,8 @@ class SignalIs(Enum):
 
 @dataclass
 class ModeConf:
-    """Which strategy drives the lifecycle. ``_target_`` is built with ``instantiate``, given the
-    mode's options (the keys its ``create`` names, ``mode_options``) and the run context as keyword arguments."""
+    """Which strategy drives the lifecycle. ``_target_`` is the mode's ``create``, called with the run
+    context, its keys whole (``runner.config_keys.keys_of``) and, by keyword, the checker and the marker."""
 
     _target_: str = MISSING
     name: str = MISSING

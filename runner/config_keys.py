@@ -26,9 +26,8 @@ from runner.config import (
     MarkerConf,
     ModeConf,
     PythonCheckerConf,
-    plain,
 )
-from runner.errors import ConfigError
+from runner.errors import ConfigError, first_line
 
 
 def _names(cls: type) -> List[str]:
@@ -157,35 +156,39 @@ def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
         )
 
 
-def create_parameters(factory: Any) -> List[str]:
-    """The keys a mode's ``create`` takes: its parameters but ``ctx`` and the built objects
-    (``checker``, ``marker``), which the run passes itself."""
-    import inspect
-
-    return [n for n in inspect.signature(factory).parameters if n not in ("ctx", "checker", "marker")]
+#: fields of a mode's keys that the run builds and passes to ``create`` itself (``None`` in ``keys_of``)
+BUILT = ("checker", "executor", "marker")
 
 
-def mode_options(mode: str, cfg: Any, factory: Any) -> Dict[str, Any]:
-    """The options a mode's ``create`` takes, from the config.
+def keys_of(mode: str, cfg: Any) -> Any:
+    """The mode's keys (its ``KEYS`` dataclass) filled from the run's config: what its ``create`` takes
+    whole. Values are resolved and checked against the schema; enums stay enums, nested schemas
+    (``calibration``) are their dataclasses, lists are lists; the ``BUILT`` fields are None.
 
     Args:
         mode: the mode's name.
-        cfg: the run's config.
-        factory: the mode's ``create`` (``cfg.mode._target_``).
-
-    Returns:
-        ``{key: value}`` for each parameter of ``factory`` that is a key of the mode, values as plain
-        Python (enums by value); the mode's other keys reach it through the run context.
+        cfg: the run's config (a ``DictConfig``, or a mapping in tests).
 
     Raises:
-        ConfigError: a parameter of ``factory`` that names no key of the mode (a name that drifted).
+        ConfigError: a value the schema refuses (a wrong type or enum member).
     """
-    keys = set(_names(mode_keys()[mode]))
-    taken = create_parameters(factory)
-    stray = [name for name in taken if name not in keys]
-    if stray:
-        raise ConfigError(f"mode={mode}: its create() takes {stray}, which are not keys of the mode; fix the mode")
-    return {name: plain(cfg.get(name)) for name in taken}
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ValidationError
+
+    cls = mode_keys()[mode]
+    names = [n for n in _names(cls) if n not in BUILT]
+    given: Dict[str, Any] = {}
+    for name in names:
+        if name in cfg:
+            value = OmegaConf.select(cfg, name) if OmegaConf.is_config(cfg) else cfg[name]
+            given[name] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    try:
+        node = OmegaConf.merge(OmegaConf.structured(cls), given)
+    except ValidationError as e:
+        raise ConfigError(f"mode={mode}: {first_line(e)}") from None
+    picked = {n: OmegaConf.select(node, n) for n in names}
+    values = {n: OmegaConf.to_object(v) if OmegaConf.is_config(v) else v for n, v in picked.items()}
+    return cls(**values, **dict.fromkeys(n for n in BUILT if n in _names(cls)))
 
 
 def modes_help() -> str:

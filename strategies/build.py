@@ -63,18 +63,20 @@ class BuildStrategy(UntilStrategy):
     def create(
         cls,
         ctx: RunContext,
-        until: Optional[str] = None,
-        workspace: Optional[int] = None,
-        timing_cache: Optional[str] = None,
+        keys: BuildKeys,
+        *,
+        checker: Any = None,
+        marker: Any = None,
     ) -> BuildStrategy:
-        """Parse ``ctx.model`` once with TensorRT (``BuildKeys``).
+        """Parse ``ctx.model`` once with TensorRT (``keys``: until, workspace, timing_cache).
 
         Raises:
             MissingExtraError: TensorRT is not installed (names the ``trt`` extra).
             ConfigError: bad ``until`` or shapes. ModelError: bad model or parser failure.
         """
         load_tensorrt("mode=build")
-        parsed = Until.parse(until, "build")
+        parsed = Until.parse(keys.until, "build")
+        workspace, timing_cache = keys.workspace, keys.timing_cache
         from runner.trt.engine import EngineBuilder, profiles_from_shapes
 
         cache = Path(timing_cache).read_bytes() if timing_cache and Path(timing_cache).is_file() else None

@@ -113,16 +113,17 @@ class DiffTacticsStrategy(Strategy):
     def create(
         cls,
         ctx: RunContext,
-        dir: Optional[str] = None,
-        good: Sequence[str] = (),
-        bad: Sequence[str] = (),
+        keys: DiffTacticsKeys,
+        *,
+        checker: Any = None,
+        marker: Any = None,
     ) -> DiffTacticsStrategy:
         """Sources from ``good=``/``bad=`` lists, else ``dir=D`` meaning ``D/good`` and ``D/bad`` (``DiffTacticsKeys``).
 
         Raises:
             ConfigError: neither ``dir`` nor both ``good`` and ``bad`` given.
         """
-        good, bad = list(good or []), list(bad or [])
+        dir, good, bad = keys.dir, list(keys.good or []), list(keys.bad or [])
         implied = []
         if dir:
             if not Path(dir).is_dir():

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -111,18 +111,12 @@ class LayerwiseStrategy(Strategy):
     def create(
         cls,
         ctx: RunContext,
-        checker: Checker,
-        reference_model: Optional[str] = None,
-        layerwise: Optional[Mapping[str, Any]] = None,
-        golden: Optional[str] = None,
-        calibration: Optional[Mapping[str, Any]] = None,
-        quantization: Optional[Mapping[str, Any]] = None,
-        include_nodes: Optional[List[str]] = None,
-        exclude_nodes: Optional[List[str]] = None,
-        include_op_types: Optional[List[str]] = None,
-        exclude_op_types: Optional[List[str]] = None,
+        keys: LayerwiseKeys,
+        *,
+        checker: Optional[Checker] = None,
+        marker: Any = None,
     ) -> LayerwiseStrategy:
-        """Build from ``LayerwiseKeys``.
+        """Build from the mode's keys and the run's compare checker (no marker).
 
         Raises:
             ConfigError: a checker other than compare, ``golden=`` (the reference is run, not
@@ -131,21 +125,18 @@ class LayerwiseStrategy(Strategy):
         """
         if not isinstance(checker, CompareChecker):
             raise ConfigError("mode=layerwise compares tensors in-process; use checker=compare (its default)")
-        if golden:
+        if keys.golden:
             raise ConfigError(
                 "mode=layerwise runs the reference itself and needs every tensor; drop golden= "
                 "(reference_model=FILE compares with another model)"
             )
-        opts = dict(layerwise or {})
-        top = int(opts.get("top", 10))
-        budget = opts.get("max_memory_mb")
+        top, budget = int(keys.layerwise.top), keys.layerwise.max_memory_mb
         if top < 1:
             raise ConfigError(f"layerwise.top={top}; give 1 or more")
         if budget is not None and not float(budget) > 0:
             raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
-        quant = QuantOptions.from_config(calibration, quantization)
-        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
-        return cls(ctx, checker, reference_model, top, budget, bool(opts.get("plot", True)), quant, scope)
+        quant, scope = QuantOptions.from_keys(keys), Scope.from_keys(keys)
+        return cls(ctx, checker, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
 
     def next_candidate(self) -> Optional[Candidate]:
         """None: a report checks no candidates."""

@@ -24,7 +24,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, cast
 
 import onnx
 from omegaconf import MISSING
@@ -173,40 +173,31 @@ class PrecisionStrategy(OnnxSearchStrategy):
     def create(
         cls,
         ctx: RunContext,
-        marker: Callable[[int], BoundaryMarker],
-        direction: str = "forward",
-        precision: str = "float32",
-        low_precision: str = "float16",
-        weak_typing: bool = False,
-        output: Optional[str] = None,
-        external_data: bool = False,
-        external_data_threshold: int = 1024,
+        keys: PrecisionKeys,
+        *,
         checker: Optional[Checker] = None,
-        calibration: Optional[Mapping[str, Any]] = None,
-        quantization: Optional[Mapping[str, Any]] = None,
-        include_nodes: Optional[List[str]] = None,
-        exclude_nodes: Optional[List[str]] = None,
-        include_op_types: Optional[List[str]] = None,
-        exclude_op_types: Optional[List[str]] = None,
+        marker: Optional[Callable[[int], BoundaryMarker]] = None,
     ) -> PrecisionStrategy:
         """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
 
         Args:
             ctx: the run context (model; feeds and fp32 values for the ranking).
-            marker, direction, precision, low_precision, weak_typing, output, external_data,
-                external_data_threshold: the mode's options (``PrecisionKeys``).
+            keys: the mode's keys: int8's ``calibration`` is computed once here, on the samples of
+                ``inputs=``/``data_loader=``; only nodes in the scope (``runner.graph.scope``) are
+                searched, excluded ones stay float32.
             checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
                 runs there too (``ranking_backend``).
-            calibration, quantization: int8's options (``QuantKeys``): calibrated once here, on
-                the samples of ``inputs=``/``data_loader=``.
-            include_nodes, exclude_nodes, include_op_types, exclude_op_types: the scope
-                (``runner.graph.scope``): only nodes in it are searched; excluded ones stay float32.
+            marker: the marker factory (``marker=``).
 
         Raises:
             ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
                 input samples to calibrate on, or bad ones.
             MissingExtraError: ``weak_typing=true`` without TensorRT.
         """
+        if marker is None:
+            raise ConfigError("mode=precision needs a marker (marker=bisect, linear or minimal)")
+        precision, low_precision, direction = keys.precision.value, keys.low_precision.value, keys.direction.value
+        weak_typing = keys.weak_typing
         if precision != "float32":
             raise ConfigError(
                 f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
@@ -219,7 +210,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                     "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
                     "TensorRT builds strongly typed: drop weak_typing"
                 )
-            quantizer, model, layers = cls._int8(ctx, QuantOptions.from_config(calibration, quantization))
+            quantizer, model, layers = cls._int8(ctx, QuantOptions.from_keys(keys))
         else:
             named_low_precision(low_precision)  # a ConfigError naming the precisions there are
             if weak_typing:
@@ -228,7 +219,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 load_tensorrt("weak_typing=true")
             model = prepare(ctx.model, low_precision, in_place=True)  # the run's model, prepared: one copy
             layers = float_nodes(model)
-        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
+        scope = Scope.from_keys(keys)
         forced: List[int] = []
         if scope.given:
             nodes = {i: [(model.graph.node[i].name, model.graph.node[i].op_type)] for i in layers}
@@ -266,9 +257,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
             marker,
             direction,
             low_precision,
-            Path(output or "mixed_precision.onnx"),
+            Path(keys.output or "mixed_precision.onnx"),
             ranking,
-            {"external_data": external_data, "threshold": external_data_threshold},
+            {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
             weak_typing,
             quantizer,
             forced,

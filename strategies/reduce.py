@@ -141,46 +141,36 @@ class ReduceStrategy(OnnxSearchStrategy):
     def create(
         cls,
         ctx: RunContext,
-        marker: Callable[[int], BoundaryMarker],
-        reduce_inputs: bool = True,
-        reduce_outputs: bool = True,
-        output: Optional[str] = None,
-        min_good: Optional[str] = None,
-        keep_constant_nodes: bool = False,
-        external_data: bool = False,
-        external_data_threshold: int = 1024,
-        share_weights: bool = True,
+        keys: ReduceKeys,
+        *,
         checker: Optional[Checker] = None,
-        include_nodes: Optional[List[str]] = None,
-        exclude_nodes: Optional[List[str]] = None,
-        include_op_types: Optional[List[str]] = None,
-        exclude_op_types: Optional[List[str]] = None,
+        marker: Optional[Callable[[int], BoundaryMarker]] = None,
     ) -> ReduceStrategy:
         """Index ``ctx.model`` with concrete tensor shapes (shape inference, else one ONNX Runtime run).
 
         Args:
             ctx: the run context (model, input shapes, feeds).
-            marker, reduce_inputs, reduce_outputs, output, min_good, keep_constant_nodes,
-                external_data, external_data_threshold, share_weights: the mode's options (``ReduceKeys``).
-            include_nodes, exclude_nodes, include_op_types, exclude_op_types: the scope
-                (``runner.graph.scope``): the search stays inside it; nodes outside stay in every candidate.
+            keys: the mode's keys; its scope (``runner.graph.scope``) keeps the search inside it, nodes
+                outside stay in every candidate. With ``share_weights`` and a model of ``MODEL_THRESHOLD``
+                bytes of initializers or more, the weights are written once to ``<run dir>/weights.bin``
+                (``weights_N.bin`` when a file there or the model's own files have that name) and
+                candidates reference them.
             checker: the run's checker; with ``checker=compare`` its input and golden values make the
                 repro bundle (``runner.repro``); other checkers get none.
-                With ``share_weights`` and a model of ``MODEL_THRESHOLD`` bytes of initializers or
-                more, the weights are written once to ``<run dir>/weights.bin`` (``weights_N.bin``
-                when a file there or the model's own files have that name) and candidates
-                reference them.
+            marker: the marker factory (``marker=``).
 
         Raises:
             ModelError: bad model file or graph. ConfigError: bad options.
         """
         model, weights = ctx.model, None
-        if share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
+        if marker is None:
+            raise ConfigError("mode=reduce needs a marker (marker=bisect, linear or minimal)")
+        if keys.share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
             weights = SharedWeights(ctx.model, ctx.run_dir, ctx.model_files)
             model = weights.stub(ctx.model)
         meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
-        index = GraphIndex(model, meta, keep_constant_nodes=keep_constant_nodes)
-        scope = Scope.from_options(include_nodes, exclude_nodes, include_op_types, exclude_op_types)
+        index = GraphIndex(model, meta, keep_constant_nodes=keys.keep_constant_nodes)
+        scope = Scope.from_keys(keys)
         in_scope = None
         if scope.given:
             nodes = {u: [(d["name"], d["op"]) for d in index.describe([u])] for u in index.units}
@@ -191,11 +181,11 @@ class ReduceStrategy(OnnxSearchStrategy):
         return cls(
             index,
             marker,
-            reduce_inputs,
-            reduce_outputs,
-            Path(output or "reduced.onnx"),
-            Path(min_good) if min_good else None,
-            {"external_data": external_data, "threshold": external_data_threshold},
+            keys.reduce_inputs,
+            keys.reduce_outputs,
+            Path(keys.output or "reduced.onnx"),
+            Path(keys.min_good) if keys.min_good else None,
+            {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
             ctx.model_files,
             ctx.model,
             weights,

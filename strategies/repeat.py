@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from runner.candidates import Candidate
 from runner.config import DataKeys
@@ -42,15 +42,15 @@ class RepeatStrategy(UntilStrategy):
         self.ctx = ctx if ctx is not None and ctx.model_path is not None else None
 
     @classmethod
-    def create(cls, ctx: RunContext, until: Optional[str] = None) -> RepeatStrategy:
-        """Build from the mode's options (``RepeatKeys``).
+    def create(cls, ctx: RunContext, keys: RepeatKeys, *, checker: Any = None, marker: Any = None) -> RepeatStrategy:
+        """Build from the mode's keys (the run's checker and no marker are not its concern).
 
         Raises:
             ConfigError: when ``until`` is missing or invalid.
             ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
                 that loads it).
         """
-        parsed = Until.parse(until, "repeat")
+        parsed = Until.parse(keys.until, "repeat")
         if ctx.model_path is not None and not Path(ctx.model_path).is_file():
             raise ModelError(
                 f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)"

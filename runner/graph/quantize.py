@@ -21,6 +21,7 @@ channel weights) and what ONNX Runtime runs on CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
+from runner.config import QuantKeys
 from runner.errors import ArtifactError, ConfigError, ModelError, first_line
 from runner.graph.convert import raise_opset
 from runner.graph.feeds import as_declared, graph_inputs
@@ -74,6 +76,15 @@ class QuantOptions:
     symmetric_activations: bool = True
     op_types_to_quantize: Tuple[str, ...] = field(default_factory=tuple)
     placement: str = "tensorrt"
+
+    @classmethod
+    def from_keys(cls, keys: QuantKeys) -> QuantOptions:
+        """``from_config`` of a mode's ``calibration`` and ``quantization`` keys (``runner.config.QuantKeys``).
+
+        Raises:
+            ConfigError: as ``from_config``.
+        """
+        return cls.from_config(dataclasses.asdict(keys.calibration), dataclasses.asdict(keys.quantization))
 
     @classmethod
     def from_config(

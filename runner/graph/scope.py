@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple, TypeVar
 
+from runner.config import ScopeKeys
 from runner.errors import ConfigError
 
 K = TypeVar("K", bound=Hashable)
@@ -73,6 +74,15 @@ class Scope:
             tuple(str(o) for o in exclude_op_types or ()),
             given,
         )
+
+    @classmethod
+    def from_keys(cls, keys: ScopeKeys) -> Scope:
+        """``from_options`` of a mode's scope keys (``runner.config.ScopeKeys``).
+
+        Raises:
+            ConfigError: a pattern that is not a valid regular expression.
+        """
+        return cls.from_options(keys.include_nodes, keys.exclude_nodes, keys.include_op_types, keys.exclude_op_types)
 
     def included(self, name: str, op: str) -> bool:
         """Whether a node matches the includes (True when none is given)."""

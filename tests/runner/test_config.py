@@ -104,31 +104,42 @@ def test_every_readme_command_composes_and_uses_only_its_modes_keys(overrides):
     check_mode_keys(cfg.mode.name, set_keys(overrides))
 
 
-def test_each_mode_is_one_module_whose_create_takes_only_its_keys():
-    """The mode group lists the modes; each module exports KEYS; every parameter of its create() is one
-    of those keys (no catch-all), so a name that drifts fails here, not silently at run time."""
+def test_each_mode_is_one_module_whose_create_takes_its_keys_whole():
+    """The mode group lists the modes; each module exports KEYS; every create() takes the context, the keys
+    dataclass whole and the built checker and marker by keyword: the keys are declared once, in KEYS."""
     from omegaconf import OmegaConf
 
-    from runner.config_keys import create_parameters, mode_keys
+    from runner.config_keys import mode_keys
 
     modes = mode_keys()
     assert set(modes) == {"reduce", "precision", "layerwise", "repeat", "build", "diff_tactics"}
     for path in (Path(conf.__file__).parent / "mode").glob("*.yaml"):
         spec = OmegaConf.load(path)
-        create = get_method(str(spec._target_))
-        keys = {f.name for f in dataclasses.fields(modes[str(spec.name)])}
-        assert set(create_parameters(create)) <= keys, spec.name
-        assert not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(create).parameters.values()), spec.name
+        parameters = inspect.signature(get_method(str(spec._target_))).parameters
+        assert list(parameters) == ["ctx", "keys", "checker", "marker"], spec.name
+        assert [p.kind for p in parameters.values()][2:] == [inspect.Parameter.KEYWORD_ONLY] * 2, spec.name
 
 
-def test_a_create_parameter_that_names_no_key_is_an_error():
-    from runner.config_keys import mode_options
+def test_keys_of_fills_a_modes_keys_from_the_config_with_enums_and_nested_schemas():
+    from runner.config import CalibrationConf, Direction, Precision
+    from runner.config_keys import keys_of
 
-    def create(ctx, marker, direction="forward", drifted=None):  # "drifted" is no key of precision
-        return None
-
-    with pytest.raises(ConfigError, match="drifted"):
-        mode_options("precision", {}, create)
+    cfg = compose(
+        "config",
+        overrides=[
+            "mode=precision",
+            "marker=bisect",
+            "direction=ranked",
+            "low_precision=int8",
+            "calibration.samples=4",
+            "include_nodes=[a.*]",
+        ],
+    )
+    keys = keys_of("precision", cfg)
+    assert keys.direction is Direction.ranked and keys.low_precision is Precision.int8
+    assert keys.calibration == CalibrationConf(samples=4) and keys.include_nodes == ["a.*"]
+    with pytest.raises(ConfigError, match="mode=precision"):
+        keys_of("precision", {"low_precision": "float8"})
 
 
 def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
@@ -190,7 +201,6 @@ def test_help_lists_every_mode_from_its_yaml():
 def test_help_lists_every_key_of_every_group():
     """``--help`` is generated from the schemas (read from their source, so it imports no Hydra, onnx or ONNX
     Runtime: 0.05 s): every field of every mode's keys, checker, executor and the common keys is in it."""
-    import dataclasses
 
     from runner import config
     from runner.config_keys import mode_keys

@@ -43,8 +43,8 @@ class CountOps(Strategy):
         self.count, self.op = count, op
 
     @classmethod
-    def create(cls, ctx: RunContext, op: str = "Relu") -> "CountOps":
-        return cls(sum(n.op_type == op for n in ctx.model.graph.node), op)
+    def create(cls, ctx: RunContext, keys: CountOpsKeys, *, checker: Any = None, marker: Any = None) -> "CountOps":
+        return cls(sum(n.op_type == keys.op for n in ctx.model.graph.node), keys.op)
 
     def next_candidate(self) -> Optional[Candidate]:
         return None
