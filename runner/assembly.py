@@ -329,19 +329,19 @@ def execute(state: RunState) -> None:
         if hint is not None:
             raise CheckNeverPassedError(
                 f"no check passed in {lifecycle.taken} iterations, and {hint}",
-                tail=(last.details.get("output_tail", "") if last is not None else ""),
+                tail=(last.output_tail if last is not None else ""),
             )
         raise CheckNeverPassedError(
             f"no check passed in {lifecycle.taken} iterations"
             f"{f' (every one {last.reason})' if last is not None and lifecycle.same_failure else ''}, so the "
             "answer would rest on the check, not the model; run the check by hand on the iteration artifact "
             "and fix it (see the check's output below and in the run directory's checks/)",
-            tail=(last.details.get("output_tail", "") if last is not None else ""),
+            tail=(last.output_tail if last is not None else ""),
         )
     strategy.finish()
     state.summary.update(strategy.result())
-    if lifecycle.verdict is not None and "outputs" in lifecycle.verdict.details:
-        state.summary["last_check_outputs"] = lifecycle.verdict.details["outputs"]  # compare: errors per output
+    if lifecycle.verdict is not None and lifecycle.verdict.outputs is not None:
+        state.summary["last_check_outputs"] = lifecycle.verdict.outputs  # compare: errors per output
     if replay.save_path.exists():  # a report mode checks nothing and writes no replay
         state.summary["replay"] = str(replay.save_path)
 

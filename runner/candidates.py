@@ -22,10 +22,17 @@ class Verdict:
         passed: True when the candidate passed the check (is "good").
         returncode: the check command's exit code, when there was a command (None otherwise).
         reason: one short line: why it failed, e.g. "exit code 1", "timeout after 5.0 s".
-        details: extra facts for the log, the iteration info and the replay (JSON-able).
+        details: other facts for the log, the iteration info and the replay (JSON-able): a
+            checker's own (``output_file``, ``sample``), the lifecycle's ``verdict_s``.
         error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
             a real verdict. Such verdicts are counted apart from failures.
         reused: the verdict was taken from a replay, not checked in this run.
+        crash: the check crashed its process (or, replayed, the runner): a failure of its own kind.
+        check_s: seconds ``checker.check`` took where it ran (None: not run here, or replayed
+            without it).
+        outputs: the compare checker's error statistics, ``{output name: {statistic: value}}``;
+            None for other checkers.
+        output_tail: the end of a check command's output ("" for in-process checks).
     """
 
     passed: bool
@@ -34,6 +41,25 @@ class Verdict:
     details: Dict[str, Any] = field(default_factory=dict)
     error: str = ""
     reused: bool = False
+    crash: bool = False
+    check_s: Optional[float] = None
+    outputs: Optional[Dict[str, Dict[str, Any]]] = None
+    output_tail: str = ""
+
+    #: the typed facts, kept under these names in the replay's ``details`` (the file's format is unchanged)
+    TYPED = ("crash", "check_s", "outputs", "output_tail")
+
+    def recorded_details(self) -> Dict[str, Any]:
+        """``details`` with the typed facts that are set, as ``replay.json`` holds them."""
+        typed = {name: getattr(self, name) for name in self.TYPED}
+        return {**self.details, **{k: v for k, v in typed.items() if v not in (None, False, "")}}
+
+    @classmethod
+    def from_record(cls, details: Dict[str, Any], **fields: Any) -> Verdict:
+        """A verdict from a replay entry's ``details`` (typed facts taken out of it) and its other ``fields``."""
+        rest = {k: v for k, v in details.items() if k not in cls.TYPED}
+        typed = {k: details[k] for k in cls.TYPED if k in details}
+        return cls(details=rest, **typed, **fields)
 
 
 @dataclass

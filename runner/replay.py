@@ -13,7 +13,7 @@ is recorded as *pending*, with the run's fatal-signal log (``runner.signals.fata
 ``faulthandler`` writes there when the process dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL);
 its verdict clears it. A check that kills the runner (a segfault in an in-process check, an abort)
 leaves it pending with a non-empty fatal log, and a run resumed from that replay counts the one
-pending candidate as a **crash**: a failing verdict of its own kind (``details["crash"]``, counted
+pending candidate as a **crash**: a failing verdict of its own kind (``Verdict.crash``, counted
 as ``crashes`` in ``summary.json``), so the search moves on instead of crashing again. A runner
 killed from outside (``kill -9``, the OOM killer, a power cut) writes no fatal log: its pending
 candidate is checked again, as ``replay.retry_pending=true`` asks for any. Several pending
@@ -121,7 +121,8 @@ class Replay:
         self._known[entry["key"]] = Verdict(
             passed=False,
             reason="crashed the runner when it was checked before (pending in the replay)",
-            details={"crash": True, "crashed_iteration": entry.get("iteration")},
+            crash=True,
+            details={"crashed_iteration": entry.get("iteration")},
         )
         log.warning(
             "Iteration %s (%s) of %s never ended: the check crashed the runner; it counts as a failure of its own "
@@ -264,7 +265,7 @@ class Replay:
                 "passed": verdict.passed,
                 "returncode": verdict.returncode,
                 "reason": verdict.reason,
-                "details": verdict.details,
+                "details": verdict.recorded_details(),
                 "reused": reused,
                 "error": verdict.error,
                 **({"units": sorted(candidate.units)} if candidate.units is not None else {}),
@@ -308,10 +309,10 @@ def _entry_problem(entry: Any) -> str:
 
 
 def _verdict(entry: Dict[str, Any]) -> Verdict:
-    return Verdict(
+    return Verdict.from_record(
+        entry.get("details") or {},
         passed=entry["passed"],
         returncode=entry.get("returncode"),
         reason=entry.get("reason", ""),
-        details=entry.get("details") or {},
         error=entry.get("error", ""),
     )

@@ -200,7 +200,7 @@ class Lifecycle:
             pending = Pending(self.iteration, candidate)
             known = self.replay.lookup(candidate.key) if candidate.reuse else None
             twin = self.replay.lookup(candidate.twin) if candidate.twin else None
-            if known is None and twin is not None and twin.details.get("crash"):
+            if known is None and twin is not None and twin.crash:
                 known = twin  # a copy of a candidate that crashed the runner: checking it would crash it again
                 log.warning(
                     "Iteration %d: %s is the candidate that crashed the runner; not checked again",
@@ -341,7 +341,7 @@ class Lifecycle:
             self.verdict = pending.verdict
             self._count(pending.verdict, pending.candidate)
             if not pending.reused:
-                self.check_s += float(pending.verdict.details.get("check_s") or 0.0)
+                self.check_s += pending.verdict.check_s or 0.0
             self.replay.record(pending.iteration, pending.candidate, pending.verdict, pending.reused)
         self.iter_info.clear()  # as Polygraphy: a check never reads another iteration's info
         self._progress(0)
@@ -366,7 +366,7 @@ class Lifecycle:
         return self.passes == 0 and len(self.failure_codes) == 1
 
     def _count(self, verdict: Verdict, candidate: Candidate) -> None:
-        if verdict.details.get("crash"):
+        if verdict.crash:
             self.crashed.add(candidate.twin or candidate.key)
         if verdict.error:
             self.errors += 1

@@ -136,8 +136,8 @@ class WrittenAnswer:
 
 def _verdict_facts(verdict: Verdict) -> Dict[str, Any]:
     facts: Dict[str, Any] = {"check_passed": verdict.passed, "reason": verdict.reason}
-    if "outputs" in verdict.details:
-        facts["outputs"] = verdict.details["outputs"]
+    if verdict.outputs is not None:
+        facts["outputs"] = verdict.outputs
     if verdict.error:
         facts["error"] = verdict.error
     return facts

@@ -327,8 +327,8 @@ class OnnxSearchStrategy(RoundStrategy):
 
     def _keep_outputs(self, units: Units, verdict: Verdict) -> None:
         """Keep a compare check's per-output statistics by unit set (for ``answer_outputs``)."""
-        if "outputs" in verdict.details:
-            self._outputs[units] = verdict.details["outputs"]
+        if verdict.outputs is not None:
+            self._outputs[units] = verdict.outputs
 
     def remaining(self) -> Optional[int]:
         """Gates left plus the search's estimate for its current round."""

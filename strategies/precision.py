@@ -364,7 +364,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         raise CheckNeverPassedError(
             f"the check fails even with {where} in float32, so no kept set can pass; "
             f"{advice}the checker, its tolerances and the golden outputs",
-            tail=verdict.details.get("output_tail", ""),
+            tail=verdict.output_tail,
         )
 
     def on_search_verdict(self, units: Units, verdict: Verdict) -> None:

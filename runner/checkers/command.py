@@ -175,7 +175,7 @@ class CommandChecker(Checker):
             verdict = Verdict(False, code, f"exit code {code}")
         else:
             verdict = Verdict(True, code, f"exit code {code}")
-        verdict.details["output_tail"] = tail(output, TAIL_CHARS)
+        verdict.output_tail = tail(output, TAIL_CHARS)
         if out_path:
             verdict.details["output_file"] = str(out_path)
         if output.strip() and (

@@ -342,14 +342,12 @@ class CompareChecker(Checker):
                 log.debug("%s: %s", where, _describe(name, st))
             if not passed:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-                details: Dict[str, Any] = {"outputs": stats, **found}
-                if several:
-                    details["sample"] = index
+                details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
                 reason = (f"sample {index}: " if several else "") + problems[0] + more
-                return Verdict(False, reason=reason, details=details)
+                return Verdict(False, reason=reason, details=details, outputs=stats)
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
         reason = what + (f" on all {len(self.samples)} samples" if several else "")
-        return Verdict(True, reason=reason, details={"outputs": stats, **found})
+        return Verdict(True, reason=reason, details=dict(found), outputs=stats)
 
     def _compared(self, model: onnx.ModelProto) -> List[str]:
         """The tensors compared for ``model``: ``checker.outputs`` (and the detection tensors) that it

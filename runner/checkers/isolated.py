@@ -4,7 +4,7 @@ An in-process check shares the runner's process: a segfault in ONNX Runtime or i
 ``checker=python`` function, or an ``os.abort()``, ends the run with no summary. Isolated, the
 bound checker lives in one child process (started with ``spawn``, so no state of the runner's
 threads is copied), each check is a task sent to it, and a child that dies gives that candidate a
-**crash** verdict (a failure of its own kind, ``details["crash"]``, counted as ``crashes`` in
+**crash** verdict (a failure of its own kind, ``Verdict.crash``, counted as ``crashes`` in
 ``summary.json``); the next check starts a new child. The idea is torch's minifier's, which runs
 each repro in a subprocess; the pool is the standard library's ``ProcessPoolExecutor``.
 
@@ -176,7 +176,7 @@ class IsolatedChecker(Checker):
         code = self._reap()
         how = _how(code)
         log.warning("Iteration %d: the check's process died (%s); counted as a crash", iteration, how)
-        return Verdict(False, reason=f"the check crashed its process ({how})", details={"crash": True})
+        return Verdict(False, reason=f"the check crashed its process ({how})", crash=True)
 
     def _kill(self) -> None:
         """Kill the child at once (a hanging check, a signal) and drop the pool."""

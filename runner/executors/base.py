@@ -164,7 +164,7 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         slot: the check's slot (worker, GPU, cancel flag).
 
     Returns:
-        The verdict, with ``details["check_s"]``: the seconds ``checker.check`` took where it ran
+        The verdict, with ``check_s``: the seconds ``checker.check`` took where it ran
         (the lifecycle adds ``verdict_s``: the seconds from handing the check over to its verdict).
 
     Raises:
@@ -180,7 +180,7 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
             candidate.write(Path(artifact))
         start = time.perf_counter()
         verdict: Verdict = checker.check(artifact, iteration, candidate, slot=slot)
-        verdict.details["check_s"] = round(time.perf_counter() - start, 4)
+        verdict.check_s = round(time.perf_counter() - start, 4)
         return verdict
     finally:
         set_current(None)

@@ -323,7 +323,7 @@ class ProcessExecutor(Executor):
 
     def _timed_check(self, future: concurrent.futures.Future) -> None:
         if not future.cancelled() and future.exception() is None:
-            self._took_here(float(future.result().details.get("check_s", 0.0)))
+            self._took_here(future.result().check_s or 0.0)
 
     def _pinned(self, worker: int) -> Slot:
         gpu = self.gpus[worker] if self.gpus else None

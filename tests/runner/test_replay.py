@@ -97,3 +97,16 @@ def test_each_check_records_its_seconds_and_the_summary_their_sum(run, tmp_path,
     assert first.summary["check_s"] <= first.summary["wall_s"]
     again = run(*args, "output=b.onnx", f"replay.load={first.run_dir / 'replay.json'}")
     assert again.summary["checks"] == 1 and again.summary["check_s"] < first.summary["check_s"]
+
+
+def test_a_verdicts_typed_facts_keep_the_replays_format():
+    """crash, check_s, outputs and output_tail are Verdict fields, written under ``details`` as replay.json
+    always held them and read back into the fields; other details stay details."""
+    from runner.candidates import Verdict
+
+    verdict = Verdict(False, reason="r", details={"sample": 2}, crash=True, check_s=0.5, outputs={"y": {"max_abs": 1}})
+    recorded = verdict.recorded_details()
+    assert recorded == {"sample": 2, "crash": True, "check_s": 0.5, "outputs": {"y": {"max_abs": 1}}}
+    back = Verdict.from_record(recorded, passed=False, reason="r")
+    assert back == verdict and back.details == {"sample": 2} and back.output_tail == ""
+    assert Verdict(True).recorded_details() == {}

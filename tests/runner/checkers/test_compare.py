@@ -55,7 +55,7 @@ def test_real_models_pass_against_themselves(model, backend):
     checker.bind(_cfg(model, SHAPES[str(model)]))
     verdict = _check(checker, model)
     assert verdict.passed, verdict.reason
-    assert set(verdict.details["outputs"]) == {o.name for o in onnx.load(str(model)).graph.output}
+    assert set(verdict.outputs) == {o.name for o in onnx.load(str(model)).graph.output}
 
 
 def test_real_fp32_models_under_fp16_emulation_run_in_fp16():
@@ -66,7 +66,7 @@ def test_real_fp32_models_under_fp16_emulation_run_in_fp16():
     classifier.bind(_cfg(need(CLASSIFIER), SHAPES[str(CLASSIFIER)]))
     verdict = _check(classifier, CLASSIFIER)
     assert verdict.passed, verdict.reason
-    out = next(iter(verdict.details["outputs"].values()))
+    out = next(iter(verdict.outputs.values()))
     assert 0 < out["rel_l2"] < 1e-2 and out["max_abs"] > 1e-4, "it really ran in fp16"
     detector = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=1e-2)
     detector.bind(_cfg(need(DETECTOR), SHAPES[str(DETECTOR)]))
@@ -83,7 +83,7 @@ def test_bf16_emulation_raises_the_opset_of_an_fp32_model_below_13(model, caplog
         verdict = _check(checker, model)
     assert not verdict.error, verdict.error
     assert "opset was raised" in caplog.text and "stay float32" in caplog.text
-    out = next(iter(verdict.details["outputs"].values()))
+    out = next(iter(verdict.outputs.values()))
     assert out["rel_l2"] > 0, "it really ran with bf16 tensors"
 
 
@@ -100,7 +100,7 @@ def test_fp16_overflow_fails_on_emulation_and_passes_on_onnxruntime(tmp_path):
     assert results["onnxruntime"].passed
     emu = results["fp16_emulation"]
     assert not emu.passed and emu.reason.startswith("y: ") and "NaN/Inf" in emu.reason
-    assert emu.details["outputs"]["y"]["new_nonfinite"] == 1
+    assert emu.outputs["y"]["new_nonfinite"] == 1
 
 
 def test_perturbed_weight_fails_with_the_right_output(tmp_path):
@@ -122,7 +122,7 @@ def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     verdict = _check(loaded, perturbed)
     out = model.graph.output[0].name
     assert not verdict.passed and verdict.reason.startswith(f"{out}: ")
-    assert verdict.details["outputs"][out]["max_abs"] > 1e-4
+    assert verdict.outputs[out]["max_abs"] > 1e-4
 
 
 @pytest.mark.slow
