@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
 from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
+from runner.graph.precisions import FLOAT16  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
 from runner.graph.quantize import PLACEMENTS, QuantOptions, calibrate, make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
@@ -100,9 +101,9 @@ def main() -> None:
     detector = onnx.load(str(MODELS / "ch_PP-OCRv4_det_infer.onnx"))
     pixels = {"x": (rng.random((1, 3, args.size, args.size)) * 255).astype(np.float32)}
 
-    fp16 = prepare(detector, "float16")
+    fp16 = prepare(detector, FLOAT16)
     names = [fp16.graph.node[i].name for i in float_nodes(fp16)]
-    converter = Converter(fp16, "float16")
+    converter = Converter(fp16, FLOAT16)
     rows.append(_measure("detector fp16", converter.convert, names, Validator(fp16), pixels, True, args.candidates))
 
     int8 = prepare_int8(detector)
@@ -116,10 +117,10 @@ def main() -> None:
         rows.append(_measure(label, quantizer.convert, quantized, Validator(int8), samples[0], False, args.candidates))
 
     decoder, _, ids = rmsnorm_decoder(layers=8, dim=1024, vocab=2048, seq=16)
-    big = prepare(decoder, "float16")
+    big = prepare(decoder, FLOAT16)
     names = [big.graph.node[i].name for i in float_nodes(big)]
     label = f"decoder fp16 ({big.ByteSize() / 2**20:.0f} MB)"
-    rows.append(_measure(label, Converter(big, "float16").convert, names, Validator(big), {"ids": ids}, True, 3))
+    rows.append(_measure(label, Converter(big, FLOAT16).convert, names, Validator(big), {"ids": ids}, True, 3))
     print_rows("precision: seconds per candidate (median), by phase", rows)
 
 

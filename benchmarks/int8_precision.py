@@ -88,16 +88,17 @@ def cost() -> None:
     import onnx
 
     from runner.graph.convert import Converter, prepare
+    from runner.graph.precisions import FLOAT16
     from runner.graph.quantize import Quantizer, QuantOptions, calibrate, prepare_int8
 
     model = onnx.load(str(DETECTOR))
-    fp16 = prepare(model, "float16")
+    fp16 = prepare(model, FLOAT16)
     int8 = prepare_int8(model)
     options = QuantOptions()
     start = time.perf_counter()
     cal = calibrate(int8, list(detector_pages()), options)
     calibration_s = time.perf_counter() - start
-    converter = Converter(fp16, "float16")
+    converter = Converter(fp16, FLOAT16)
     half = [n.name for n in int8.graph.node[: len(int8.graph.node) // 2]]
 
     def median(make, kept) -> float:

@@ -135,7 +135,9 @@ class CompareCheckerConf:
     on_error: OnError = OnError["fail"]  # a candidate the backend cannot run: fail, pass or stop
     isolate: bool = False  # run each check in a child process: a crash there is a crash verdict, not the run's end
     timeout_s: Optional[float] = None  # with isolate: a check past this many seconds is killed and fails
-    low_precision: Optional[str] = None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
+    low_precision: Optional[Precision] = (
+        None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
+    )
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     graph_optimization_level: GraphOptimization = GraphOptimization.all
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes

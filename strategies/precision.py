@@ -36,8 +36,7 @@ from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, ModelError
 from runner.graph.convert import Converter, convert_except, float_nodes, prepare
 from runner.graph.load import fingerprint, save_model
-from runner.graph.precisions import is_quantized
-from runner.graph.precisions import low_precision as named_low_precision
+from runner.graph.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
@@ -110,7 +109,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         layers: List[int],
         marker: Callable[[int], BoundaryMarker],
         direction: str = "forward",
-        low: str = "float16",
+        low: LowPrecision = FLOAT16,
         output: Path = Path("mixed_precision.onnx"),
         ranking: Optional[List[int] | Callable[[], List[int]]] = None,
         save_opts: Optional[Dict[str, Any]] = None,
@@ -147,7 +146,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
         self.answer_cpu_load = True  # a model the tool converted
-        self.answer_must_load_on_cpu = low != "bfloat16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
+        self.answer_must_load_on_cpu = str(low) != "bfloat16"  # ONNX Runtime's CPU provider has no bfloat16 kernels
         self.validator = Validator(model)
         self.marker_name = marker_name(marker)
         everything: Units = frozenset(self.layers)
@@ -196,13 +195,14 @@ class PrecisionStrategy(OnnxSearchStrategy):
         """
         if marker is None:
             raise ConfigError("mode=precision needs a marker (marker=bisect, linear or minimal)")
-        precision, low_precision, direction = keys.precision.value, keys.low_precision.value, keys.direction.value
-        weak_typing = keys.weak_typing
+        precision, direction, weak_typing = keys.precision.value, keys.direction.value, keys.weak_typing
         if precision != "float32":
             raise ConfigError(
                 f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
                 "use precision=float32 with low_precision=float16, bfloat16 or int8"
             )
+        low_precision = any_low_precision(keys.low_precision)
+        assert low_precision is not None  # the schema's default is float16
         quantizer = None
         if is_quantized(low_precision):
             if weak_typing:
@@ -212,7 +212,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 )
             quantizer, model, layers = cls._int8(ctx, QuantOptions.from_keys(keys))
         else:
-            named_low_precision(low_precision)  # a ConfigError naming the precisions there are
             if weak_typing:
                 from runner.trt import load_tensorrt
 
@@ -334,7 +333,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
     def variant(self) -> str:
         """The low precision (and the TensorRT path when weakly typed)."""
-        return self.low + (":weak" if self.weak_typing else "")
+        return self.low.name + (":weak" if self.weak_typing else "")
 
     def info(self, units: Units) -> Dict[str, Any]:
         """Kept and total node counts."""
@@ -403,7 +402,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "output": str(self.output),
             "marker": self.marker_name,
             "direction": self.direction,
-            "low_precision": self.low,
+            "low_precision": self.low.name,
             **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
             **self.answer_outputs(),
             **self.answer_verified(),

@@ -32,8 +32,7 @@ from runner.graph.decisions import Decision, data_dependent_outputs
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
-from runner.graph.precisions import emulated_by, is_quantized
-from runner.graph.precisions import low_precision as low_precision_named
+from runner.graph.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
 from runner.graph.qdq import has_qdq
 from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
@@ -140,7 +139,7 @@ class CompareChecker(Checker):
         check_error_stat: Any = "elemwise",
         error_quantile: float = 0.5,
         on_error: Any = "fail",
-        low_precision: Optional[str] = None,
+        low_precision: Any = None,
         provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         noise_floor: bool = True,
         outputs: Sequence[str] = (),
@@ -148,9 +147,8 @@ class CompareChecker(Checker):
         detections: Optional[Mapping[str, Any]] = None,
     ):
         implied = emulated_by(backend)
-        self.low = low_precision or (implied.name if implied is not None else None)
-        if self.low is not None and not is_quantized(self.low):  # int8: QDQ models, quantized by the mode
-            low_precision_named(self.low, "checker.low_precision")
+        #: the low precision fp32 candidates run in (int8: QDQ models, quantized by the mode), or None
+        self.low: Optional[LowPrecision] = any_low_precision(low_precision, "checker.low_precision") or implied
         self._said_converting = False
         # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
         on_error, check_error_stat = plain(on_error), plain(check_error_stat)
@@ -401,7 +399,7 @@ class CompareChecker(Checker):
         lowered = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the answer")
         if isinstance(self.backend, EmulationBackend):
             return emulate_low_precision(lowered)[0], f"{low}_emulated"
-        return lowered, low
+        return lowered, low.name
 
     def _judges_noise(self, model: onnx.ModelProto, candidate: Candidate) -> bool:
         """Whether a failing candidate is judged against the noise floor: fp32 on ONNX Runtime."""

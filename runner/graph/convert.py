@@ -45,7 +45,7 @@ from runner.graph.conversion_repairs import (
     retype_bf16,
 )
 from runner.graph.isolate import bodies
-from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, low_precision
+from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, LowPrecision, low_precision
 from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
 from runner.graph.weight_file import maps, weight_bytes, weight_file
@@ -103,7 +103,7 @@ def raise_opset(model: onnx.ModelProto, version: int, why: str) -> onnx.ModelPro
     return raised
 
 
-def ops_without(model: onnx.ModelProto, low: str) -> List[str]:
+def ops_without(model: onnx.ModelProto, low: LowPrecision) -> List[str]:
     """Default-domain op types of ``model`` (bodies included) whose schema, at the model's opset,
     takes float32 but not ``low`` for some input: they cannot be converted and stay fp32.
 
@@ -158,7 +158,7 @@ class Converter:
         ConfigError-free; ModelError: bfloat16 below opset 13.
     """
 
-    def __init__(self, model: onnx.ModelProto, low: str = "float16"):
+    def __init__(self, model: onnx.ModelProto, low: LowPrecision = FLOAT16):
         from onnxruntime.transformers import float16
 
         # the converter decodes each converted weight only to read its shape: it reads the dims here
@@ -168,7 +168,7 @@ class Converter:
             raise ModelError(
                 f"{low} needs opset {target.min_opset} or newer (Cast to {low}); raise the model's opset first"
             )
-        self.model, self.low = model, low
+        self.model, self.low = model, target
         self.blocked_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ops_without(model, low))
         extra = sorted(set(ops_without(model, low)) - set(float16.DEFAULT_OP_BLOCK_LIST))
         if extra:
@@ -233,7 +233,7 @@ class Converter:
         except ValueError as e:
             raise ModelError(f"the float16 conversion left a graph that cannot be sorted: {e}") from None
         stubs = frozenset(self.weights) | frozenset(copies)
-        if self.low == BFLOAT16.name:
+        if str(self.low) == BFLOAT16.name:
             retype_bf16(converted, self.model, stubs)
         fill(converted, lambda stub: self._values(copies.get(stub.name, stub.name), stub.data_type), stubs)
         return converted
@@ -276,7 +276,7 @@ class Converter:
         return made
 
 
-def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: str = "float16") -> onnx.ModelProto:
+def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: LowPrecision = FLOAT16) -> onnx.ModelProto:
     """``Converter(model, low).convert(keep)``: one conversion (a strategy keeps its ``Converter``).
 
     Raises:
@@ -326,7 +326,7 @@ def has_low_precision(model: onnx.ModelProto) -> bool:
     return False
 
 
-def prepare(model: onnx.ModelProto, low: str = "float16", in_place: bool = False) -> onnx.ModelProto:
+def prepare(model: onnx.ModelProto, low: LowPrecision = FLOAT16, in_place: bool = False) -> onnx.ModelProto:
     """``model`` made ready for ``Converter``: opset raised as the precision needs (bfloat16: 13, 16
     with If/Loop/Scan), nodes named, Constant nodes as initializers, Identity nodes that forward a
     weight folded (``fold_weight_identities``).
@@ -352,7 +352,7 @@ def prepare(model: onnx.ModelProto, low: str = "float16", in_place: bool = False
     return fold_weight_identities(constants_to_initializers(named, in_place=True), in_place=True)
 
 
-def to_low_precision(model: onnx.ModelProto, low: str = "float16") -> onnx.ModelProto:
+def to_low_precision(model: onnx.ModelProto, low: LowPrecision = FLOAT16) -> onnx.ModelProto:
     """``model`` with every float tensor and weight in ``low`` (graph input and output types kept), as
     TensorRT's ``--fp16`` runs an fp32 model; ops without low-precision kernels or types stay fp32.
 

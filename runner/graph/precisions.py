@@ -8,7 +8,7 @@ out its type, its largest value or the backend that emulates it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, Optional, Union
 
 from onnx import TensorProto
 
@@ -26,7 +26,11 @@ class LowPrecision:
         max_finite: its largest finite value (65504 for fp16).
         min_opset: the first default-domain opset with a Cast to it.
         control_flow_opset: the first opset whose If, Loop and Scan carry it.
-        emulation: the compare checker's backend that emulates it on CPU.
+        emulation: the compare checker's backend that emulates it on CPU ("" for int8).
+        quantized: int8 QDQ (Q/DQ pairs around float nodes, calibrated ranges, made by
+            ``runner.graph.quantize``), not a float type nodes are cast to.
+
+    ``str()`` gives ``name``: a precision reads as its config name in messages and keys.
     """
 
     name: str
@@ -36,6 +40,10 @@ class LowPrecision:
     min_opset: int
     control_flow_opset: int
     emulation: str
+    quantized: bool = False
+
+    def __str__(self) -> str:
+        return self.name
 
 
 FLOAT16 = LowPrecision("float16", TensorProto.FLOAT16, "tensor(float16)", 65504.0, 1, 1, "fp16_emulation")
@@ -43,25 +51,43 @@ BFLOAT16 = LowPrecision(
     "bfloat16", TensorProto.BFLOAT16, "tensor(bfloat16)", 3.3895313892515355e38, 13, 16, "bf16_emulation"
 )
 
-#: the quantized low precision: int8 QDQ (Q/DQ pairs around float nodes, calibrated ranges), made by
-#: ``runner.graph.quantize`` rather than by casting; a float type it is not, so it has no entry below
-INT8 = "int8"
+#: the quantized low precision: int8 QDQ, made by ``runner.graph.quantize`` rather than by casting; a
+#: float type it is not, so it is not among ``LOW_PRECISIONS``
+INT8 = LowPrecision("int8", TensorProto.INT8, "tensor(int8)", 127.0, 13, 13, "", quantized=True)
 
-#: every low precision, by name
+#: every low precision nodes are cast to, by name
 LOW_PRECISIONS: Dict[str, LowPrecision] = {p.name: p for p in (FLOAT16, BFLOAT16)}
 #: their ONNX element types
 LOW_TYPES: FrozenSet[int] = frozenset(p.elem_type for p in LOW_PRECISIONS.values())
 
 
-def low_precision(name: str, option: str = "low_precision") -> LowPrecision:
-    """The precision called ``name``.
+def low_precision(name: Union[str, LowPrecision], option: str = "low_precision") -> LowPrecision:
+    """The float precision called ``name`` (one nodes are cast to; a ``LowPrecision`` is looked up by its name).
 
     Raises:
-        ConfigError: no such low precision (``option`` names the key in the message).
+        ConfigError: no such float low precision, int8 included (``option`` names the key in the message).
     """
     found = LOW_PRECISIONS.get(str(name))
     if found is None:
         raise ConfigError(f"{option}={name}: use one of {', '.join(LOW_PRECISIONS)}")
+    return found
+
+
+def any_low_precision(name: Any, option: str = "low_precision") -> Optional[LowPrecision]:
+    """The low precision a config value names: float16, bfloat16 or int8 (a ``runner.config.Precision``
+    member or its name; None for None).
+
+    Raises:
+        ConfigError: any other name, float32 included (``option`` names the key in the message).
+    """
+    if name is None or isinstance(name, LowPrecision):
+        return name
+    name = str(getattr(name, "value", name))
+    if name == INT8.name:
+        return INT8
+    found = LOW_PRECISIONS.get(name)
+    if found is None:
+        raise ConfigError(f"{option}={name}: use one of {', '.join([*LOW_PRECISIONS, INT8.name])}")
     return found
 
 
@@ -70,6 +96,6 @@ def emulated_by(backend: str) -> Optional[LowPrecision]:
     return next((p for p in LOW_PRECISIONS.values() if p.emulation == backend), None)
 
 
-def is_quantized(name: Optional[str]) -> bool:
-    """Whether the low precision called ``name`` is int8 QDQ (quantized, not cast); False for None."""
-    return name == INT8
+def is_quantized(precision: Union[str, LowPrecision, None]) -> bool:
+    """Whether ``precision`` (or the precision of that name) is int8 QDQ (quantized, not cast); False for None."""
+    return precision is not None and str(precision) == INT8.name

@@ -158,9 +158,10 @@ def prepare_int8(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelPr
         ModelError: ONNX's version converter cannot raise the opset.
     """
     from runner.graph.convert import prepare
+    from runner.graph.precisions import FLOAT16
 
     raised = raise_opset(model, INT8_OPSET, "int8 QDQ with per-channel weights")
-    return prepare(raised, "float16", in_place=in_place or raised is not model)  # names and initializers
+    return prepare(raised, FLOAT16, in_place=in_place or raised is not model)  # names and initializers
 
 
 def _quieter(record: logging.LogRecord) -> bool:

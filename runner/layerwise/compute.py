@@ -37,7 +37,7 @@ from runner.executors.base import HERE, JobLanes
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import weight_names
-from runner.graph.precisions import LOW_PRECISIONS
+from runner.graph.precisions import LOW_PRECISIONS, LowPrecision
 from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
 from runner.graph.weight_file import maps, weight_bytes
 from runner.layerwise.alone import AloneRuns
@@ -123,7 +123,7 @@ class LayerwiseComparison:
         run_reference: Callable[..., Dict[str, np.ndarray]],
         target_backend: Backend,
         rule: Tolerances,
-        low: Optional[str] = None,
+        low: Optional[LowPrecision] = None,
         chunk_bytes: Optional[int] = None,
         sizes: Optional[Mapping[str, int]] = None,
         pairs: bool = True,
@@ -197,7 +197,8 @@ class LayerwiseComparison:
         for chunk in self.chunks:
             for feeds in samples:
                 self._compare_chunk(chunk, feeds, rows, reported)
-        limit = LOW_PRECISIONS[self.low].max_finite if self.low in LOW_PRECISIONS else float("inf")
+        known = LOW_PRECISIONS.get(str(self.low))
+        limit = known.max_finite if known is not None else float("inf")
         for row in rows.values():
             row.in_range = max(row.magnitude, row.weights) <= limit
         return [rows[n.name] for n in self.nodes]

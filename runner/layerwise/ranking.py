@@ -37,7 +37,7 @@ from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.executors.base import HERE, JobLanes
 from runner.graph.convert import to_low_precision
-from runner.graph.precisions import is_quantized
+from runner.graph.precisions import LowPrecision, is_quantized
 from runner.graph.summaries import TensorSummary, summarize
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.tensors import nan_as_inf, weight_peaks
@@ -99,7 +99,7 @@ def introduced_ranking(
     model: onnx.ModelProto,
     layers: Sequence[int],
     samples: Sequence[Mapping[str, np.ndarray]],
-    low: str,
+    low: LowPrecision,
     backend: Optional[Backend] = None,
     target: Optional[onnx.ModelProto] = None,
     lanes: JobLanes = HERE,

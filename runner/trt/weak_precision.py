@@ -14,11 +14,12 @@ from typing import Iterable
 import tensorrt as trt
 
 from runner.errors import ConfigError, ModelError
+from runner.graph.precisions import FLOAT16, LowPrecision
 
 log = logging.getLogger(__name__)
 
 
-def build_weakly_typed(onnx_bytes: bytes, kept: Iterable[str], low: str = "float16") -> bytes:
+def build_weakly_typed(onnx_bytes: bytes, kept: Iterable[str], low: LowPrecision = FLOAT16) -> bytes:
     """Build an engine with every layer in ``low`` except those from the kept ONNX nodes.
 
     A TensorRT layer belongs to a kept node when its name is the node's name or starts with
@@ -50,7 +51,7 @@ def build_weakly_typed(onnx_bytes: bytes, kept: Iterable[str], low: str = "float
             f"{parser.get_error(0).desc() if parser.num_errors else 'unknown error'}"
         )
     config = builder.create_builder_config()
-    config.set_flag(trt.BuilderFlag.BF16 if low == "bfloat16" else trt.BuilderFlag.FP16)
+    config.set_flag(trt.BuilderFlag.BF16 if str(low) == "bfloat16" else trt.BuilderFlag.FP16)
     config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
     names = set(kept)
     marked = 0
