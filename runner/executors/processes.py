@@ -23,126 +23,23 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import multiprocessing
-import os
 import threading
 import time
-import uuid
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, first_line
 from runner.executors.base import Executor, Jobs, run_on_threads, shipped
-from runner.executors.slot import Slot, set_current, visible_gpu
+from runner.executors.slot import Slot, visible_gpu
+from runner.executors.worker import Held, Worker
 
 log = logging.getLogger(__name__)
 
 #: seconds a check or job run here must take (after the first) for ``start="lazy"`` to start the workers
 DEAR_S = 1.0
-#: how often (seconds) a worker looks whether the runner is still its parent, and the runner at the workers
+#: how often (seconds) a lane of ``spread`` looks whether its worker is ready
 WATCH_S = 0.05
-
-_HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
-
-
-def _begin(env: Dict[str, str], parent: int) -> None:
-    """A worker's initializer: pin its GPU before anything touches CUDA, and end the process when the
-    runner ``parent`` is gone (a watch thread: even after ``kill -9``)."""
-    os.environ.update(env)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="runner-watch", daemon=True).start()
-
-
-def _warm() -> None:
-    """A worker's first task: import what a check needs and, pinned to a GPU with the CUDA provider
-    there, make its CUDA context with a one-Conv session (the second or so a new process pays once)."""
-    import onnxruntime as ort
-
-    import runner.checkers.compare  # noqa: F401
-
-    if os.environ.get("CUDA_VISIBLE_DEVICES") and "CUDAExecutionProvider" in ort.get_available_providers():
-        import numpy as np
-
-        session = ort.InferenceSession(warm_model().SerializeToString(), providers=["CUDAExecutionProvider"])
-        session.run(None, {"x": np.zeros((1, 1, 4, 4), np.float32)})
-
-
-def warm_model() -> Any:
-    """The one-Conv model ``_warm`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6 loads
-    (``make_model`` writes the installed onnx's IR version: onnx 1.20's 14, which ONNX Runtime 1.31 refuses)."""
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
-
-
-def _hold(key: str, obj: Any) -> None:
-    _HELD[key] = obj
-
-
-def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot] = None) -> Any:
-    """A task in a worker: ``fn(*args)`` with each ``Held`` replaced by what it names, ``slot`` current."""
-    set_current(slot)
-    try:
-        return fn(*(_HELD[a.key] if isinstance(a, Held) else a for a in args))
-    finally:
-        set_current(None)
-
-
-class Held:
-    """An object every task uses (the checker, the ranking's backend): sent to each worker once."""
-
-    def __init__(self, obj: Any):
-        self.obj, self.key = obj, uuid.uuid4().hex
-
-    def __reduce__(self) -> Any:  # to a worker only its key travels
-        return (_key, (self.key,))
-
-
-def _key(key: str) -> Held:
-    held = Held.__new__(Held)
-    held.obj, held.key = None, key
-    return held
-
-
-class Worker:
-    """One worker process (a spawned ``ProcessPoolExecutor`` of one process) and what it holds.
-
-    Args:
-        env: its environment additions (``CUDA_VISIBLE_DEVICES``).
-    """
-
-    def __init__(self, env: Dict[str, str]):
-        context = multiprocessing.get_context("spawn")
-        self.pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=context, initializer=_begin, initargs=(env, os.getpid())
-        )
-        #: done once the process has started and warmed (``_warm``)
-        self.ready = self.pool.submit(_warm)
-        self._held: set = set()
-
-    def call(self, fn: Callable[..., Any], args: Sequence[Any], slot: Optional[Slot] = None) -> Any:
-        """``fn(*args)`` in the worker, after its queued tasks; a ``Held`` is sent the first time only."""
-        for held in (a for a in args if isinstance(a, Held) and a.key not in self._held):
-            self.pool.submit(_hold, held.key, held.obj)
-            self._held.add(held.key)
-        return self.pool.submit(_call, fn, tuple(args), slot)
-
-    def kill(self) -> None:
-        """End the process now, whatever it runs."""
-        for process in list(getattr(self.pool, "_processes", {}).values()):
-            with contextlib.suppress(Exception):
-                process.kill()
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class ProcessExecutor(Executor):

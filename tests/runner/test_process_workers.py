@@ -19,8 +19,9 @@ import onnx
 import pytest
 
 from runner.errors import ConfigError
-from runner.executors.processes import ProcessExecutor, warm_model
+from runner.executors.processes import ProcessExecutor
 from runner.executors.slot import visible_gpu
+from runner.executors.worker import warm_model
 from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
 from tests.helpers.graphs import GRAPHS
 
