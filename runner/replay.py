@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ArtifactError, CheckError, ConfigError, first_line
@@ -235,7 +235,12 @@ class Replay:
             units = entry.get("units")
             if isinstance(units, list):
                 self.ledger.add(
-                    entry["key"], units, entry["passed"], entry.get("iteration", 0), entry.get("label", ""), True
+                    entry["key"],
+                    expand_units(units),
+                    entry["passed"],
+                    entry.get("iteration", 0),
+                    entry.get("label", ""),
+                    True,
                 )
         problem = self.ledger.first_contradiction()
         if problem is not None and not self.force:
@@ -268,7 +273,7 @@ class Replay:
                 "details": verdict.recorded_details(),
                 "reused": reused,
                 "error": verdict.error,
-                **({"units": sorted(candidate.units)} if candidate.units is not None else {}),
+                **({"units": compact_units(candidate.units)} if candidate.units is not None else {}),
             }
         )
         self.flush()
@@ -279,6 +284,47 @@ class Replay:
                     f"this run's check contradicts the loaded replay: {problem}; with a monotone check that cannot "
                     "be: the replay was edited or the check is not deterministic: drop replay.load and run again"
                 )
+
+
+def compact_units(units: Iterable[int]) -> List[Any]:
+    """A unit set as ``replay.json`` holds it: sorted, each run of consecutive units as ``[first, last]``
+    and a lone unit as itself, e.g. ``{0, 2, 3, 4, 9}`` -> ``[0, [2, 4], 9]``. A candidate of a 100,000-node
+    chain is a few runs: written as every index, each flush of the replay re-encoded millions of
+    numbers (0.4 s a write, two writes a check).
+
+    Args:
+        units: node (or unit) indices, in any order.
+
+    Returns:
+        The compact list, JSON-able; ``expand_units`` gives the indices back.
+    """
+    out: List[Any] = []
+    for u in sorted(set(units)):
+        last = out[-1] if out else None
+        if isinstance(last, list) and last[1] == u - 1:
+            last[1] = u
+        elif isinstance(last, int) and last == u - 1:
+            out[-1] = [last, u]
+        else:
+            out.append(u)
+    return out
+
+
+def expand_units(units: List[Any]) -> List[int]:
+    """The indices of a ``compact_units`` list (a plain list of indices, as older replays hold, is itself).
+
+    Raises:
+        ValueError: an element that is neither an index nor a ``[first, last]`` pair.
+    """
+    out: List[int] = []
+    for u in units:
+        if isinstance(u, list) and len(u) == 2:
+            out.extend(range(int(u[0]), int(u[1]) + 1))
+        elif isinstance(u, int) and not isinstance(u, bool):
+            out.append(u)
+        else:
+            raise ValueError(f"not a unit or a [first, last] run: {u!r}")
+    return out
 
 
 #: field -> (accepted types, description); missing optional fields are allowed
@@ -305,6 +351,11 @@ def _entry_problem(entry: Any) -> str:
         value = entry[name]
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool) and name == "returncode"):
             return f"has {name}={json.dumps(value)[:40]}, which is not {words}"
+    if "units" in entry:
+        try:
+            expand_units(entry["units"] if isinstance(entry["units"], list) else [entry["units"]])
+        except (ValueError, TypeError):
+            return f"has units={json.dumps(entry['units'])[:40]}, which is not a list of units and [first, last] runs"
     return ""
 
 

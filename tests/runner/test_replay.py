@@ -110,3 +110,15 @@ def test_a_verdicts_typed_facts_keep_the_replays_format():
     back = Verdict.from_record(recorded, passed=False, reason="r")
     assert back == verdict and back.details == {"sample": 2} and back.output_tail == ""
     assert Verdict(True).recorded_details() == {}
+
+
+def test_unit_sets_are_written_as_runs_and_read_back():
+    """A chain's candidate is a few runs of consecutive nodes: the replay holds the runs, not every index."""
+    from runner.replay import compact_units, expand_units
+
+    assert compact_units({9, 0, 2, 3, 4, 6, 7}) == [0, [2, 4], [6, 7], 9]
+    assert compact_units(range(50_000)) == [[0, 49_999]] and compact_units([]) == []
+    assert expand_units([0, [2, 4], [6, 7], 9]) == [0, 2, 3, 4, 6, 7, 9]
+    assert expand_units([5, 1, 3]) == [5, 1, 3], "a plain list (older replays) is itself"
+    with pytest.raises(ValueError, match="not a unit"):
+        expand_units([[1, 2, 3]])
