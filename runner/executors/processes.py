@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError, ConfigError, first_line
@@ -97,6 +97,8 @@ class ProcessExecutor(Executor):
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         self._handed_over = False
+        self._abandoned: Set[Any] = set()  # worker checks cancelled while running (``cancel``)
+        self._here_futures: Set[Any] = set()  # checks running in this process's threads
         #: when the workers were started (``time.monotonic()``), None while they are not
         self.launched_at: Optional[float] = None
         self._ready_at: Optional[float] = None
@@ -206,6 +208,8 @@ class ProcessExecutor(Executor):
         self.local_checks += 1
         here = tuple(a.obj if isinstance(a, Held) else a for a in args)
         future = self._pool.submit(fn, *here)
+        self._here_futures.add(future)
+        future.add_done_callback(self._here_futures.discard)
         future.add_done_callback(self._timed_check)
         if self._warming is None and self._repeatable and self.launched_at is not None and self.ready():
             self._warming = [
@@ -226,12 +230,31 @@ class ProcessExecutor(Executor):
         gpu = self.gpus[worker] if self.gpus else None
         return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
 
+    def cancel(self, future: Any) -> None:
+        """Drop a check: one not started is never run; one running in a worker is abandoned (it ends
+        there unseen, as a cancelled Dask task does, and the worker's next task waits for it): the round,
+        or a stopping run, does not wait for it."""
+        if not future.cancel() and not future.done() and future not in self._here_futures:
+            self._abandoned.add(future)
+
+    def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
+        """As ``Executor.wait``; an abandoned check counts as ended."""
+        pending = set(futures)
+        gone = pending & self._abandoned
+        if gone:
+            return gone, pending - gone
+        return super().wait(pending, timeout_s)
+
     def result(self, future: Any, iteration: int) -> Verdict:
         """As ``Executor.result``.
 
         Raises:
+            concurrent.futures.CancelledError: the check was abandoned (``cancel``).
             CheckError: the check's worker process died (a crash in the backend, or killed).
         """
+        if future in self._abandoned:
+            self._abandoned.discard(future)
+            raise concurrent.futures.CancelledError()
         try:
             verdict: Verdict = future.result()
         except BrokenProcessPool:
