@@ -3,8 +3,8 @@
 ``assemble`` locks the run directory, checks the keys set for the mode, plans every path the run
 writes, opens the replay with the run's identity, and builds the context, executor, checker,
 strategy and lifecycle; ``execute`` runs the lifecycle and has the strategy write its answer. A
-report mode (its strategy has ``needs_checker = False``: layerwise, diff_tactics) takes the short
-path: no lifecycle, only the strategy's ``finish``.
+report mode (a ``strategies.base.Report``: layerwise, diff_tactics) takes the short path: no
+lifecycle, only its ``finish``.
 Both fill one ``RunState`` as they go, so ``runner.app.run`` can report on a run that stopped at
 any step, and register what must be released on two exit stacks: ``resources`` (the fatal-signal
 log, the executor, the checker), closed before the summary is written, and ``holds`` (the output
@@ -41,7 +41,7 @@ from runner.progress import Progress
 from runner.replay import Replay
 from runner.rundir import lock_run_dir, refuse_finished, release_run_dir
 from statemachine.lifecycle import Lifecycle
-from strategies.base import Strategy
+from strategies.base import Report, Strategy
 
 
 @dataclass
@@ -67,7 +67,7 @@ class RunState:
     replay: Optional[Replay] = None
     executor: Optional[Executor] = None
     checker: Optional[Checker] = None
-    strategy: Optional[Strategy] = None
+    strategy: Optional[Strategy | Report] = None
     lifecycle: Optional[Lifecycle] = None
 
 
@@ -193,13 +193,13 @@ def _check_worker_paths(executor: Executor, artifact_paths: List[str]) -> None:
         )
 
 
-def _build_strategy(cfg: DictConfig, ctx: RunContext, checker: Optional[Checker] = None) -> Strategy:
+def _build_strategy(cfg: DictConfig, ctx: RunContext, checker: Optional[Checker] = None) -> Strategy | Report:
     """Call the mode's ``create`` (``cfg.mode._target_``) with the context, its keys whole
     (``keys_of``), the checker and, for modes with a marker, the marker factory."""
     keys = keys_of(cfg.mode.name, cfg)
     marker = instantiate(cfg.marker, _partial_=True) if mode_uses(cfg.mode.name, "marker") else None
     try:
-        strategy: Strategy = get_method(cfg.mode._target_)(ctx, keys, checker=checker, marker=marker)
+        strategy: Strategy | Report = get_method(cfg.mode._target_)(ctx, keys, checker=checker, marker=marker)
     except Exception as e:
         _raise_cause(e)
     return strategy
@@ -277,18 +277,17 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     if cfg.mode.get("takes_checker"):
         _adopt_checker(state, resources)
     state.strategy = strategy = _build_strategy(cfg, ctx, state.checker)
-    if strategy.needs_checker:
-        checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
-        checker.output_dir = directory / "checks"
-        checker.bind(ctx)
-    if not strategy.needs_checker:
-        return  # a report (layerwise, diff_tactics): no candidates, no lifecycle; execute() runs its finish()
+    if isinstance(strategy, Report):
+        return  # layerwise, diff_tactics: no candidates, no lifecycle; execute() runs its finish()
+    checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
+    checker.output_dir = directory / "checks"
+    checker.bind(ctx)
     monotone = getattr(strategy, "hit_on_pass", None)  # the ONNX searches (reduce, precision) rely on it
     if monotone is not None and state.replay is not None:
         state.replay.watch(bool(monotone))
     iter_artifact = Path(cfg.artifacts.iter_artifact or directory / f"iter_artifact{strategy.artifact_suffix}")
     paths = list(cfg.artifacts.paths) + [str(p) for p in strategy.artifacts()]
-    if state.executor is not None and strategy.needs_checker:
+    if state.executor is not None:
         _check_worker_paths(state.executor, paths)
     sorter = ArtifactSorter(paths, Path(cfg.artifacts.dir), cfg.artifacts.keep_intermediate)
     progress = Progress(cfg.mode.name, enabled=not cfg.verbose and console.progress_bar())
@@ -314,10 +313,11 @@ def execute(state: RunState) -> None:
     """
     lifecycle, strategy, replay = state.lifecycle, state.strategy, state.replay
     assert strategy is not None and replay is not None, "assemble() first"
-    if lifecycle is None:  # a report: its answer is all in finish()
+    if isinstance(strategy, Report):  # its answer is all in finish()
         strategy.finish()
         state.summary.update(strategy.result())
         return
+    assert lifecycle is not None, "assemble() builds a lifecycle for every search"
     try:
         lifecycle.run()
     finally:

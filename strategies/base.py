@@ -19,9 +19,6 @@ class Strategy(abc.ABC):
     #: file suffix of the iteration artifact, e.g. ".onnx" or ".engine"
     artifact_suffix: str = ".onnx"
 
-    #: False for modes that check nothing (a report such as diff_tactics): no checker is built
-    needs_checker: bool = True
-
     #: True for searches whose answer means something only if some check passed: a run where no
     #: check passed ends with status "check never passed" instead of an answer
     needs_pass: bool = False
@@ -104,3 +101,21 @@ class RoundStrategy(Strategy):
     def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
         """The verdict of the candidate ``next_candidate`` returned last: a round of one."""
         self.take_round([candidate], [verdict])
+
+
+class Report(abc.ABC):
+    """A mode that checks no candidate (layerwise, diff_tactics): the run builds no lifecycle and no
+    checker of its own (a report that compares is given the compare checker to read its settings),
+    calls ``finish`` once and puts ``result`` in ``summary.json``. Subclasses live in ``strategies/<mode>.py``."""
+
+    @abc.abstractmethod
+    def finish(self) -> None:
+        """Compute the report and write its files.
+
+        Raises:
+            RunnerError: the report cannot be made (a bad model, inputs or options).
+        """
+
+    @abc.abstractmethod
+    def result(self) -> Dict[str, Any]:
+        """The report's fields for ``summary.json``; called once, after ``finish``."""

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from runner.candidates import Candidate, Verdict
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.tactic_records import RecordError, load_record
-from strategies.base import Strategy
+from strategies.base import Report
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +91,7 @@ def potentially_bad(good: Records, bad: Records) -> Dict[str, List[Dict[str, Any
     return dict(sorted(report.items(), key=lambda kv: -kv[1][0]["bad_records"]))
 
 
-class DiffTacticsStrategy(Strategy):
+class DiffTacticsStrategy(Report):
     """A report, not a search: no candidates, no checks.
 
     Args:
@@ -101,8 +100,6 @@ class DiffTacticsStrategy(Strategy):
     Raises:
         ConfigError: neither ``dir`` nor both ``good`` and ``bad`` given.
     """
-
-    needs_checker = False
 
     def __init__(self, good: Sequence[str], bad: Sequence[str], implied: Sequence[str] = ()):
         self.good_sources, self.bad_sources = list(good), list(bad)
@@ -138,13 +135,6 @@ class DiffTacticsStrategy(Strategy):
                 "mode=diff_tactics needs dir=DIR (with good/ and bad/ inside) or both good=[...] and bad=[...]"
             )
         return cls(good, bad, implied)
-
-    def next_candidate(self) -> Optional[Candidate]:
-        """None: there is nothing to check."""
-        return None
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Never called."""
 
     def finish(self) -> None:
         """Load both sides and compute the report.

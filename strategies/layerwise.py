@@ -26,7 +26,6 @@ import onnx
 
 from runner import console, malloc
 from runner.backends.base import make_backend, onnxruntime_options
-from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, QuantKeys, ScopeKeys
@@ -46,7 +45,7 @@ from runner.layerwise.quant_report import pair_summary, write_pairs_csv
 from runner.layerwise.ranking import lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
-from strategies.base import Strategy
+from strategies.base import Report
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class LayerwiseKeys(DataKeys, QuantKeys, ScopeKeys):
 KEYS = LayerwiseKeys
 
 
-class LayerwiseStrategy(Strategy):
+class LayerwiseStrategy(Report):
     """Per-node accumulated and introduced error of a target against a reference.
 
     Args:
@@ -85,8 +84,6 @@ class LayerwiseStrategy(Strategy):
         quant: int8's calibration and quantization options (``checker.low_precision=int8``).
         scope: which nodes get rows (``include_*``/``exclude_*``, ``runner.graph.scope``).
     """
-
-    needs_checker = False
 
     def __init__(
         self,
@@ -137,13 +134,6 @@ class LayerwiseStrategy(Strategy):
             raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
         quant, scope = QuantOptions.from_keys(keys), Scope.from_keys(keys)
         return cls(ctx, checker, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
-
-    def next_candidate(self) -> Optional[Candidate]:
-        """None: a report checks no candidates."""
-        return None
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
-        """Never called."""
 
     def _models(self) -> Tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
         """(reference; the target as given, nodes named; the target as the backend runs it)."""

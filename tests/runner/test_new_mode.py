@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from runner.candidates import Candidate, Verdict
 from runner.context import RunContext
-from strategies.base import Strategy
+from strategies.base import Report
 
 
 @dataclass
@@ -36,9 +35,7 @@ class CountOpsKeys:
 KEYS = CountOpsKeys
 
 
-class CountOps(Strategy):
-    needs_checker = False
-
+class CountOps(Report):
     def __init__(self, count: int, op: str):
         self.count, self.op = count, op
 
@@ -46,10 +43,7 @@ class CountOps(Strategy):
     def create(cls, ctx: RunContext, keys: CountOpsKeys, *, checker: Any = None, marker: Any = None) -> "CountOps":
         return cls(sum(n.op_type == keys.op for n in ctx.model.graph.node), keys.op)
 
-    def next_candidate(self) -> Optional[Candidate]:
-        return None
-
-    def take_verdict(self, candidate: Candidate, verdict: Verdict) -> None:
+    def finish(self) -> None:
         pass
 
     def result(self) -> Dict[str, Any]:
