@@ -363,12 +363,7 @@ def counters(state: RunState) -> None:
         )
         if lifecycle.cancelled:
             state.summary["cancelled"] = lifecycle.cancelled
-        local_checks = getattr(lifecycle.executor, "local_checks", None)  # executor=processes: run here at the start
-        if local_checks is not None and getattr(lifecycle.executor, "local_start", False):
-            state.summary["local_checks"] = local_checks
-        if hasattr(lifecycle.executor, "launched_at"):  # executor=processes: when its workers started, if they did
-            launched = lifecycle.executor.launched_at
-            state.summary["workers_started_s"] = None if launched is None else round(launched - state.started, 3)
+        state.summary.update(lifecycle.executor.facts(state.started))
         if lifecycle.reused_foreign:
             state.summary["reused_from_other_identity"] = lifecycle.reused_foreign
     state.summary["wall_s"] = round(time.monotonic() - state.started, 3)

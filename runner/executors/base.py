@@ -289,6 +289,14 @@ class Executor(abc.ABC):
         """
         return spread_here(fn, shared, jobs)
 
+    def facts(self, started: float) -> Dict[str, Any]:
+        """This executor's own fields for ``summary.json`` (none here).
+
+        Args:
+            started: the run's start, ``time.monotonic()`` seconds.
+        """
+        return {}
+
     def close(self) -> None:
         """Release threads or the cluster connection."""
 

@@ -323,6 +323,12 @@ class ProcessExecutor(Executor):
         )
         return [results[i] for i in range(source.taken)]
 
+    def facts(self, started: float) -> Dict[str, Any]:
+        """``local_checks`` (checks run here while the workers started; with ``local_start``) and
+        ``workers_started_s`` (seconds from ``started`` to the workers' start, null when they never did)."""
+        launched = None if self.launched_at is None else round(self.launched_at - started, 3)
+        return {**({"local_checks": self.local_checks} if self.local_start else {}), "workers_started_s": launched}
+
     def close(self) -> None:
         """Stop every worker process (killed if a check still runs), after the threads of the checks run here."""
         if self._pool is not None:
