@@ -30,6 +30,10 @@ class Checker(abc.ABC):
     #: several checks may run at once (``executor.workers`` > 1); False for a checker that asks a person
     concurrent = True
 
+    #: the check runs in the process that calls ``check``; False for a checker that runs a program
+    #: (``executor=processes`` is for in-process checks: a program is its own process already)
+    in_process = True
+
     #: checking a candidate again does nothing but give its verdict again (no file written, nothing run
     #: that a user sees), so ``executor=processes`` may check one twice to warm a worker process
     repeatable = False

@@ -62,6 +62,8 @@ class CommandChecker(Checker):
         CheckStartError: the command's program is not found or not executable.
     """
 
+    in_process = False
+
     def __init__(
         self,
         cmd: str,

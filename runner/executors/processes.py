@@ -182,7 +182,16 @@ class ProcessExecutor(Executor):
         return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
 
     def share(self, obj: Any) -> Held:
-        """``obj`` (the checker) as checks receive it: sent to each worker once."""
+        """``obj`` (the checker) as checks receive it: sent to each worker once.
+
+        Raises:
+            ConfigError: a checker that runs a program (``in_process`` false): a worker could not stop it.
+        """
+        if not getattr(obj, "in_process", True):
+            raise ConfigError(
+                "executor=processes runs in-process checks (checker=compare or checker=python); a check command is "
+                "its own process already: use executor=local executor.workers=N (or executor.gpus=[...])"
+            )
         self._repeatable = bool(getattr(obj, "repeatable", False))
         return Held(obj)
 

@@ -364,3 +364,10 @@ def test_a_check_that_kills_its_worker_stops_the_run_without_a_verdict(run, chai
     assert re.search(r"iteration [12]: the check's worker process died", r.stderr), r.stderr[-2000:]
     replay = r.run_dir / "replay.json"
     assert not replay.exists() or not json.loads(replay.read_text())["iterations"]
+
+
+def test_a_check_command_is_refused_with_the_executor_that_runs_it(run, chain):
+    """A check command is its own process: worker processes add nothing and could not stop it when its round no
+    longer needs it; the run says so in one line before any check."""
+    r = run("mode=reduce", f"model={chain}", "checker.cmd=true", "executor=processes", "executor.workers=2")
+    assert r.returncode == 2 and "use executor=local" in r.stderr and r.summary["checks"] == 0
