@@ -20,61 +20,24 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.detections import DetectionRule
 from runner.checkers.detections import judge as judge_detections
+from runner.checkers.golden_casts import through_casts
+from runner.checkers.lowering import as_run, lowered
 from runner.checkers.noise import NoiseFloor
-from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, unknown_names
+from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, describe, unknown_names
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.graph.activations import marked, run_all_tensors, run_tensors
-from runner.graph.convert import has_low_precision, to_low_precision
+from runner.graph.convert import has_low_precision
 from runner.graph.decisions import Decision, data_dependent_outputs
-from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
 from runner.graph.qdq import has_qdq
-from runner.graph.validate import converted
 from runner.samples import check_golden, save_golden_samples
 
 log = logging.getLogger(__name__)
-
-
-def _through_casts(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """Give each side of a Cast with no recorded value the other side's value.
-
-    Golden values from an fp32 model lack the tensors an fp16 conversion inserted, which are
-    all around Casts: an input Cast's output (``x_cast_to_relu``) and, for graph outputs, the
-    renamed producer output that a Cast turns back into the output (``sum_cast_to_y`` -> ``y``).
-    A float-to-float Cast's reference value on either side is the same number (Casts to
-    integer or bool types are left alone: they change the value).
-    """
-    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-    casts = [
-        n
-        for n in model.graph.node
-        if n.op_type == "Cast"
-        and any(a.name == "to" and a.i in floats for a in n.attribute)
-        and (n.input[0] not in values or np.asarray(values[n.input[0]]).dtype.kind == "f")
-    ]
-    changed = True
-    while changed:
-        changed = False
-        for node in casts:
-            src, dst = node.input[0], node.output[0]
-            if dst not in values and src in values:
-                values[dst], changed = values[src], True
-            elif src not in values and dst in values:
-                values[src], changed = values[dst], True
-    return values
-
-
-def _describe(name: str, st: Dict[str, Any]) -> str:
-    """One output's errors for the log: max abs and rel, rel L2, cosine, mismatches, NaN/Inf."""
-    return (
-        f"{name}: max abs err {st['max_abs']:.3g}, max rel err {st['max_rel']:.3g}, rel L2 {st['rel_l2']:.3g}, "
-        f"cosine {st['cosine']:.6f}, mismatched {100 * st['mismatch_fraction']:.2f}%, NaN {st['nan']}, Inf {st['inf']}"
-    )
 
 
 class CompareChecker(Checker):
@@ -227,7 +190,7 @@ class CompareChecker(Checker):
             golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
         else:
             check_golden(model, golden, samples, ctx.golden, bool(ctx.inputs or ctx.data_loader))
-        self.samples = [_through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
+        self.samples = [through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
         if len(self.samples) > 1:
             log.info("Each candidate is checked on %d input samples; it passes only if every one does", len(samples))
         if ctx.save_golden:
@@ -334,10 +297,10 @@ class CompareChecker(Checker):
                     where,
                     len(stats) - failing,
                     len(stats),
-                    _describe(worst, stats[worst]),
+                    describe(worst, stats[worst]),
                 )
             for name, st in stats.items():
-                log.debug("%s: %s", where, _describe(name, st))
+                log.debug("%s: %s", where, describe(name, st))
             if not passed:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
@@ -393,13 +356,7 @@ class CompareChecker(Checker):
         Raises:
             InvalidCandidateError: the conversion failed (the tool's defect).
         """
-        if self.low is None or is_quantized(self.low) or has_low_precision(model) or has_qdq(model):
-            return None
-        low = self.low
-        lowered = converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of the answer")
-        if isinstance(self.backend, EmulationBackend):
-            return emulate_low_precision(lowered)[0], f"{low}_emulated"
-        return lowered, low.name
+        return as_run(model, self.low, isinstance(self.backend, EmulationBackend))
 
     def _judges_noise(self, model: onnx.ModelProto, candidate: Candidate) -> bool:
         """Whether a failing candidate is judged against the noise floor: fp32 on ONNX Runtime."""
@@ -414,12 +371,7 @@ class CompareChecker(Checker):
             InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
         """
         assert self.low is not None
-        if is_quantized(self.low):
-            raise ConfigError(
-                "checker.low_precision=int8 needs a calibration, which mode=layerwise and mode=precision "
-                "(low_precision=int8) compute; in this mode give QDQ models (quantize_static's output)"
-            )
-        if not self._said_converting:
+        if not self._said_converting and not is_quantized(self.low):
             self._said_converting = True
             log.info(
                 "Candidates hold no %s tensors: each is converted to %s before it runs, as TensorRT's --fp16 "
@@ -427,10 +379,7 @@ class CompareChecker(Checker):
                 self.low,
                 self.low,
             )
-        low = self.low
-        return converted(
-            model, lambda: to_low_precision(model, low), f"the {low} conversion of iteration {iteration}'s candidate"
-        )
+        return lowered(model, self.low, f"iteration {iteration}'s candidate")
 
     def _backend_error(self, iteration: int, message: str) -> Verdict:
         """The verdict for a candidate the backend cannot run, as ``on_error`` says.

@@ -276,3 +276,11 @@ def unknown_names(rule: Tolerances, tensors: Iterable[str]) -> List[str]:
     known = set(tensors) | {"default"}
     named = [k for t in (rule.atol, rule.rtol) if isinstance(t, Mapping) for k in t]
     return sorted({k for k in named if k not in known})
+
+
+def describe(name: str, st: Dict[str, Any]) -> str:
+    """One output's errors for the log: max abs and rel, rel L2, cosine, mismatches, NaN/Inf."""
+    return (
+        f"{name}: max abs err {st['max_abs']:.3g}, max rel err {st['max_rel']:.3g}, rel L2 {st['rel_l2']:.3g}, "
+        f"cosine {st['cosine']:.6f}, mismatched {100 * st['mismatch_fraction']:.2f}%, NaN {st['nan']}, Inf {st['inf']}"
+    )

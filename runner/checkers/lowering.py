@@ -1,0 +1,50 @@
+"""An fp32 candidate as a low-precision check runs it: converted (``checker.low_precision``), and rounded
+through Casts where the backend emulates the precision."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import onnx
+
+from runner.errors import ConfigError
+from runner.graph.convert import has_low_precision, to_low_precision
+from runner.graph.emulate import emulate_low_precision
+from runner.graph.precisions import LowPrecision, is_quantized
+from runner.graph.qdq import has_qdq
+from runner.graph.validate import converted
+
+
+def lowered(model: onnx.ModelProto, low: LowPrecision, what: str) -> onnx.ModelProto:
+    """``model`` converted to ``low`` (every float tensor and weight, graph input/output types kept),
+    validated; ``what`` names the model in errors ("iteration 3's candidate").
+
+    Raises:
+        ConfigError: ``low`` is int8, which needs a calibration only precision and layerwise compute.
+        InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
+    """
+    if is_quantized(low):
+        raise ConfigError(
+            "checker.low_precision=int8 needs a calibration, which mode=layerwise and mode=precision "
+            "(low_precision=int8) compute; in this mode give QDQ models (quantize_static's output)"
+        )
+    return converted(model, lambda: to_low_precision(model, low), f"the {low} conversion of {what}")
+
+
+def as_run(
+    model: onnx.ModelProto, low: Optional[LowPrecision], emulating: bool
+) -> Optional[Tuple[onnx.ModelProto, str]]:
+    """How a check in ``low`` runs an fp32 ``model`` when that is not as written: (the model it runs, a
+    word for the file name), the conversion rounded through Casts where the backend emulates ``low``
+    (``emulating``: any fp32 runtime reproduces it), else the conversion; None when it runs the model as
+    it is (no ``low``, int8, or a model already in a low precision or QDQ).
+
+    Raises:
+        InvalidCandidateError: the conversion failed (the tool's defect).
+    """
+    if low is None or is_quantized(low) or has_low_precision(model) or has_qdq(model):
+        return None
+    converted_model = lowered(model, low, "the answer")
+    if emulating:
+        return emulate_low_precision(converted_model)[0], f"{low}_emulated"
+    return converted_model, low.name
