@@ -12,15 +12,14 @@ from tests.test_readme import _quick_start
 
 
 @pytest.mark.slow
-def test_reduce_gives_the_cli_answer_on_the_bundled_classifier(run_cli, tmp_path):
-    """The README's quick start through the CLI and through ``api.reduce``: same nodes, same checks."""
+def test_reduce_gives_the_cli_answer_on_the_bundled_classifier(tmp_path):
+    """The README's quick start through ``api.reduce``: the answer and the checks the README gives for the CLI
+    (11 checks and the answer's own; ``tests/test_readme.py`` runs the CLI command itself)."""
     argv = _quick_start()[3:]  # after "python -m runner"
     cmd = next(a for a in argv if a.startswith("checker.cmd="))[len("checker.cmd=") :].strip('"')
     model = next(a for a in argv if a.startswith("model="))[len("model=") :]
     from tests.test_readme import ROOT
 
-    cli = run_cli(*argv, f"output={tmp_path / 'cli.onnx'}", cwd=ROOT)
-    assert cli.returncode == 0, cli.stderr[-2000:]
     result = api.reduce(
         ROOT / model,
         cmd.replace("examples/", f"{ROOT / 'examples'}/"),
@@ -29,12 +28,8 @@ def test_reduce_gives_the_cli_answer_on_the_bundled_classifier(run_cli, tmp_path
         run_dir=tmp_path / "api_run",
     )
     assert result.ok, result.summary.get("status")
-    assert (
-        result.summary["reduced_nodes"]
-        == cli.summary["reduced_nodes"]
-        == [{"name": "HardSigmoid@2", "op": "HardSigmoid"}]
-    )
-    assert result.summary["checks"] == cli.summary["checks"]
+    assert result.summary["reduced_nodes"] == [{"name": "HardSigmoid@2", "op": "HardSigmoid"}]
+    assert result.summary["checks"] == 12 and result.summary["answer_verified"]["check_passed"] is False
     assert result.run_dir == tmp_path / "api_run" and (result.run_dir / "replay.json").is_file()
 
 
