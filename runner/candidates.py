@@ -55,11 +55,22 @@ class Verdict:
         return {**self.details, **{k: v for k, v in typed.items() if v not in (None, False, "")}}
 
     @classmethod
-    def from_record(cls, details: Dict[str, Any], **fields: Any) -> Verdict:
-        """A verdict from a replay entry's ``details`` (typed facts taken out of it) and its other ``fields``."""
+    def from_record(
+        cls, details: Dict[str, Any], passed: bool, returncode: Optional[int] = None, reason: str = "", error: str = ""
+    ) -> Verdict:
+        """A verdict from a replay entry: its ``details`` (the typed facts taken out of them) and its fields."""
         rest = {k: v for k, v in details.items() if k not in cls.TYPED}
-        typed = {k: details[k] for k in cls.TYPED if k in details}
-        return cls(details=rest, **typed, **fields)
+        return cls(
+            passed,
+            returncode,
+            reason,
+            rest,
+            error,
+            crash=bool(details.get("crash", False)),
+            check_s=details.get("check_s"),
+            outputs=details.get("outputs"),
+            output_tail=str(details.get("output_tail", "")),
+        )
 
 
 @dataclass
