@@ -100,11 +100,12 @@ def bypass_round_trips(model: onnx.ModelProto) -> int:
                 node.input[i] = replace[name]
     while True:  # drop Casts nobody reads any more
         used = {i for n in g.node for i in n.input} | outputs | inner
-        dead = [n for n in g.node if n.op_type == "Cast" and n.output[0] not in used]
-        if not dead:
+        nodes = list(g.node)
+        alive = [n for n in nodes if n.op_type != "Cast" or n.output[0] in used]
+        if len(alive) == len(nodes):
             return bypassed
-        for n in dead:
-            g.node.remove(n)
+        del g.node[:]  # one rebuild: removing each dead Cast compared it with every node before it
+        g.node.extend(alive)
 
 
 def fp32_reads_in_kept_bodies(model: onnx.ModelProto, kept: FrozenSet[str]) -> int:
