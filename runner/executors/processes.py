@@ -78,7 +78,8 @@ class ProcessExecutor(Executor):
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
         if start not in ("lazy", "now"):
-            raise ConfigError(f"executor.start={start} must be lazy (once a check here is dear) or now")
+            renamed = " (auto is now lazy)" if start == "auto" else ""
+            raise ConfigError(f"executor.start={start} must be lazy (once a check here is dear) or now{renamed}")
         listed = [str(g) for g in (gpus or [])]
         pinned = [g for g in listed for _ in range(int(per_gpu))]
         if listed and workers is not None and int(workers) != len(pinned):

@@ -92,6 +92,8 @@ def test_process_executor_options_are_checked():
         ProcessExecutor(workers=3, gpus=[0, 1], per_gpu=2)
     with pytest.raises(ConfigError, match="start=later must be lazy"):
         ProcessExecutor(start="later", local_start=False)  # refused whatever local_start says
+    with pytest.raises(ConfigError, match=r"auto is now lazy"):
+        ProcessExecutor(start="auto")
 
 
 #: a runner stand-in: starts two worker processes, prints their process ids, then waits to be killed
