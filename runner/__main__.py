@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, cast
+from typing import Any, Dict, Optional, cast
 
 from runner import pipes, signals  # standard library only
 
@@ -63,6 +63,8 @@ def _hydra_main() -> int:
     from runner.config_keys import register_configs
 
     logging.raiseExceptions = False  # a log line to a closed stdout/terminal is dropped, not a traceback
+    # Hydra prints a bad override as several lines and exits 1; raised instead, cli() says it in one (exit 2)
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     register_configs()
     codes: list[int] = []  # Hydra drops the task's return value; a sweep's jobs append theirs here
 
@@ -98,6 +100,52 @@ def cli() -> int:
         # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:
+        line = composition_error(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
+def composition_error(e: BaseException) -> Optional[str]:
+    """One line for an override Hydra cannot compose (an unknown key, a value of the wrong type or not
+    among an enum's, a group option that does not exist), naming the override and the fix; None for
+    any other exception.
+
+    Args:
+        e: what composing the config (``hydra.main``) raised.
+    """
+    import itertools
+
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+
+    if not isinstance(e, HydraException):
+        return None
+    text = [line.strip() for line in str(e).splitlines() if line.strip()]
+    cause = [line.strip() for line in str(e.__cause__ or "").splitlines() if line.strip()]
+    if isinstance(e, MissingConfigException) and text:
+        lines = str(e).splitlines()
+        start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Available options")), len(lines))
+        options = list(itertools.takewhile(lambda line: line.startswith("\t"), lines[start:]))
+        where = text[0].split("Could not find ")[-1].strip("'")
+        group, _, name = where.rpartition("/")
+        known = ", ".join(o.strip() for o in options)
+        return f"{group}={name}: no such {group}" + (f"; use one of {known}" if known else "")
+    if isinstance(e, OverrideParseException):
+        where = f" in {e.override}" if getattr(e, "override", None) else ""
+        return (
+            f"cannot read the override{where}: {text[0] if text else e}; quote values with brackets, braces or "
+            "spaces for the shell, e.g. 'model_input_shapes={x:[1,3,224,224]}'"
+        )
+    first = text[0] if text else type(e).__name__
+    override = first.split("override ", 1)[1] if first.startswith("Error merging override ") else ""
+    if first.startswith("Could not override"):
+        key = first.split("'")[1] if "'" in first else first
+        return f"{key}= is not an option; see python -m runner --help for the options of each mode"
+    why = cause[0] if cause else (text[1] if len(text) > 1 else "")
+    head = override or first.rstrip(".")
+    return f"{head}: {why}; see python -m runner --help for each key's values" if why else head
 
 
 if __name__ == "__main__":
