@@ -175,8 +175,10 @@ def save_model(
             )
         elif sum(nbytes(t) for t in model.graph.initializer) >= STREAM_BYTES:
             save_streamed(model, staged)
-        else:
-            onnx.save_model(model, str(staged))
+        elif any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
+            onnx.save_model(model, str(staged))  # onnx writes what external tensors hold in memory
+        else:  # what onnx.save_model writes, without its walk of every node for external tensors
+            staged.write_bytes(model.SerializeToString())
         mode = 0o666 & ~UMASK  # as a file the user's shell makes (onnx writes external data 0600)
         for made in staging.iterdir():
             os.chmod(made, mode)
