@@ -31,13 +31,15 @@ from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
+from runner.graph.calibration import Calibration, calibrate
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
 from runner.graph.meta import TensorMeta
 from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
-from runner.graph.quantize import Calibration, QuantOptions, calibrate, make_quantizer, prepare_int8
+from runner.graph.quant_options import QuantOptions
+from runner.graph.quantize import make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow

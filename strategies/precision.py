@@ -34,11 +34,13 @@ from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, ModelError
+from runner.graph.calibration import Calibration, calibrate
 from runner.graph.convert import Converter, convert_except, float_nodes, prepare
 from runner.graph.load import fingerprint, save_model
 from runner.graph.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
 from runner.graph.qdq import quantized_nodes
-from runner.graph.quantize import Calibration, Quantizer, QuantOptions, calibrate, make_quantizer, prepare_int8
+from runner.graph.quant_options import QuantOptions
+from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes

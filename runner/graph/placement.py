@@ -16,7 +16,7 @@ ModelOpt's ``quantize_mode=int8`` place them:
   ``find_nodes_from_convs_to_exclude``, ``_MIN_MATMUL_DIM``), graph outputs.
 
 Scales are symmetric int8 (zero point 0, -127..127 as TensorRT's ``amax / 127``): an activation's
-from its calibrated range (``runner.graph.quantize.calibrate``), a weight's from its values. Each
+from its calibrated range (``runner.graph.calibration.calibrate``), a weight's from its values. Each
 weight is quantized once per run and each candidate is the graph with its Q/DQ nodes written in
 (``runner.graph.stubs``: no weight copied or converted per candidate), where ONNX Runtime's
 quantizer took a second per candidate on the 672-node detector.
@@ -79,8 +79,8 @@ class PlacedQuantizer:
 
     Args:
         model: the fp32 model (opset 13+, nodes named, Constant nodes as initializers: ``prepare_int8``).
-        calibration: the run's ranges (``runner.graph.quantize.Calibration``).
-        options: ``runner.graph.quantize.QuantOptions`` (per_channel, op_types_to_quantize).
+        calibration: the run's ranges (``runner.graph.calibration.Calibration``).
+        options: ``runner.graph.quant_options.QuantOptions`` (per_channel, op_types_to_quantize).
 
     Attributes:
         sites: ``{node name: its quantized inputs}`` when no node is kept.
