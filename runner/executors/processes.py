@@ -88,7 +88,7 @@ class ProcessExecutor(Executor):
                 f"executor=processes starts {len(pinned)} workers; drop executor.workers or set executor.per_gpu"
             )
         super().__init__(len(pinned) if listed else (workers if workers is not None else 2), pinned, lookahead)
-        self.timeout_s, self.local_start, self.start_rule = float(timeout_s), bool(local_start), start
+        self.timeout_s, self.local_start = float(timeout_s), bool(local_start)
         self._env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(g)} if g else {} for g in (pinned or [""] * self.workers)]
         self._processes: List[Worker] = []
         self._lock = threading.Lock()
