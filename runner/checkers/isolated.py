@@ -21,8 +21,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -34,6 +32,7 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import CheckError, first_line
 from runner.executors.slot import Slot
+from runner.executors.worker import end_with_parent
 
 if TYPE_CHECKING:
     from runner.context import RunContext
@@ -41,23 +40,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CHECKER: Optional[Checker] = None
-#: how often (seconds) the child looks whether the runner is still its parent
-WATCH_S = 0.5
 
 
 def _adopt(checker: bytes, parent: int) -> None:
     """The child's initializer: keep the bound checker (pickled, by value where cloudpickle is there),
-    and end this process when the runner ``parent`` is gone (even after ``kill -9``: a watch thread
-    sees the parent change)."""
+    and end this process when the runner ``parent`` is gone (``end_with_parent``: even after ``kill -9``)."""
     global _CHECKER
     _CHECKER = pickle.loads(checker)
-    threading.Thread(target=_watch, args=(parent,), name="isolated-check-watch", daemon=True).start()
-
-
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(WATCH_S)
-    os._exit(1)
+    end_with_parent(parent)
 
 
 def _pickled(checker: Checker) -> bytes:
@@ -106,7 +96,7 @@ class IsolatedChecker(Checker):
             as a failure (``details["timeout"]``), as a check command past ``checker.timeout_s`` does.
 
     The child ends with the runner: Ctrl-C, SIGTERM or SIGHUP in the runner kill it before the
-    run ends, and a runner killed outright leaves it to end itself within ``WATCH_S``.
+    run ends, and a runner killed outright leaves it to end itself within ``PARENT_WATCH_S``.
 
     Raises:
         CheckError: from ``check``, when the child cannot be started or the checker cannot be sent

@@ -168,11 +168,10 @@ class ProcessExecutor(Executor):
         worker process ``worker``, which sees only the slot's GPU (no flag: a running check ends).
 
         Raises:
-            ConfigError: see ``_ready``.
+            ConfigError: see ``ready``.
         """
-        gpu = self.gpus[worker] if self.gpus else None
         if self.starting():
-            slot = Slot(worker, gpu, threading.Event(), self.poll_s)
+            slot = Slot(worker, self.gpus[worker] if self.gpus else None, threading.Event(), self.poll_s)
             self._here.add(id(slot))
             return slot
         if self.local_checks and not self._handed_over:
@@ -180,7 +179,7 @@ class ProcessExecutor(Executor):
             log.info(
                 "The workers are ready: iteration %d and later run there (%d ran here)", iteration, self.local_checks
             )
-        return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
+        return self._pinned(worker)
 
     def share(self, obj: Any) -> Held:
         """``obj`` (the checker) as checks receive it: sent to each worker once.
@@ -237,6 +236,7 @@ class ProcessExecutor(Executor):
             self._took_here(future.result().check_s or 0.0)
 
     def _pinned(self, worker: int) -> Slot:
+        """Worker ``worker``'s slot in its process, which sees only the slot's GPU (no cancel flag)."""
         gpu = self.gpus[worker] if self.gpus else None
         return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
 

@@ -25,10 +25,9 @@ PARENT_WATCH_S = 0.5
 _HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
 
 
-def _begin(env: Dict[str, str], parent: int) -> None:
-    """A worker's initializer: pin its GPU before anything touches CUDA, and end the process when the
-    runner ``parent`` is gone (a watch thread: even after ``kill -9``)."""
-    os.environ.update(env)
+def end_with_parent(parent: int) -> None:
+    """In a child process: end it (exit code 1) once the runner ``parent`` is gone, even after ``kill -9``;
+    a daemon thread looks every ``PARENT_WATCH_S`` seconds whether its parent changed."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -36,6 +35,12 @@ def _begin(env: Dict[str, str], parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="runner-watch", daemon=True).start()
+
+
+def _begin(env: Dict[str, str], parent: int) -> None:
+    """A worker's initializer: pin its GPU before anything touches CUDA, and end with the runner ``parent``."""
+    os.environ.update(env)
+    end_with_parent(parent)
 
 
 def _warm() -> None:

@@ -98,4 +98,6 @@ def emulated_by(backend: str) -> Optional[LowPrecision]:
 
 def is_quantized(precision: Union[str, LowPrecision, None]) -> bool:
     """Whether ``precision`` (or the precision of that name) is int8 QDQ (quantized, not cast); False for None."""
-    return precision is not None and str(precision) == INT8.name
+    if isinstance(precision, LowPrecision):
+        return precision.quantized
+    return precision == INT8.name
