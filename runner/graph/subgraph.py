@@ -19,6 +19,7 @@ from runner.errors import ModelError, ShapeError
 from runner.graph.constants import constants_to_initializers
 from runner.graph.load import fingerprint, is_large
 from runner.graph.meta import TensorMeta
+from runner.graph.parts_exporter import PartsExporter
 from runner.graph.sessions import loads_on_cpu
 
 log = logging.getLogger(__name__)
@@ -135,12 +136,9 @@ class GraphIndex:
         #: name -> gs.Tensor of the whole graph, made once (extraction reads it for every candidate)
         self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
         self._last_boundary: Optional[Tuple[FrozenSet[int], Tuple[List[int], List[str], List[str]]]] = None
-        #: what ``graph_proto`` exports once: node protos by index, value infos by tensor name, and the
-        #: model's own initializers by name (gs holds their values; the model's protos are the same tensors)
-        self._protos: Dict[int, onnx.NodeProto] = {}
         self._becomes_initializer: Optional[List[bool]] = None
-        self._value_infos: Dict[str, onnx.ValueInfoProto] = {}
-        self._initializers: Dict[str, onnx.TensorProto] = {t.name: t for t in model.graph.initializer}
+        #: writes a candidate's graph from the parts of this one, each exported once
+        self.exporter = PartsExporter(model, self.graph, self.nodes, self.tensor_map)
 
     def _constant_nodes(self, fold: bool) -> List[bool]:
         """Per node: a Constant node, or (``fold``) a node without bodies whose inputs all come from
@@ -326,7 +324,7 @@ class GraphIndex:
                 t = tensors[name]
                 saved[name] = (t.dtype, t.shape)
                 t.dtype, t.shape = m[0], list(m[1])
-            out = onnx.helper.make_model(self.graph_proto(order, inputs, outputs))
+            out = onnx.helper.make_model(self.exporter.graph_proto(order, inputs, outputs))
         finally:
             for name, (dtype, shape) in saved.items():
                 tensors[name].dtype, tensors[name].shape = dtype, shape
@@ -334,69 +332,6 @@ class GraphIndex:
         if self.folded_boundary:
             _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
         return out if self.keep_constant_nodes else constants_to_initializers(out, in_place=True)
-
-    def graph_proto(self, order: List[int], inputs: List[str], outputs: List[str]) -> onnx.GraphProto:
-        """The graph of nodes ``order`` with graph ``inputs`` and ``outputs``, as onnx-graphsurgeon's
-        ``export_graph`` writes it for that subgraph (nodes, initializers, value_info of every other
-        typed tensor), from parts exported once: each node's ``NodeProto`` (under 64 KB), each
-        initializer as the model holds it and each tensor's ``ValueInfoProto``. At 100,000 nodes
-        the export took 0.36 s a candidate, most of it exporting the same nodes again.
-        """
-        if self.model.graph.sparse_initializer:  # rare: graphsurgeon's own export handles them
-            sub = gs.Graph(
-                nodes=[self.nodes[i] for i in order],
-                inputs=[self.tensor_map[n] for n in inputs],
-                outputs=[self.tensor_map[n] for n in outputs],
-                name=self.graph.name,
-                doc_string=self.graph.doc_string,
-            )
-            return gs.exporters.onnx_exporter.OnnxExporter.export_graph(sub, do_type_check=False)
-        tensors: Dict[str, gs.Tensor] = {}
-        for name in inputs:
-            tensors[name] = self.tensor_map[name]
-        for i in order:
-            for t in self.nodes[i].inputs + self.nodes[i].outputs:
-                if not t.is_empty():
-                    tensors[t.name] = t
-        for name in outputs:
-            tensors[name] = self.tensor_map[name]
-        io = set(inputs) | set(outputs)
-        initializers, value_info = [], []
-        for name, t in tensors.items():
-            if isinstance(t, gs.Constant):
-                initializers.append(
-                    self._initializers.get(name) or gs.exporters.onnx_exporter.OnnxExporter.export_tensor_proto(t)
-                )
-            elif name not in io and (t.dtype is not None or t.shape is not None):
-                value_info.append(self._value_info(t))
-        exporter = gs.exporters.onnx_exporter.OnnxExporter
-        return onnx.helper.make_graph(
-            nodes=[self._node_proto(i) for i in order],
-            name=self.graph.name,
-            inputs=[exporter.export_value_info_proto(self.tensor_map[n], False) for n in inputs],
-            outputs=[exporter.export_value_info_proto(self.tensor_map[n], False) for n in outputs],
-            initializer=initializers,
-            doc_string=self.graph.doc_string,
-            value_info=value_info,
-        )
-
-    def _node_proto(self, i: int) -> onnx.NodeProto:
-        """Node ``i`` exported (kept for the next candidate when under 64 KB: a Constant holding weights is not)."""
-        proto = self._protos.get(i)
-        if proto is None:
-            proto = gs.exporters.onnx_exporter.OnnxExporter.export_node(self.nodes[i])
-            if proto.ByteSize() < 65536:
-                self._protos[i] = proto
-        return proto
-
-    def _value_info(self, tensor: gs.Tensor) -> onnx.ValueInfoProto:
-        """A typed tensor's ``ValueInfoProto`` as written between nodes (made once)."""
-        proto = self._value_infos.get(tensor.name)
-        if proto is None:
-            proto = self._value_infos[tensor.name] = gs.exporters.onnx_exporter.OnnxExporter.export_value_info_proto(
-                tensor, False
-            )
-        return proto
 
     def _restore_model_fields(self, out: onnx.ModelProto) -> onnx.ModelProto:
         src = self.model

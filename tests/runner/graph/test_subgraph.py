@@ -121,7 +121,7 @@ def test_every_single_node_of_the_classifier_extracts_and_checks():
 
 
 def _graphsurgeon_export(index, order, inputs, outputs):
-    """The subgraph as onnx-graphsurgeon's own exporter writes it (what ``graph_proto`` replaces)."""
+    """The subgraph as onnx-graphsurgeon's own exporter writes it (what ``PartsExporter`` replaces)."""
     import onnx_graphsurgeon as gs
 
     sub = gs.Graph(
@@ -147,5 +147,5 @@ def test_graph_proto_is_what_graphsurgeon_exports_for_the_same_subgraph(name):
     for _ in range(6):  # twice over the same nodes: the second pass reuses the exported parts
         units = sorted(rng.choice(index.units, size=max(1, len(index.units) // 3), replace=False).tolist())
         order, inputs, outputs = index.boundary(units)
-        ours = index.graph_proto(order, inputs, outputs)
+        ours = index.exporter.graph_proto(order, inputs, outputs)
         assert ours.SerializeToString() == _graphsurgeon_export(index, order, inputs, outputs).SerializeToString()
