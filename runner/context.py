@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from runner.errors import ConfigError
-from runner.executors.base import HERE, JobLanes
+from runner.executors.spread import HERE
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import (
     check_input_shapes,
@@ -60,7 +60,7 @@ class RunContext:
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
         lanes: where jobs that are not checks run (precision's ranking), as the executor offers
-            (``Executor.job_lanes``); default in this thread.
+            (``Executor.lanes``, for ``runner.executors.spread.spread``); default one in this thread.
     """
 
     mode: str
@@ -76,7 +76,7 @@ class RunContext:
     val_range: Any = None
     value_budget: int = 2**30
     workers: int = 1
-    lanes: JobLanes = HERE
+    lanes: Sequence[Any] = HERE
 
     def __post_init__(self) -> None:
         """Check what can be checked before any work.

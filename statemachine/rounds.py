@@ -7,14 +7,15 @@ the futures.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
-from runner.executors.base import Executor, run_check
+from runner.executors.base import Executor, run_check, shipped
 from runner.executors.slot import CheckCancelled, Slot
 
 log = logging.getLogger("statemachine.lifecycle")  # the iteration lines stay in the lifecycle's log
@@ -101,8 +102,10 @@ class RoundChecks:
         futures: Dict[Any, Pending] = {}
         try:
             for pending in todo:
-                shipped = self.executor.ship(pending.candidate)
-                args = (self.checker, pending.artifact, pending.iteration, shipped, pending.slot)
+                candidate = pending.candidate
+                if self.executor.elsewhere:  # built here: a task elsewhere cannot call back into the strategy
+                    candidate = shipped(candidate, f"executor={self.executor.name}")
+                args = (self.checker, pending.artifact, pending.iteration, candidate, pending.slot)
                 assert pending.slot is not None
                 pending.submitted = time.monotonic()
                 futures[self.executor.submit(run_check, *args, worker=pending.slot.worker)] = pending
@@ -112,7 +115,7 @@ class RoundChecks:
             work = _IdleWork(idle, self.IDLE_SHARE) if idle is not None else None
             timeout = self.START_S if work is not None else self.wait_s  # the checks set up first (GIL)
             while running:
-                done, running = self.executor.wait(running, timeout)
+                done, running = _first_ended(running, timeout)
                 for future in done:
                     self._finished(futures[future], future)
                 if running and settled():
@@ -125,7 +128,7 @@ class RoundChecks:
             for future, pending in futures.items():  # the ones that ended beside the one that stopped the run
                 if future.done() and pending.verdict is None and not pending.cancelled:
                     try:
-                        pending.verdict = self.executor.result(future, pending.iteration)
+                        pending.verdict = future.result()
                     except BaseException:
                         pending.cancelled = True
             self._cancel({f for f in futures if not f.done()}, futures, "the run stops")
@@ -134,7 +137,7 @@ class RoundChecks:
     def _finished(self, pending: Pending, future: Any) -> None:
         """Take a finished check's verdict (or note it was cancelled); raise what the check raised."""
         try:
-            pending.verdict = self.executor.result(future, pending.iteration)
+            pending.verdict = future.result()
         except CheckCancelled:
             pending.cancelled = True
             return
@@ -164,14 +167,14 @@ class RoundChecks:
         for flag in flags:
             flag.set()
         for future in running:
-            self.executor.cancel(future)
+            future.cancel()  # one not started never runs; one elsewhere is abandoned (``relay``)
         self._wait_cancelled(running, futures)
         for flag in flags:  # every check that had it has ended
             flag.clear()
 
     def _wait_cancelled(self, running: Set[Any], futures: Dict[Any, Pending]) -> None:
         while running:
-            done, running = self.executor.wait(running, self.wait_s)
+            done, running = _first_ended(running, self.wait_s)
             for future in done:
                 pending = futures[future]
                 try:
@@ -181,6 +184,12 @@ class RoundChecks:
                     pending.cancelled = True
                 if pending.verdict is None or pending.cancelled:
                     self.cancelled += 1
+
+
+def _first_ended(futures: Set[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
+    """Wait up to ``timeout_s`` seconds for the first of ``futures`` to end: ``(done, not_done)``."""
+    done, running = concurrent.futures.wait(futures, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED)
+    return set(done), set(running)
 
 
 class _IdleWork:

@@ -2,53 +2,26 @@
 
 An executor runs ``run_check`` for each candidate of a round and reports the checks as they end;
 the lifecycle (``statemachine/lifecycle.py``) owns rounds, sorting and the replay. Executors hand
-out futures: ``concurrent.futures.Future`` on this machine, ``distributed.Future`` on a cluster.
+out ``concurrent.futures.Future``s (a cluster's or a worker process's future is relayed: ``relay``).
 """
 
 from __future__ import annotations
 
 import abc
 import concurrent.futures
+import contextlib
 import dataclasses
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
-
-#: ``spread(fn, shared, jobs) -> [fn(shared, job) for job in jobs]``, run where an executor can
-Spread = Callable[[Callable[[Any, Any], Any], Any, Iterable[Any]], List[Any]]
-
-
-def spread_here(fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-    """``[fn(shared, job) for job in jobs]`` in this thread, in order: ``Executor.spread`` without
-    workers to spread over."""
-    return [fn(shared, job) for job in jobs]
-
-
-@dataclass(frozen=True)
-class JobLanes:
-    """Where work that is not a check runs, as an executor offers it (``Executor.job_lanes``):
-    precision's ranking runs its nodes alone there.
-
-    Attributes:
-        spread: ``spread(fn, shared, jobs) -> [fn(shared, job) for job in jobs]`` (``Executor.spread``);
-            default in this thread, in order.
-        count: jobs ``spread`` runs at once at most (``Executor.lanes``).
-    """
-
-    spread: Spread = spread_here
-    count: int = 1
-
-
-#: jobs in this thread, one after another: where there is no executor
-HERE = JobLanes()
+from runner.executors.spread import HERE
 
 
 @dataclass(frozen=True)
@@ -75,81 +48,6 @@ def shipped(candidate: Candidate, executor: str) -> Candidate:
         )
     payload = Shipped(candidate.payload()) if candidate.payload is not None else None
     return dataclasses.replace(candidate, write=None, payload=payload)
-
-
-class Jobs:
-    """``enumerate(jobs)`` that several threads take from, each job once; ``close`` ends it early.
-
-    Args:
-        jobs: any iterable (a generator builds each job when a lane takes it, so only the jobs
-            in flight are held).
-    """
-
-    def __init__(self, jobs: Iterable[Any]):
-        self._jobs = enumerate(jobs)
-        self._lock = threading.Lock()
-        self._closed = False
-        #: jobs taken so far
-        self.taken = 0
-        #: what building a job raised (the jobs end there), or None
-        self.error: Optional[BaseException] = None
-
-    def take(self) -> Optional[Tuple[int, Any]]:
-        """The next ``(index, job)``, or None once every job was taken or ``close`` was called.
-
-        Raises:
-            Whatever building the job raises (it is built under the lock, in the taking thread).
-        """
-        with self._lock:
-            if self._closed:
-                return None
-            try:
-                item = next(self._jobs, None)
-            except BaseException as e:  # no job after it: every taker stops, and ``error`` says why
-                self._closed, self.error = True, e
-                raise
-            if item is None:
-                self._closed = True
-            else:
-                self.taken += 1
-            return item
-
-    @property
-    def exhausted(self) -> bool:
-        """True once no job is left to take."""
-        return self._closed
-
-    def close(self) -> None:
-        """Hand out no more jobs."""
-        with self._lock:
-            self._closed = True
-
-
-def run_on_threads(fn: Callable[[Any, Any], Any], shared: Any, source: Jobs, slots: Sequence[Slot]) -> Dict[int, Any]:
-    """Take ``source``'s jobs on one thread per slot, each thread with its slot as the current one
-    (its GPU), until none is left: ``{job index: fn(shared, job)}``. The first error stops every
-    thread from taking more, and is raised once the others end their jobs (Ctrl-C likewise)."""
-    results: Dict[int, Any] = {}
-
-    def lane(slot: Slot) -> None:
-        set_current(slot)
-        try:
-            while (item := source.take()) is not None:
-                results[item[0]] = fn(shared, item[1])
-        except BaseException:
-            source.close()
-            raise
-        finally:
-            set_current(None)
-
-    with concurrent.futures.ThreadPoolExecutor(len(slots), thread_name_prefix="spread") as lanes:
-        futures = [lanes.submit(lane, slot) for slot in slots]
-        try:
-            for future in futures:
-                future.result()
-        finally:
-            source.close()  # the lanes end with the jobs they hold
-    return results
 
 
 def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:
@@ -186,8 +84,42 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         set_current(None)
 
 
+def relay(source: Any, error: Optional[Callable[[BaseException], BaseException]] = None) -> concurrent.futures.Future:
+    """A ``concurrent.futures.Future`` that ends as ``source`` ends (a ``distributed.Future``, or a worker
+    process's future), and that ``cancel`` ends at once even while ``source`` runs: the check is
+    abandoned (it ends where it runs, unseen), so a round or a stopping run does not wait for it.
+
+    Args:
+        source: a future with ``add_done_callback``, ``cancelled``, ``exception``, ``result`` and ``cancel``.
+        error: maps what ``source`` raised to what the relay raises (default: the same).
+    """
+    proxy: concurrent.futures.Future = concurrent.futures.Future()
+
+    def ended(_: Any) -> None:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled meanwhile
+            if proxy.cancelled():
+                return
+            if source.cancelled():
+                proxy.cancel()
+            elif (failed := source.exception()) is not None:
+                proxy.set_exception(error(failed) if error is not None else failed)
+            else:
+                proxy.set_result(source.result())
+
+    def dropped(_: Any) -> None:
+        if proxy.cancelled():
+            proxy.set_running_or_notify_cancel()  # ``concurrent.futures.wait`` counts it as ended only then
+            source.cancel()
+
+    source.add_done_callback(ended)
+    proxy.add_done_callback(dropped)
+    return proxy
+
+
 class Executor(abc.ABC):
-    """Runs checks: ``workers`` at once.
+    """Runs checks: ``workers`` at once. ``submit`` hands out ``concurrent.futures.Future``s: a round
+    waits for them with ``concurrent.futures.wait`` and drops one with ``cancel`` (a started check also
+    stops by its slot's cancel flag, or is abandoned where it runs: ``relay``).
 
     Args:
         workers: checks at once (>= 1).
@@ -197,13 +129,15 @@ class Executor(abc.ABC):
             round may hold (``Strategy.lookahead``); off for checks that need this machine's CPU.
 
     Attributes:
-        name: the executor's name for the summary ("serial", "local", "dask").
+        name: the executor's name for the summary ("serial", "local", "processes", "dask").
+        elsewhere: checks run in other processes: a check receives its candidate built (``shipped``).
 
     Raises:
         ConfigError: ``workers`` < 1, or more workers than GPUs.
     """
 
     name = ""
+    elsewhere = False
     #: seconds between looks at a cancel flag while a command check runs
     poll_s = 0.1
 
@@ -219,75 +153,30 @@ class Executor(abc.ABC):
             )
         self.workers = int(workers)
 
+    def gpu(self, worker: int) -> Optional[str]:
+        """Worker ``worker``'s GPU (0-based), or None without ``gpus``."""
+        return self.gpus[worker] if self.gpus else None
+
     def slot(self, worker: int, iteration: int) -> Slot:
-        """The slot of the check of ``iteration`` on worker ``worker`` (0-based)."""
-        gpu = self.gpus[worker] if self.gpus else None
-        return Slot(worker, gpu, self.cancel_flag(iteration), self.poll_s)
+        """The slot of the check of ``iteration`` on worker ``worker`` (0-based), with a fresh cancel
+        flag (``_cancel_flag``)."""
+        return Slot(worker, self.gpu(worker), self._cancel_flag(iteration), self.poll_s)
 
-    def thread_slots(self) -> List[Slot]:
-        """One slot per worker, each on its GPU as this process numbers them, for threads of this
-        process (no cancel flag): the lanes of ``spread`` run here."""
-        return [Slot(w, self.gpus[w] if self.gpus else None) for w in range(self.workers)]
-
-    def cancel_flag(self, iteration: int) -> Any:
-        """A fresh flag that cancels one check (None: checks are not cancelled this way)."""
+    def _cancel_flag(self, iteration: int) -> Any:
+        """A fresh flag that cancels one check; None here: a serial check, which Ctrl-C interrupts."""
         return None
 
     def share(self, obj: Any) -> Any:
         """What to pass to ``submit`` for an object every check uses (the checker); itself here."""
         return obj
 
-    def ship(self, candidate: Candidate) -> Candidate:
-        """The candidate as a check task receives it (here: itself)."""
-        return candidate
-
     @abc.abstractmethod
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
         """Start ``fn(*args)`` for the check of slot ``worker`` (0-based); return its future."""
 
-    def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
-        """Wait up to ``timeout_s`` seconds for the first of ``futures`` to end: ``(done, not_done)``."""
-        done, not_done = concurrent.futures.wait(
-            list(futures), timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-        return set(done), set(not_done)
-
-    def result(self, future: Any, iteration: int) -> Verdict:
-        """The verdict of a finished check of ``iteration``; raises what the check raised."""
-        return future.result()
-
-    def cancel(self, future: Any) -> None:
-        """Drop a future that has not started (a started check stops by its cancel flag)."""
-        future.cancel()
-
-    @property
-    def lanes(self) -> int:
-        """Jobs ``spread`` runs at once at most (1: one after another, here)."""
-        return 1
-
-    def job_lanes(self) -> JobLanes:
-        """This executor's ``spread`` and ``lanes``, as work that is not a check takes them."""
-        return JobLanes(self.spread, self.lanes)
-
-    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-        """``[fn(shared, job) for job in jobs]``: work that is not a check (precision's ranking runs
-        each node alone on the checker's backend) spread over this executor's workers where it can;
-        here, in this thread and in order (``spread_here``).
-
-        Args:
-            fn: a module-level function (it may be sent to a worker process); what it returns must
-                pickle. Called with the current slot (``runner.executors.slot.current``) of the
-                lane that runs it: its GPU is the lane's.
-            shared: the object every call gets (a backend), sent once to each worker.
-            jobs: the jobs, built as lanes take them.
-
-        Returns:
-            One result per job, in the jobs' order.
-
-        Raises:
-            Whatever ``fn`` raises (in this process; a job that fails elsewhere is run again here).
-        """
-        return spread_here(fn, shared, jobs)
+    def lanes(self) -> Sequence[Any]:
+        """Where ``runner.executors.spread.spread`` runs jobs that are not checks: one lane in this thread here."""
+        return HERE
 
     def facts(self, started: float) -> Dict[str, Any]:
         """This executor's own fields for ``summary.json`` (none here).
@@ -298,7 +187,7 @@ class Executor(abc.ABC):
         return {}
 
     def close(self) -> None:
-        """Release threads or the cluster connection."""
+        """Release threads, worker processes or the cluster connection."""
 
 
 def executor_classes() -> Dict[str, type]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from runner.candidates import Verdict
-from runner.executors.base import Executor, Jobs, run_on_threads
+from runner.executors.base import Executor
+from runner.executors.slot import Slot
+from runner.executors.spread import Lane
 
 
 class LocalExecutor(Executor):
@@ -30,7 +32,7 @@ class LocalExecutor(Executor):
         super().__init__(workers if workers is not None else (len(gpus or []) or os.cpu_count() or 1), gpus, lookahead)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="check")
 
-    def cancel_flag(self, iteration: int) -> threading.Event:
+    def _cancel_flag(self, iteration: int) -> threading.Event:
         """A ``threading.Event``."""
         return threading.Event()
 
@@ -38,17 +40,9 @@ class LocalExecutor(Executor):
         """Run ``fn(*args)`` on a pool thread (any: the slot carries the GPU)."""
         return self.pool.submit(fn, *args)
 
-    @property
-    def lanes(self) -> int:
-        """``workers``: one thread each."""
-        return self.workers
-
-    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-        """As ``Executor.spread``: ``workers`` threads take jobs, each with the slot of its worker
-        (its GPU); the first error stops every thread from taking more, and is raised."""
-        source = Jobs(jobs)
-        results = run_on_threads(fn, shared, source, self.thread_slots())
-        return [results[i] for i in range(source.taken)]
+    def lanes(self) -> List[Lane]:
+        """A thread per worker, each with its worker's GPU."""
+        return [Lane(Slot(w, self.gpu(w))) for w in range(self.workers)]
 
     def close(self) -> None:
         """Wait for the pool's threads (their checks were cancelled or have ended)."""

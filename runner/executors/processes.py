@@ -26,12 +26,13 @@ import logging
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from runner.candidates import Candidate, Verdict
+from runner.candidates import Verdict
 from runner.errors import CheckError, ConfigError, first_line
-from runner.executors.base import Executor, Jobs, run_on_threads, shipped
+from runner.executors.base import Executor, relay
 from runner.executors.slot import Slot, visible_gpu
+from runner.executors.spread import Jobs, Lane
 from runner.executors.worker import Held, Worker
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class ProcessExecutor(Executor):
     """
 
     name = "processes"
+    elsewhere = True
 
     def __init__(
         self,
@@ -98,8 +100,6 @@ class ProcessExecutor(Executor):
         self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
         self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         self._handed_over = False
-        self._abandoned: Set[Any] = set()  # worker checks cancelled while running (``cancel``)
-        self._here_futures: Set[Any] = set()  # checks running in this process's threads
         #: when the workers were started (``time.monotonic()``), None while they are not
         self.launched_at: Optional[float] = None
         self._ready_at: Optional[float] = None
@@ -171,7 +171,7 @@ class ProcessExecutor(Executor):
             ConfigError: see ``ready``.
         """
         if self.starting():
-            slot = Slot(worker, self.gpus[worker] if self.gpus else None, threading.Event(), self.poll_s)
+            slot = Slot(worker, self.gpu(worker), threading.Event(), self.poll_s)
             self._here.add(id(slot))
             return slot
         if self.local_checks and not self._handed_over:
@@ -195,10 +195,6 @@ class ProcessExecutor(Executor):
         self._repeatable = bool(getattr(obj, "repeatable", False))
         return Held(obj)
 
-    def ship(self, candidate: Candidate) -> Candidate:
-        """The candidate with its model built here (``base.shipped``)."""
-        return shipped(candidate, "executor=processes")
-
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
         """Start ``fn(*args)``: in a thread here when its slot was made to run here, else on worker ``worker``
         (started, and ready within ``timeout_s``, first).
@@ -210,15 +206,13 @@ class ProcessExecutor(Executor):
         if slot is None or id(slot) not in self._here:
             self.start()
             self.ready(self.timeout_s)
-            return self._processes[worker].call(fn, args)
+            return relay(self._processes[worker].call(fn, args), _died)
         self._here.discard(id(slot))
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
         self.local_checks += 1
         here = tuple(a.obj if isinstance(a, Held) else a for a in args)
         future = self._pool.submit(fn, *here)
-        self._here_futures.add(future)
-        future.add_done_callback(self._here_futures.discard)
         future.add_done_callback(self._timed_check)
         if self._warming is None and self._repeatable and self.launched_at is not None and self.ready():
             self._warming = [
@@ -237,101 +231,13 @@ class ProcessExecutor(Executor):
 
     def _pinned(self, worker: int) -> Slot:
         """Worker ``worker``'s slot in its process, which sees only the slot's GPU (no cancel flag)."""
-        gpu = self.gpus[worker] if self.gpus else None
-        return Slot(worker, gpu, None, self.poll_s, pinned=gpu is not None)
+        return Slot(worker, self.gpu(worker), None, self.poll_s, pinned=bool(self.gpus))
 
-    def cancel(self, future: Any) -> None:
-        """Drop a check: one not started is never run; one running in a worker is abandoned (it ends
-        there unseen, as a cancelled Dask task does, and the worker's next task waits for it): the round,
-        or a stopping run, does not wait for it."""
-        if not future.cancel() and not future.done() and future not in self._here_futures:
-            self._abandoned.add(future)
-
-    def wait(self, futures: Iterable[Any], timeout_s: float) -> Tuple[Set[Any], Set[Any]]:
-        """As ``Executor.wait``; an abandoned check counts as ended."""
-        pending = set(futures)
-        gone = pending & self._abandoned
-        if gone:
-            return gone, pending - gone
-        return super().wait(pending, timeout_s)
-
-    def result(self, future: Any, iteration: int) -> Verdict:
-        """As ``Executor.result``.
-
-        Raises:
-            concurrent.futures.CancelledError: the check was abandoned (``cancel``).
-            CheckError: the check's worker process died (a crash in the backend, or killed).
-        """
-        if future in self._abandoned:
-            self._abandoned.discard(future)
-            raise concurrent.futures.CancelledError()
-        try:
-            verdict: Verdict = future.result()
-        except BrokenProcessPool:
-            raise CheckError(
-                f"iteration {iteration}: the check's worker process died (a crash in the backend, or killed); "
-                "reduce the crash with a command check (checker=command) that runs the backend in its own process"
-            ) from None
-        return verdict
-
-    @property
-    def lanes(self) -> int:
-        """A thread per slot here (``local_start``; else one) and each worker."""
-        return (self.workers if self.local_start else 1) + self.workers
-
-    def spread(self, fn: Callable[[Any, Any], Any], shared: Any, jobs: Iterable[Any]) -> List[Any]:
-        """As ``Executor.spread``: jobs run here from the start, on a thread per slot (each timed for
-        ``start="lazy"``), and on each worker once it is ready; a job a worker fails runs again here."""
-        source, held, failed = Jobs(jobs), Held(shared), []
-        done: Dict[int, Any] = {}
-
-        def feed(worker: int) -> None:  # one worker's jobs, from the moment it is ready
-            while not self._processes or not self._processes[worker].ready.done():
-                if source.exhausted:
-                    return
-                time.sleep(WATCH_S)
-            process = self._processes[worker]
-            if process.ready.exception() is not None:
-                return
-            with contextlib.suppress(Exception):  # building a job raised: source.error has it
-                while (item := source.take()) is not None:
-                    try:
-                        done[item[0]] = process.call(fn, [held, item[1]], self._pinned(worker)).result()
-                    except Exception as e:  # run again here: what fn raises, it raises in the runner
-                        failed.append(item)
-                        log.debug("A job failed on worker %d (%s); it runs again here", worker, first_line(e))
-                        if isinstance(e, BrokenProcessPool):
-                            return
-
-        def timed(shared: Any, job: Any) -> Any:
-            began = time.monotonic()
-            result = fn(shared, job)
-            self._took_here(time.monotonic() - began)
-            return result
-
-        started = time.monotonic()
-        feeders = [threading.Thread(target=feed, args=(w,), daemon=True) for w in range(self.workers)]
-        for feeder in feeders:
-            feeder.start()
-        try:
-            results = run_on_threads(timed, shared, source, self.thread_slots() if self.local_start else [Slot()])
-            for feeder in feeders:  # on an error they end with the workers (close)
-                feeder.join()
-        finally:
-            source.close()
-        if source.error is not None:
-            raise source.error
-        for index, job in failed:
-            results[index] = fn(shared, job)
-        elsewhere = {i: r for i, r in done.items() if i not in results}
-        results.update(elsewhere)
-        log.info(
-            "%d of %d jobs ran on the worker processes (%.1f s)",
-            len(elsewhere),
-            len(results),
-            time.monotonic() - started,
-        )
-        return [results[i] for i in range(source.taken)]
+    def lanes(self) -> List[Any]:
+        """A thread per slot here (``local_start``; else one), each timed for ``start="lazy"``, and a lane
+        per worker that takes jobs once its worker is ready (``_WorkerLane``)."""
+        here = [Slot(w, self.gpu(w)) for w in range(self.workers)] if self.local_start else [Slot()]
+        return [Lane(slot, self._took_here) for slot in here] + [_WorkerLane(self, w) for w in range(self.workers)]
 
     def facts(self, started: float) -> Dict[str, Any]:
         """``local_checks`` (checks run here while the workers started; with ``local_start``) and
@@ -346,3 +252,45 @@ class ProcessExecutor(Executor):
             self._pool = None
         for process in self._processes:
             process.kill()
+
+
+def _died(error: BaseException) -> BaseException:
+    """What a worker's check raises, as the run reports it: a dead worker process is a ``CheckError``."""
+    if isinstance(error, BrokenProcessPool):
+        return CheckError(
+            "a check's worker process died (a crash in the backend, or killed); reduce the crash with a "
+            "command check (checker=command) that runs the backend in its own process"
+        )
+    return error
+
+
+class _WorkerLane:
+    """A lane of ``spread`` on worker ``worker`` of ``executor``: it takes jobs once the worker is ready
+    (none if it never is); a job the worker fails is left in ``failed``, to run again in the runner."""
+
+    def __init__(self, executor: ProcessExecutor, worker: int):
+        self.executor, self.worker = executor, worker
+
+    def run(self, fn: Any, shared: Any, source: Jobs, results: Dict[int, Any], failed: List[Tuple[int, Any]]) -> None:
+        """As ``runner.executors.spread.Lane.run``, in the worker process."""
+        executor = self.executor
+        while not executor._processes or not executor._processes[self.worker].ready.done():
+            if source.exhausted:
+                return
+            time.sleep(WATCH_S)
+        process = executor._processes[self.worker]
+        if process.ready.exception() is not None:
+            return
+        held, ran = Held(shared), 0
+        with contextlib.suppress(Exception):  # building a job raised: source.error has it
+            while (item := source.take()) is not None:
+                try:
+                    results[item[0]] = process.call(fn, [held, item[1]], executor._pinned(self.worker)).result()
+                    ran += 1
+                except Exception as e:  # run again here: what fn raises, it raises in the runner
+                    failed.append(item)
+                    log.debug("A job failed on worker %d (%s); it runs again here", self.worker, first_line(e))
+                    if isinstance(e, BrokenProcessPool):
+                        return
+        if ran:
+            log.info("%d jobs ran on worker process %d", ran, self.worker)

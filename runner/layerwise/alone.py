@@ -2,7 +2,7 @@
 
 A chunk's nodes go into isolated models (``runner.graph.isolate``: each node reads its inputs
 from graph inputs fed the reference values), and those run on the target backend through an
-executor's ``spread`` (``runner.executors.base.JobLanes``): with several lanes the nodes are split into
+executor's ``spread`` (``runner.executors.spread.spread``): with several lanes the nodes are split into
 ``2 * lanes`` models, interleaved in topological order so that each holds early and late nodes
 alike, and the lanes take them as they free up; one more job, given by the caller, runs with them
 (the whole target model's run: it then runs while other lanes run nodes alone).
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
-from runner.executors.base import HERE, JobLanes
+from runner.executors.spread import HERE, spread
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
 from runner.graph.weight_file import weight_file
@@ -56,7 +56,7 @@ class AloneRuns:
         target: the model as the target backend runs it.
         types: ``{tensor: ONNX elem type}`` of its tensors. weights: its weight tensor names.
         chains: its Q/DQ input chains (``runner.graph.qdq.input_chains``).
-        backend: the target backend. lanes: where and how many at once (``Executor.job_lanes``).
+        backend: the target backend. lanes: where and how many at once (``Executor.lanes``).
         key: ``key(kind, what)`` -> a session cache key for a model of the comparison.
     """
 
@@ -68,7 +68,7 @@ class AloneRuns:
         chains: Mapping[str, Chain],
         backend: Backend,
         key: Callable[[str, object], str],
-        lanes: JobLanes = HERE,
+        lanes: Sequence[Any] = HERE,
     ):
         self.target, self.types, self.weights, self.chains = target, types, weights, chains
         self.backend, self.key, self.lanes = backend, key, lanes
@@ -128,7 +128,7 @@ class AloneRuns:
         sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
         groups = self._groups(runnable)
         jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
-        (whole, failed), *results = self.lanes.spread(run_alone, self.backend, jobs)
+        (whole, failed), *results = spread(self.lanes, run_alone, self.backend, jobs)
         if failed:
             raise ModelError(failed)
         for size, (got, error) in zip(sizes, results):
@@ -140,7 +140,7 @@ class AloneRuns:
     def _groups(self, runnable: List[onnx.NodeProto]) -> List[List[onnx.NodeProto]]:
         """The groups of ``runnable`` nodes that run alone together: each of ``isolated_groups``
         split into ``2 * lanes`` interleaved parts (whole with one lane)."""
-        parts = 1 if self.lanes.count <= 1 else 2 * self.lanes.count
+        parts = 1 if len(self.lanes) <= 1 else 2 * len(self.lanes)
         whole = isolated_groups(self.target, runnable)
         return [g[i::parts] for g in whole for i in range(min(parts, len(g)))]
 

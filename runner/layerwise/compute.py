@@ -33,7 +33,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.checkers.tolerance import Tolerances, compare_tensor
-from runner.executors.base import HERE, JobLanes
+from runner.executors.spread import HERE
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import weight_names
@@ -104,10 +104,9 @@ class LayerwiseComparison:
         sizes: ``{tensor: bytes}`` estimates for chunking.
         pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
             the nodes.
-        lanes: runs the nodes alone (``Executor.job_lanes``: on the run's workers too, each on its
-            GPU); default here, one after another.
-            ``lanes.count`` jobs at once: with more than one, each group of
-            nodes run alone is split into ``2 * lanes`` models (interleaved in topological order, so
+        lanes: where the nodes alone run (``Executor.lanes``: on the run's workers too, each on its
+            GPU); default here, one after another. With more than one lane, each group of
+            nodes run alone is split into ``2 * len(lanes)`` models (interleaved in topological order, so
             each holds early and late nodes alike) for the lanes to share as they free up.
 
     Raises:
@@ -127,7 +126,7 @@ class LayerwiseComparison:
         chunk_bytes: Optional[int] = None,
         sizes: Optional[Mapping[str, int]] = None,
         pairs: bool = True,
-        lanes: JobLanes = HERE,
+        lanes: Sequence[Any] = HERE,
     ):
         self.reference, self.target = reference, target
         # a large reference's session is not kept: its mapped weights would stay beside the target's

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -35,7 +35,7 @@ from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
-from runner.executors.base import HERE, JobLanes
+from runner.executors.spread import HERE
 from runner.graph.convert import to_low_precision
 from runner.graph.precisions import LowPrecision, is_quantized
 from runner.graph.summaries import TensorSummary, summarize
@@ -102,7 +102,7 @@ def introduced_ranking(
     low: LowPrecision,
     backend: Optional[Backend] = None,
     target: Optional[onnx.ModelProto] = None,
-    lanes: JobLanes = HERE,
+    lanes: Sequence[Any] = HERE,
 ) -> Optional[List[int]]:
     """``layers`` (indices into ``model.graph.node``) ordered by ``error_key``, largest first;
     ties keep topological order.
@@ -117,7 +117,7 @@ def introduced_ranking(
         target: the whole model in the low precision; None: ``to_low_precision(model, low)``. For
             int8 the fully quantized QDQ model: each node then runs alone with its own Q/DQ pairs,
             the error it introduces when it alone is quantized.
-        lanes: runs the nodes alone (``Executor.job_lanes``: the run's executor spreads them over
+        lanes: runs the nodes alone (``Executor.lanes``: the run's executor spreads them over
             its worker processes, each on its GPU, while this process runs them too).
 
     Returns:

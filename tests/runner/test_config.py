@@ -178,6 +178,7 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
     """The schema's enums: Hydra refuses a value outside them at composition, naming the choices; a valid one
     reaches the checker as the plain name it compares with."""
     from runner.assembly import _build_checker
+    from runner.plan import checker_plan
     from runner.checkers.compare import CompareChecker
 
     ensure_hydra()
@@ -185,7 +186,7 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
         compose("config", overrides=["checker=compare", override])
     assert choices in str(refused.value.__cause__ or refused.value)
     cfg = compose("config", overrides=["checker=compare", "checker.on_error=pass", "checker.check_error_stat=rel_l2"])
-    checker = _build_checker(cfg)
+    checker = _build_checker(checker_plan(cfg))
     assert isinstance(checker, CompareChecker) and checker.on_error == "pass" and checker.rule.stat == "rel_l2"
 
 

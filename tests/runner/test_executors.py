@@ -261,3 +261,31 @@ def test_dask_cluster_gives_the_serial_answer(run, tmp_path, chain, has_nodes_sc
 
     with distributed.Client(dask_cluster) as client:  # the cancel flags of settled rounds were cleared
         assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["events"]._events)) == 0
+
+
+def test_a_relayed_future_ends_with_its_source_and_a_cancel_abandons_a_running_one():
+    """``relay``: the result and the error of the source (mapped), and a cancel that ends the relay at once
+    (``concurrent.futures.wait`` sees it) though the source still runs, and cancels the source too."""
+    import concurrent.futures
+
+    from runner.executors.base import relay
+
+    source: concurrent.futures.Future = concurrent.futures.Future()
+    done = relay(source)
+    source.set_result(7)
+    assert done.result(timeout=1) == 7
+
+    source = concurrent.futures.Future()
+    failed = relay(source, lambda e: RuntimeError(f"mapped {e}"))
+    source.set_exception(ValueError("boom"))
+    with pytest.raises(RuntimeError, match="mapped boom"):
+        failed.result(timeout=1)
+
+    source = concurrent.futures.Future()
+    assert source.set_running_or_notify_cancel()  # running: it cannot be cancelled any more
+    abandoned = relay(source)
+    assert abandoned.cancel()
+    ended, _ = concurrent.futures.wait([abandoned], timeout=1)
+    assert ended == {abandoned} and not source.done()
+    source.set_result(1)  # it ends later, unseen
+    assert abandoned.cancelled()

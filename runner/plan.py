@@ -1,0 +1,188 @@
+"""The run's plan: everything the run will read, write and build, taken from the composed config once,
+checked, and frozen before any part is built (``runner.assembly`` builds the parts from it).
+
+``plan(cfg, overrides)`` reads and checks the config (keys the mode does not use, option pairs that
+cannot go together, the executor's keys); ``RunPlan.with_outputs`` gives the plan again with the
+output paths the output plan resolved (``runner.outputs``). The config the parts read is a read-only
+copy (``RunPlan.config``): a part that tries to write into it fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from runner.config import plain
+from runner.config_keys import check_mode_keys, check_option_keys, group_keys, mode_uses, set_keys
+from runner.errors import ConfigError
+from runner.graph.model_files import model_files
+from runner.inputs import files_read
+from runner.paths import in_job_dir
+
+#: the config keys of the files a run writes that a user can name
+OUTPUT_OPTIONS = (
+    "output",
+    "min_good",
+    "artifacts.iter_artifact",
+    "summary",
+    "replay.save",
+    "artifacts.iter_info",
+    "save_golden",
+)
+
+
+@dataclass(frozen=True)
+class CheckerPlan:
+    """The checker to build.
+
+    Attributes:
+        options: the checker group's keys as plain values, ``_target_`` included, the run's own
+            (``isolate``, ``timeout_s``) left out.
+        isolate: check in a child process (``checker.isolate``).
+        timeout_s: seconds an isolated check may take (``checker.timeout_s``), or None.
+    """
+
+    options: Mapping[str, Any]
+    isolate: bool = False
+    timeout_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ExecutorPlan:
+    """The executor to build: ``name`` (``executor=``) and the keys its class takes (``options``)."""
+
+    name: str
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run, planned.
+
+    Attributes:
+        mode: the mode's name.
+        config: the composed config, resolved and read-only (output paths as resolved once
+            ``with_outputs`` has run).
+        model: ``model=``, or None. model_files: the model and its external data files.
+        files_read: ``{path: what it is}`` of every file the run reads (never written).
+        checker: the checker, or None for a mode without one. executor: the executor, or None
+            for a mode without checks.
+        takes_checker: the mode's ``create`` receives the built checker.
+        iter_artifact, iter_info: where each iteration's artifact and its info go (None: in the
+            run directory, named by the mode).
+        outputs_resolved: ``with_outputs`` has run.
+    """
+
+    mode: str
+    config: DictConfig
+    model: Optional[Path]
+    model_files: Tuple[Path, ...]
+    files_read: Mapping[Path, str]
+    checker: Optional[CheckerPlan]
+    executor: Optional[ExecutorPlan]
+    takes_checker: bool
+    outputs_resolved: bool = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of the dotted ``key`` as plain Python (``default`` when unset or None)."""
+        value = OmegaConf.select(self.config, key, default=None)
+        return default if value is None else plain(value)
+
+    def requested_outputs(self) -> Tuple[Dict[str, Optional[str | Path]], Dict[str, str]]:
+        """``({option: path as given}, {option: default file name})`` for ``runner.outputs.plan_outputs``;
+        relative ``output`` and ``min_good`` go into a sweep job's own directory."""
+        options: Dict[str, Optional[str | Path]] = {}
+        for key in OUTPUT_OPTIONS:
+            value = OmegaConf.select(self.config, key)
+            options[key] = in_job_dir(key, value) if key in ("output", "min_good") else value
+        default = in_job_dir("output", self.config.mode.get("default_output"))
+        return options, ({"output": default} if default else {})
+
+    def with_outputs(self, resolved: Mapping[str, Optional[Path]]) -> RunPlan:
+        """This plan with the output options set to ``resolved`` (``{option: path}``; None keeps an option as it is)."""
+        config = OmegaConf.create(OmegaConf.to_container(self.config))
+        with open_dict(config):
+            for key, path in resolved.items():
+                if path is not None:
+                    OmegaConf.update(config, key, str(path), merge=False)
+        return dataclasses.replace(self, config=_frozen(config), outputs_resolved=True)
+
+
+def _frozen(values: Any) -> DictConfig:
+    """``values`` (a mapping) as a read-only ``DictConfig``."""
+    config = OmegaConf.create(values)
+    assert isinstance(config, DictConfig)
+    OmegaConf.set_readonly(config, True)
+    return config
+
+
+def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
+    """Read and check the run's config; build nothing.
+
+    Args:
+        cfg: the composed config.
+        overrides: the user's command-line overrides (the keys they set are checked against the mode's).
+
+    Raises:
+        ConfigError: a key the mode does not use, ``checker.timeout_s`` without ``checker.isolate``
+            or not above 0, ``checker.isolate`` with an executor of worker processes, an executor key
+            its class does not take.
+    """
+    mode = str(cfg.mode.name)
+    check_mode_keys(mode, set_keys(overrides))
+    config = _frozen(OmegaConf.to_container(cfg, resolve=True))
+    checker = checker_plan(config) if config.get("checker") is not None else None
+    executor = _executor_plan(config, overrides) if mode_uses(mode, "executor") else None
+    if checker is not None and checker.isolate and executor is not None and executor.name in ("processes", "dask"):
+        raise ConfigError(
+            f"checker.isolate=true with executor={executor.name}: its checks already run in worker processes, "
+            "where a crash is the worker's; drop one of the two"
+        )
+    model = config.get("model")
+    data = {key: OmegaConf.select(config, key) for key in ("inputs", "golden", "replay.load", "reference_model")}
+    modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
+    return RunPlan(
+        mode=mode,
+        config=config,
+        model=Path(model) if model else None,
+        model_files=tuple(model_files(model)),
+        files_read=files_read(model, data, modules, OmegaConf.select(config, "checker.cmd")),
+        checker=checker,
+        executor=executor,
+        takes_checker=bool(config.mode.get("takes_checker")),
+    )
+
+
+def checker_plan(config: DictConfig) -> CheckerPlan:
+    """The checker group's plan (``config.checker``).
+
+    Raises:
+        ConfigError: ``checker.timeout_s`` without ``checker.isolate``, or not above 0.
+    """
+    options = plain(config.checker)
+    if "isolate" not in options:  # a checker that runs a program: its timeout_s is its own
+        return CheckerPlan(options)
+    isolate = bool(options.pop("isolate"))
+    timeout_s = options.pop("timeout_s", None)
+    if timeout_s is not None and not isolate:
+        raise ConfigError(
+            "checker.timeout_s stops a check in its own process: set checker.isolate=true with it (an in-process "
+            "check cannot be stopped)"
+        )
+    if timeout_s is not None and float(timeout_s) <= 0:
+        raise ConfigError(f"checker.timeout_s={timeout_s}: give a number of seconds above 0")
+    return CheckerPlan(options, isolate, None if timeout_s is None else float(timeout_s))
+
+
+def _executor_plan(config: DictConfig, overrides: Sequence[str]) -> ExecutorPlan:
+    """The executor's keys its class takes; one the user set that it does not take is an error naming the
+    executors that do (``executor=serial executor.gpus=[0]``)."""
+    from runner.executors.base import executor_classes
+
+    name = str(config.executor.name)
+    takes = check_option_keys("executor", name, group_keys("executor", overrides), executor_classes())
+    return ExecutorPlan(name, {k: plain(v) for k, v in config.executor.items() if k in takes})
