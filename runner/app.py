@@ -20,6 +20,7 @@ from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, Invalid
 from runner.graph.load import save_model
 from runner.jsonio import write_json_atomic
 from runner.report import print_table
+from runner.summary import Summary
 
 log = logging.getLogger("runner")
 
@@ -65,7 +66,7 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
     """
     if cfg.verbose:
         logging.getLogger().setLevel(logging.DEBUG)
-    state = RunState(cfg, {"mode": cfg.mode.name, "status": "ok", "iterations": 0, "checks": 0, "reused": 0})
+    state = RunState(cfg, Summary(str(cfg.mode.name)))
     summary = state.summary
     code = 0
     with signals.handled(), contextlib.ExitStack() as holds:
@@ -75,51 +76,51 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
             assemble(state, resources, holds)
             execute(state)
         except AnswerNotVerifiedError as e:
-            summary.update(status=e.status, error=str(e), answer_verified=e.verified)
+            summary.status, summary.error, summary.answer_verified = e.status, str(e), e.verified
             _say(f"error: {e.status}: {e}")
             code = e.exit_code
         except CheckNeverPassedError as e:
-            summary.update(status=e.status, error=str(e), check_output_tail=e.tail)
+            summary.status, summary.error, summary.check_output_tail = e.status, str(e), e.tail
             _say(f"error: {e.status}: {e}" + (f"\nlast check's output:\n{e.tail.rstrip()}" if e.tail.strip() else ""))
             code = e.exit_code
         except InvalidCandidateError as e:
             message = f"{e}{_save_invalid(e, state.directory)}"
             _say(f"error: {message}")
-            summary["status"] = f"error: {message}"
+            summary.status = f"error: {message}"
             code = e.exit_code
         except RunnerError as e:
             if cfg.verbose:
                 traceback.print_exc()
             _say(f"error: {e}")
-            summary["status"] = f"error: {e}"
+            summary.status = f"error: {e}"
             code = e.exit_code
         except OSError as e:  # a file error nothing nearer caught (a full disk, a file made read-only mid-run)
             where = f": {e.filename}" if e.filename else ""
             message = f"{e.strerror or e}{where}; free some space or fix the file's location, then resume"
             _say(f"error: {message}")
-            summary["status"] = f"error: {message}"
+            summary.status = f"error: {message}"
             code = 2
         except KeyboardInterrupt as e:
-            summary["status"] = "interrupted"
+            summary.status = "interrupted"
             _say("interrupted: the replay keeps every finished iteration; resume with replay.load=PATH")
             code = signals.exit_code(e)
         except BaseException as e:
-            summary["status"] = f"internal error: {type(e).__name__}: {e}"
+            summary.status = f"internal error: {type(e).__name__}: {e}"
             raise
         finally:
             resources.close()  # the fatal-signal log, the progress bar, the executor and the checker
             counters(state)
             if state.summary_path is not None:  # never a rejected path, never another run's directory
                 try:
-                    write_json_atomic(state.summary_path, summary)
+                    write_json_atomic(state.summary_path, summary.as_json())
                 except OSError as e:
                     _say(f"error: cannot write summary={state.summary_path} ({e.strerror}); choose a writable path")
                     code = code or 2
             # leaving the block releases the output plan's reservations, then the run directory's lock
     if summary_out is not None:
-        summary_out.update(summary)
+        summary_out.update(summary.as_json())
     if code == 0:
-        console.result(lambda: _print_quietly(summary))
+        console.result(lambda: _print_quietly(summary.as_json()))
     console.restore()
     return code
 

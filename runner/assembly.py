@@ -14,10 +14,9 @@ plan's reservations, the run directory's lock), released after it.
 from __future__ import annotations
 
 import contextlib
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_method, instantiate
@@ -39,6 +38,7 @@ from runner.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, plan
 from runner.progress import Progress
 from runner.replay import Replay
 from runner.rundir import lock_run_dir, refuse_finished, release_run_dir
+from runner.summary import Summary
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Report, Strategy
 
@@ -49,8 +49,7 @@ class RunState:
 
     Attributes:
         cfg: the composed config, as given (never written).
-        summary: ``summary.json``'s fields so far.
-        started: ``time.monotonic()`` at the start, for ``wall_s``.
+        summary: ``summary.json``'s record, filled as the run goes.
         directory: the locked run directory.
         summary_path: where the summary goes: a path the output plan accepted, or the run's own
             directory; never another run's.
@@ -59,8 +58,7 @@ class RunState:
     """
 
     cfg: DictConfig
-    summary: Dict[str, Any] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
+    summary: Summary
     directory: Optional[Path] = None
     summary_path: Optional[Path] = None
     plan: Optional[RunPlan] = None
@@ -260,7 +258,7 @@ def execute(state: RunState) -> None:
     assert strategy is not None and replay is not None, "assemble() first"
     if isinstance(strategy, Report):  # its answer is all in finish()
         strategy.finish()
-        state.summary.update(strategy.result())
+        state.summary.answer = strategy.result()
         return
     assert lifecycle is not None, "assemble() builds a lifecycle for every search"
     try:
@@ -284,31 +282,27 @@ def execute(state: RunState) -> None:
             tail=(last.output_tail if last is not None else ""),
         )
     strategy.finish()
-    state.summary.update(strategy.result())
+    state.summary.answer = strategy.result()
     if lifecycle.verdict is not None and lifecycle.verdict.outputs is not None:
-        state.summary["last_check_outputs"] = lifecycle.verdict.outputs  # compare: errors per output
+        state.summary.last_check_outputs = lifecycle.verdict.outputs  # compare: errors per output
     if replay.save_path.exists():  # a report mode checks nothing and writes no replay
-        state.summary["replay"] = str(replay.save_path)
+        state.summary.replay = str(replay.save_path)
 
 
 def counters(state: RunState) -> None:
-    """Add the lifecycle's counters and ``wall_s`` to ``state.summary``, whatever step the run reached."""
-    lifecycle = state.lifecycle
+    """Put the lifecycle's counters and ``wall_s`` in ``state.summary``, whatever step the run reached."""
+    lifecycle, summary = state.lifecycle, state.summary
     if lifecycle is not None:
-        state.summary.update(
-            iterations=lifecycle.taken,
-            checks=lifecycle.checks,
-            reused=lifecycle.reused_count,
+        summary.iterations, summary.checks, summary.reused = lifecycle.taken, lifecycle.checks, lifecycle.reused_count
+        summary.counters = dict(
             check_s=round(lifecycle.check_s, 3),
             errors=lifecycle.errors,
             crashes=lifecycle.crashes,
             rounds=lifecycle.rounds,
             workers=lifecycle.executor.workers,
             executor=lifecycle.executor.name,
+            **({"cancelled": lifecycle.cancelled} if lifecycle.cancelled else {}),
+            **lifecycle.executor.facts(summary.started),
         )
-        if lifecycle.cancelled:
-            state.summary["cancelled"] = lifecycle.cancelled
-        state.summary.update(lifecycle.executor.facts(state.started))
-        if lifecycle.reused_foreign:
-            state.summary["reused_from_other_identity"] = lifecycle.reused_foreign
-    state.summary["wall_s"] = round(time.monotonic() - state.started, 3)
+        summary.reused_from_other_identity = lifecycle.reused_foreign
+    summary.finish()

@@ -71,6 +71,10 @@ class CheckError(RunnerError):
     """The check cannot give a verdict the run can stand behind (killed by a signal, never passed)."""
 
 
+class WorkerDiedError(CheckError):
+    """The process that ran a check died in it (a crash in the backend, or killed): no verdict."""
+
+
 class AnswerNotVerifiedError(CheckError):
     """The answer as written (``output=``) did not give the verdict the search found for it when
     loaded back and checked, or does not load: the run cannot stand behind it (exit code 3).

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
+from runner.errors import WorkerDiedError
 from runner.executors.base import Executor, run_check, shipped
 from runner.executors.slot import CheckCancelled, Slot
 
@@ -141,6 +142,8 @@ class RoundChecks:
         except CheckCancelled:
             pending.cancelled = True
             return
+        except WorkerDiedError as e:
+            raise WorkerDiedError(f"iteration {pending.iteration}: {e}") from None
         except BaseException as e:
             # a future dropped before it started: concurrent.futures' or asyncio's CancelledError,
             # distributed's FutureCancelledError

@@ -29,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from runner.candidates import Verdict
-from runner.errors import CheckError, ConfigError, first_line
+from runner.errors import ConfigError, WorkerDiedError, first_line
 from runner.executors.base import Executor, relay
 from runner.executors.slot import Slot, visible_gpu
 from runner.executors.spread import Jobs, Lane
@@ -255,10 +255,10 @@ class ProcessExecutor(Executor):
 
 
 def _died(error: BaseException) -> BaseException:
-    """What a worker's check raises, as the run reports it: a dead worker process is a ``CheckError``."""
+    """What a worker's check raises, as the run reports it: a dead worker process is a ``WorkerDiedError``."""
     if isinstance(error, BrokenProcessPool):
-        return CheckError(
-            "a check's worker process died (a crash in the backend, or killed); reduce the crash with a "
+        return WorkerDiedError(
+            "the check's worker process died (a crash in the backend, or killed); reduce the crash with a "
             "command check (checker=command) that runs the backend in its own process"
         )
     return error

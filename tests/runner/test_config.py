@@ -178,8 +178,8 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
     """The schema's enums: Hydra refuses a value outside them at composition, naming the choices; a valid one
     reaches the checker as the plain name it compares with."""
     from runner.assembly import _build_checker
-    from runner.plan import checker_plan
     from runner.checkers.compare import CompareChecker
+    from runner.plan import checker_plan
 
     ensure_hydra()
     with pytest.raises(ConfigCompositionException) as refused:

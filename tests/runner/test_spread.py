@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from runner.executors.spread import HERE, Jobs, spread
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
+from runner.executors.spread import HERE, Jobs, spread
 from runner.graph.load import load_model
 from runner.layerwise.ranking import introduced_ranking
 from strategies.precision import float_nodes, prepare
