@@ -97,10 +97,6 @@ def _runnable(line: str) -> bool:
     return line.startswith("python -m runner") and not _reason(line)
 
 
-def _classifier_input(seed: int) -> Dict[str, np.ndarray]:
-    return {"x": np.random.default_rng(seed).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)}
-
-
 def _made_files(work: Path) -> None:
     """The files the documents' commands name and leave to the user, made from the bundled classifier."""
     model = onnx.load(CLASSIFIER)
@@ -115,7 +111,7 @@ def _made_files(work: Path) -> None:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     onnx.save(convert_float_to_float16(onnx.load(CLASSIFIER), keep_io_types=True), work / "model_fp16.onnx")
-    np.savez(work / "x.npz", **_classifier_input(0))
+    np.savez(work / "x.npz", x=np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32))
     (work / "check.py").write_text(CHECK_PY)
     script = work / "run_backend.sh"
     script.write_text(RUN_BACKEND)
