@@ -3,7 +3,7 @@
 Only the standard library is imported before the guard below, so Ctrl-C, SIGTERM or SIGHUP at
 any moment (even while the heavy imports load) ends the process quietly with 128 + the signal,
 and a closed stdout or stderr (``| head``, a closed ``less``) only silences the output
-(``runner.pipes``): the run goes on and writes its answer and summary.
+(``runner.terminal.pipes``): the run goes on and writes its answer and summary.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, cast
 
-from runner import pipes, signals  # standard library only
+from runner.terminal import pipes, signals  # standard library only
 
 
 def absolute_config_path(argv: list[str]) -> list[str]:
@@ -70,7 +70,7 @@ def _hydra_main() -> int:
 
     @hydra.main(version_base=None, config_path=str(Path(conf.__file__).resolve().parent), config_name="config")
     def main(cfg: DictConfig) -> None:
-        from runner.app import run  # imported for a run only: --help needs none of onnx, onnxruntime, numpy
+        from runner.run.app import run  # imported for a run only: --help needs none of onnx, onnxruntime, numpy
 
         codes.append(run(cfg))
 
@@ -84,7 +84,7 @@ def cli() -> int:
     pipes.guard_streams()  # a reader that goes away (| head) silences output, never the run
     try:
         if sys.argv[1:] in (["--help"], ["-h"]):  # every key of every group, without composing a config
-            from runner.help import render
+            from runner.terminal.help import render
 
             print(render())
             return 0
@@ -94,7 +94,7 @@ def cli() -> int:
         return code
     except KeyboardInterrupt as e:
         return signals.exit_code(e)
-    except SystemExit as e:  # a Hydra callback's verdict on a whole sweep (runner.sweep)
+    except SystemExit as e:  # a Hydra callback's verdict on a whole sweep (runner.run.sweep)
         return e.code if isinstance(e.code, int) else 2
     except BrokenPipeError:
         # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback

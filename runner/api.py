@@ -10,7 +10,7 @@
     [n["name"] for n in result.summary["kept_nodes"]]
 
 Each function composes the same Hydra config as ``python -m runner`` (``conf/``, the same schemas,
-the same one-line errors) and runs it with ``runner.app.run``, so a call gives the command
+the same one-line errors) and runs it with ``runner.run.app.run``, so a call gives the command
 line's answer. Keys are the command line's, as keyword arguments: flat ones as they are
 (``marker="minimal"``, ``min_good="good.onnx"``), groups as dicts (``checker={"rtol": 0.05}``,
 ``executor={"workers": 4}``) or dotted strings in ``overrides``. The check is a command line
@@ -132,12 +132,12 @@ def _check_overrides(check: Check, registered: List[str]) -> List[str]:
 def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]] = None) -> int:
     """Run a config composed with Hydra's compose API (``return_hydra_config=True``) in ``directory``,
     as Hydra's ``run_job`` would: the run directory made and set in Hydra's runtime, the task config
-    without its ``hydra`` section given to ``runner.app.run``.
+    without its ``hydra`` section given to ``runner.run.app.run``.
 
     Args:
         cfg: the composed config.
         directory: the run directory (made if missing).
-        summary_out: filled with the run's summary (``runner.app.run``).
+        summary_out: filled with the run's summary (``runner.run.app.run``).
 
     Returns:
         The run's exit code.
@@ -145,7 +145,7 @@ def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from runner.app import run
+    from runner.run.app import run
 
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(directory)

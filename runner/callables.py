@@ -1,7 +1,7 @@
 """Python callables given to the API as checks, known by a digest of what they compute.
 
 ``runner.api`` registers a callable check here under a key that ``checker.args`` carries, so the
-key is part of the run's identity (``runner.identity``): a replay made by another function, in
+key is part of the run's identity (``runner.files.identity``): a replay made by another function, in
 this process or another, is refused as a replay of another check, and the same function defined
 again (a re-run script) finds its replay. The key digests the function's code (bytecode,
 constants, names, nested functions), its defaults, and the values its closure and a bound

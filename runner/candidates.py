@@ -93,7 +93,7 @@ class Candidate:
             candidate); a crash recorded for the twin stands for this one too (it would crash
             the runner again), reuse or not.
         units: the unit set a search candidate is (node indices), recorded in the replay so that
-            verdicts can be checked against each other (``runner.monotone``); None for others.
+            verdicts can be checked against each other (``runner.files.monotone``); None for others.
         as_reference: the candidate is the model whose golden values the checker made: a checker
             that made them runs it exactly as it made them (same backend, same session options),
             so that it gives them back (precision's all-fp32 candidate).

@@ -202,7 +202,7 @@ class ReplayConf:
 # (``strategies/<mode>.py``) exports ``KEYS``, the dataclass of the keys it uses, built on the
 # shared ones below; ``run_config`` inherits them all. A key set for a mode that does not use it is
 # an error naming the modes that do (``check_mode_keys``). Keys marked ``candidate`` change the
-# candidates a mode writes, so a replay recorded with other values is not reused (``runner.identity``).
+# candidates a mode writes, so a replay recorded with other values is not reused (``runner.files.identity``).
 
 
 def candidate(default: Any = MISSING, default_factory: Any = MISSING) -> Any:
@@ -221,7 +221,7 @@ class CommonKeys:
     replay: ReplayConf = field(default_factory=ReplayConf)
     summary: str = RUN_DIR + "/summary.json"
     verbose: bool = False
-    quiet: int = 0  # 1: warnings and errors, no progress bar; 2: errors only (runner.console)
+    quiet: int = 0  # 1: warnings and errors, no progress bar; 2: errors only (runner.terminal.console)
     silent: bool = False  # nothing on the terminal; runner.log and summary.json keep it all
     reuse_run_dir: bool = False  # write into a run directory that holds a finished run (its files are replaced)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import secrets
 from dataclasses import fields, make_dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping
@@ -213,6 +214,11 @@ def modes_help() -> str:
     return "\n".join(lines)
 
 
+#: a short random id, fixed for this process (``${run_id:}`` in the default run and sweep directories):
+#: two processes started in the same microsecond still differ (``runner.files.rundir``)
+RUN_ID = secrets.token_hex(2)
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent).
 
@@ -221,9 +227,7 @@ def register_configs() -> None:
     """
     from omegaconf import OmegaConf
 
-    from runner.rundir import register_resolvers
-
-    register_resolvers()
+    OmegaConf.register_new_resolver("run_id", lambda: RUN_ID, replace=True)
     OmegaConf.register_new_resolver("modes_help", modes_help, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=run_config())

@@ -1,4 +1,4 @@
-"""What a run shares, built once in ``runner.app`` and handed to the strategy and the checker.
+"""What a run shares, built once in ``runner.run.app`` and handed to the strategy and the checker.
 
 Expensive parts are made on first use and then kept: the loaded model, the input feeds, and the
 fp32 values of every tensor (one ONNX Runtime run) that the shape fallback, precision's ranking
@@ -17,6 +17,14 @@ import onnx
 
 from runner.errors import ConfigError
 from runner.executors.spread import HERE
+from runner.files.samples import (
+    Sample,
+    check_sources,
+    load_golden_samples,
+    load_input_samples,
+    loader_samples,
+    parse_val_range,
+)
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import (
     check_input_shapes,
@@ -28,14 +36,6 @@ from runner.graph.feeds import (
 )
 from runner.graph.load import load_model
 from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
-from runner.samples import (
-    Sample,
-    check_sources,
-    load_golden_samples,
-    load_input_samples,
-    loader_samples,
-    parse_val_range,
-)
 
 
 @dataclass

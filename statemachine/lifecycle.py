@@ -29,14 +29,14 @@ if TYPE_CHECKING:
     from transitions.experimental.utils import TransitionConfigDictWithoutTrigger
 
 from runner import malloc
-from runner.artifacts import ArtifactSorter, remove_partial, worker_path
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
 from runner.executors.serial import SerialExecutor
-from runner.progress import Progress
-from runner.replay import Replay
+from runner.files.artifacts import ArtifactSorter, remove_partial, worker_path
+from runner.files.replay import Replay
+from runner.terminal.progress import Progress
 from statemachine.iter_info import IterInfo
 from statemachine.rounds import Pending, RoundChecks, word
 from strategies.base import Strategy
@@ -76,7 +76,7 @@ class Lifecycle:
         sorter: sorts the check's artifacts into good/ and bad/.
         replay: records verdicts and supplies known ones.
         iter_artifact: where each candidate is written before its check (with several workers, one
-            path per worker: ``runner.artifacts.worker_path``).
+            path per worker: ``runner.files.artifacts.worker_path``).
         iter_info: path of the JSON file rewritten before each round and after each verdict, or None.
         progress: the terminal progress bar, or None.
         executor: runs the checks (default: serial, in this thread).

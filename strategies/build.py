@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from runner.artifacts import worker_path
 from runner.candidates import Candidate
 from runner.config import CheckedKeys, candidate
 from runner.context import RunContext
 from runner.executors import slot
+from runner.files.artifacts import worker_path
 from runner.trt import load_tensorrt
 from strategies.until import Until, UntilStrategy
 

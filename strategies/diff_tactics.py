@@ -2,7 +2,7 @@
 
 Reads every tactic record under ``dir/good`` and ``dir/bad`` (or the ``good=``/``bad=`` lists of
 files or directories): Polygraphy's TacticReplayData JSON and this project's timing-cache
-records alike (``runner.tactic_records``). For each layer, a tactic seen in some bad record and
+records alike (``runner.files.tactic_records``). For each layer, a tactic seen in some bad record and
 in no good record is potentially bad; it is reported with how many bad records chose it.
 Needs no TensorRT and runs no check.
 """
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
-from runner.tactic_records import RecordError, load_record
+from runner.files.tactic_records import RecordError, load_record
 from strategies.base import Report
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnx
 
-from runner import console, malloc
+from runner import malloc
 from runner.backends.base import make_backend, onnxruntime_options
 from runner.checkers.base import Checker
 from runner.checkers.compare import CompareChecker
@@ -47,6 +47,7 @@ from runner.layerwise.quant_report import pair_summary, write_pairs_csv
 from runner.layerwise.ranking import lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
+from runner.terminal import console
 from strategies.base import Report
 
 log = logging.getLogger(__name__)

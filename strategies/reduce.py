@@ -32,13 +32,13 @@ from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
+from runner.files.repro import write_bundle
 from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
-from runner.repro import write_bundle
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.set_search import SetSearch
@@ -156,7 +156,7 @@ class ReduceStrategy(OnnxSearchStrategy):
                 (``weights_N.bin`` when a file there or the model's own files have that name) and
                 candidates reference them.
             checker: the run's checker; with ``checker=compare`` its input and golden values make the
-                repro bundle (``runner.repro``); other checkers get none.
+                repro bundle (``runner.files.repro``); other checkers get none.
             marker: the marker factory (``marker=``).
 
         Raises:
@@ -373,7 +373,7 @@ class ReduceStrategy(OnnxSearchStrategy):
 
     def finish(self) -> None:
         """Write the reduced model (checked with onnx.checker), its repro bundle with ``checker=compare``
-        (``runner.repro``) and the min-good model if asked."""
+        (``runner.files.repro``) and the min-good model if asked."""
         super().finish()
         if self.bundle_samples is not None:
             reduced = load_model(self.output, "output")

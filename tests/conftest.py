@@ -62,7 +62,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def run(tmp_path):
-    """Run a job in this process (compose + ``runner.app.run``), its run dir in tmp, cwd tmp."""
+    """Run a job in this process (compose + ``runner.run.app.run``), its run dir in tmp, cwd tmp."""
     return _runner(tmp_path, run_in_process)
 
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the modules that assemble and start a run: they import every layer
-ENTRY = ("runner.app", "runner.assembly", "runner.api", "runner.__main__")
+ENTRY = ("runner.run.app", "runner.run.assembly", "runner.api", "runner.__main__")
 
 
 def layer(module: str) -> Optional[int]:
@@ -51,7 +51,8 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
     the entry module importing it is none."""
     (tmp_path / "runner" / "graph").mkdir(parents=True)
     (tmp_path / "runner" / "graph" / "load.py").write_text("def f():\n    from statemachine.lifecycle import L\n")
-    (tmp_path / "runner" / "assembly.py").write_text("from statemachine.lifecycle import L\n")
+    (tmp_path / "runner" / "run").mkdir()
+    (tmp_path / "runner" / "run" / "assembly.py").write_text("from statemachine.lifecycle import L\n")
     assert upward_imports(tmp_path) == [("runner.graph.load", "statemachine.lifecycle", 2)]
 
 
@@ -141,3 +142,36 @@ def test_a_circle_through_a_function_level_import_is_found(tmp_path):
     (tmp_path / "runner" / "b.py").write_text("def f():\n    from runner.a import g\n")
     (tmp_path / "runner" / "c.py").write_text("import runner.a\n")
     assert import_circles(import_graph(tmp_path)) == [["runner.a", "runner.b"]]
+
+
+def package_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    """``graph`` with runner's sub-packages as one node each (``runner.graph.load`` -> ``runner.graph``; a module
+    directly in ``runner/`` stays itself), the imports inside one sub-package dropped."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "runner" and len(parts) > 2 else module
+
+    packed: Dict[str, Set[str]] = {}
+    for module, imported in graph.items():
+        packed.setdefault(package(module), set()).update(package(i) for i in imported)
+    return {module: imported - {module} for module, imported in packed.items()}
+
+
+def test_no_package_of_runner_imports_itself_through_others():
+    """runner/ is grouped by job (run/, files/, terminal/, graph/, checkers/, executors/, ...): 0 circles
+    between its sub-packages either, so each can be read, tested and moved knowing only those below it."""
+    assert import_circles(package_graph(import_graph())) == []
+
+
+def test_a_circle_between_packages_is_found(tmp_path):
+    """A test of the walk: ``runner.a.x`` imports ``runner.b.y``, ``runner.b.z`` imports ``runner.a.w``: no
+    file-level circle, one between the packages."""
+    for package, module, text in (("a", "x", "import runner.b.y\n"), ("b", "z", "import runner.a.w\n")):
+        (tmp_path / "runner" / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runner" / package / f"{module}.py").write_text(text)
+    (tmp_path / "runner" / "a" / "w.py").write_text("")
+    (tmp_path / "runner" / "b" / "y.py").write_text("")
+    graph = import_graph(tmp_path)
+    assert import_circles(graph) == []
+    assert import_circles(package_graph(graph)) == [["runner.a", "runner.b"]]

@@ -16,12 +16,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
-from runner.artifacts import unique_path
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.config import plain
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
+from runner.files.artifacts import unique_path
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
 from runner.executors.slot import Slot
+from runner.files.samples import check_golden, save_golden_samples
 from runner.graph.activations import marked, run_all_tensors, run_tensors
 from runner.graph.convert import has_low_precision
 from runner.graph.decisions import Decision, data_dependent_outputs
@@ -35,7 +36,6 @@ from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
 from runner.graph.qdq import has_qdq
-from runner.samples import check_golden, save_golden_samples
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import importlib
 import multiprocessing
 import os
 import threading
@@ -21,6 +22,9 @@ from runner.executors.slot import Slot, set_current
 
 #: how often (seconds) a worker looks whether the runner is still its parent
 PARENT_WATCH_S = 0.5
+
+#: what a check imports, imported while a worker warms (by name: executors sit below the checkers they run)
+WARM_IMPORTS = ("onnxruntime", "runner.checkers.compare")
 
 _HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
 
@@ -46,9 +50,9 @@ def _begin(env: Dict[str, str], parent: int) -> None:
 def _warm() -> None:
     """A worker's first task: import what a check needs and, pinned to a GPU with the CUDA provider
     there, make its CUDA context with a one-Conv session (the second or so a new process pays once)."""
+    for module in WARM_IMPORTS:
+        importlib.import_module(module)
     import onnxruntime as ort
-
-    import runner.checkers.compare  # noqa: F401
 
     if os.environ.get("CUDA_VISIBLE_DEVICES") and "CUDAExecutionProvider" in ort.get_available_providers():
         import numpy as np

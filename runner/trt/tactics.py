@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 
 import tensorrt as trt
 
-from runner import tactic_records
+from runner.files import tactic_records
 
 
 def _tensor_info(io: Any) -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Running a job in-process: Hydra's compose API, then ``runner.app.run`` as ``python -m runner`` would.
+"""Running a job in-process: Hydra's compose API, then ``runner.run.app.run`` as ``python -m runner`` would.
 
 Composes the same config (``conf/``, the same overrides), sets the Hydra runtime the way Hydra's
 ``run_job`` does (run directory, ``HydraConfig``), logs to the console stream and ``runner.log``

@@ -143,7 +143,7 @@ def test_keys_of_fills_a_modes_keys_from_the_config_with_enums_and_nested_schema
 
 
 def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
-    """A replay recorded with other values of these is not reused (runner.identity)."""
+    """A replay recorded with other values of these is not reused (runner.files.identity)."""
     from runner.config_keys import candidate_options
 
     assert candidate_options() == [
@@ -177,9 +177,9 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
 def test_checker_choices_are_enums_checked_before_the_run(override, choices):
     """The schema's enums: Hydra refuses a value outside them at composition, naming the choices; a valid one
     reaches the checker as the plain name it compares with."""
-    from runner.assembly import _build_checker
     from runner.checkers.compare import CompareChecker
-    from runner.plan import checker_plan
+    from runner.run.assembly import _build_checker
+    from runner.run.plan import checker_plan
 
     ensure_hydra()
     with pytest.raises(ConfigCompositionException) as refused:
@@ -205,7 +205,7 @@ def test_help_lists_every_key_of_every_group():
 
     from runner import config
     from runner.config_keys import mode_keys
-    from runner.help import CHECKERS, render
+    from runner.terminal.help import CHECKERS, render
 
     text = render()
 

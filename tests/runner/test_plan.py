@@ -1,4 +1,4 @@
-"""The run's plan (``runner.plan``) and its summary record (``runner.summary``): the config read once and
+"""The run's plan (``runner.run.plan``) and its summary record (``runner.run.summary``): the config read once and
 frozen, output paths resolved into a new plan, and ``summary.json``'s fields as scripts read them."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ReadonlyConfigError
 
 from runner.errors import ConfigError
-from runner.plan import checker_plan, plan
-from runner.summary import Summary
+from runner.run.plan import checker_plan, plan
+from runner.run.summary import Summary
 from tests.helpers.models import CLASSIFIER
 
 

@@ -114,7 +114,7 @@ def test_a_verdicts_typed_facts_keep_the_replays_format():
 
 def test_unit_sets_are_written_as_runs_and_read_back():
     """A chain's candidate is a few runs of consecutive nodes: the replay holds the runs, not every index."""
-    from runner.replay import compact_units, expand_units
+    from runner.files.replay import compact_units, expand_units
 
     assert compact_units({9, 0, 2, 3, 4, 6, 7}) == [0, [2, 4], [6, 7], 9]
     assert compact_units(range(50_000)) == [[0, 49_999]] and compact_units([]) == []

@@ -17,9 +17,9 @@ from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
 from runner.errors import ConfigError
+from runner.files.samples import load_golden_samples, load_input_samples, parse_val_range, save_golden_samples
 from runner.graph.activations import run_all_tensors
 from runner.graph.feeds import generate_feeds
-from runner.samples import load_golden_samples, load_input_samples, parse_val_range, save_golden_samples
 from tests.helpers.models import CLASSIFIER, DETECTOR, need, overflow_model
 
 pytest.importorskip("polygraphy")

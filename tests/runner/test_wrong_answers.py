@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runner.replay import expand_units
+from runner.files.replay import expand_units
 from tests.helpers.checks import python_check
 from tests.helpers.cli import alive, one_line_error, start_process, wait_for
 from tests.helpers.models import ROOT

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from runner.artifacts import ArtifactSorter
 from runner.candidates import Candidate
 from runner.checkers.command import CommandChecker
 from runner.errors import ModelError, NothingToDoError
 from runner.executors.local import LocalExecutor
-from runner.replay import Replay
+from runner.files.artifacts import ArtifactSorter
+from runner.files.replay import Replay
 from statemachine.lifecycle import STATES, Lifecycle
 from strategies.base import Strategy
 from strategies.repeat import RepeatStrategy

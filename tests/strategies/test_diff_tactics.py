@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.tactic_records import algorithm, replay_record, tensor_info, timing_cache_record
+from runner.files.tactic_records import algorithm, replay_record, tensor_info, timing_cache_record
 from tests.helpers.cli import check_cmd, one_line_error, write_script
 
 LAYERS = ["conv1", "relu1", "conv2", "fc"]

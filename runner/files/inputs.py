@@ -1,4 +1,4 @@
-"""Every file a run reads, named for the guard on what it writes (``runner.outputs``).
+"""Every file a run reads, named for the guard on what it writes (``runner.files.outputs``).
 
 Nothing a run writes or moves may be, contain or link to one of these: the model and its
 external data files, ``inputs=``, ``golden=``, ``replay.load=``, ``reference_model=``, the module

@@ -1,9 +1,9 @@
 """The run's plan: everything the run will read, write and build, taken from the composed config once,
-checked, and frozen before any part is built (``runner.assembly`` builds the parts from it).
+checked, and frozen before any part is built (``runner.run.assembly`` builds the parts from it).
 
 ``plan(cfg, overrides)`` reads and checks the config (keys the mode does not use, option pairs that
 cannot go together, the executor's keys); ``RunPlan.with_outputs`` gives the plan again with the
-output paths the output plan resolved (``runner.outputs``). The config the parts read is a read-only
+output paths the output plan resolved (``runner.files.outputs``). The config the parts read is a read-only
 copy (``RunPlan.config``): a part that tries to write into it fails.
 """
 
@@ -19,9 +19,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from runner.config import plain
 from runner.config_keys import check_mode_keys, check_option_keys, group_keys, mode_uses, set_keys
 from runner.errors import ConfigError
+from runner.files.inputs import files_read
+from runner.files.paths import in_job_dir
 from runner.graph.model_files import model_files
-from runner.inputs import files_read
-from runner.paths import in_job_dir
 
 #: the config keys of the files a run writes that a user can name
 OUTPUT_OPTIONS = (
@@ -93,7 +93,7 @@ class RunPlan:
         return default if value is None else plain(value)
 
     def requested_outputs(self) -> Tuple[Dict[str, Optional[str | Path]], Dict[str, str]]:
-        """``({option: path as given}, {option: default file name})`` for ``runner.outputs.plan_outputs``;
+        """``({option: path as given}, {option: default file name})`` for ``runner.files.outputs.plan_outputs``;
         relative ``output`` and ``min_good`` go into a sweep job's own directory."""
         options: Dict[str, Optional[str | Path]] = {}
         for key in OUTPUT_OPTIONS:

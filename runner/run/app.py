@@ -1,4 +1,4 @@
-"""One run: assemble it from the config (``runner.assembly``), execute it, write the summary, and
+"""One run: assemble it from the config (``runner.run.assembly``), execute it, write the summary, and
 turn every way it can end into one line and an exit code."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any, Dict, Optional
 import onnx
 from omegaconf import DictConfig
 
-from runner import console, signals
-from runner.assembly import RunState, assemble, counters, execute
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, InvalidCandidateError, RunnerError
 from runner.graph.load import save_model
 from runner.jsonio import write_json_atomic
-from runner.report import print_table
-from runner.summary import Summary
+from runner.run.assembly import RunState, assemble, counters, execute
+from runner.run.summary import Summary
+from runner.terminal import console, signals
+from runner.terminal.report import print_table
 
 log = logging.getLogger("runner")
 

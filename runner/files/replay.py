@@ -4,12 +4,12 @@ Loading a replay (``replay.load=PATH``) makes the lifecycle reuse recorded verdi
 running the check, so a stopped run resumes where it was and ends with the same result.
 The same table serves as the in-run cache: a candidate is never checked twice.
 
-A replay records its run's identity (``runner.identity``: the model's content, the mode, the
+A replay records its run's identity (``runner.files.identity``: the model's content, the mode, the
 check, the inputs); loading a replay of another identity is an error naming what differs, unless
 ``replay.force=true``. Entries of the wrong type are errors, never coerced.
 
 Crash safety (as Polygraphy's ``_skip_current`` replay entry): before a check starts, its candidate
-is recorded as *pending*, with the run's fatal-signal log (``runner.signals.fatal_log``: Python's
+is recorded as *pending*, with the run's fatal-signal log (``runner.terminal.signals.fatal_log``: Python's
 ``faulthandler`` writes there when the process dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL);
 its verdict clears it. A check that kills the runner (a segfault in an in-process check, an abort)
 leaves it pending with a non-empty fatal log, and a run resumed from that replay counts the one
@@ -29,9 +29,9 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ArtifactError, CheckError, ConfigError, first_line
-from runner.identity import differences
+from runner.files.identity import differences
+from runner.files.monotone import Ledger
 from runner.jsonio import write_json_atomic
-from runner.monotone import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Replay:
         save_path: where the replay JSON is rewritten (atomically) after each iteration.
         mode: the mode's name; a loaded replay must come from the same mode.
         load_path: an earlier run's replay to reuse verdicts from, or None.
-        identity: what this run's verdicts depend on (``runner.identity.run_identity``).
+        identity: what this run's verdicts depend on (``runner.files.identity.run_identity``).
         force: reuse a loaded replay's verdicts even when its identity differs.
         retry_pending: check a loaded replay's pending candidate again instead of counting it as
             a crash.
@@ -221,7 +221,7 @@ class Replay:
         return data["iterations"], changed, pending
 
     def watch(self, hit_on_pass: bool) -> None:
-        """Check verdicts for monotonicity from now on (``runner.monotone``): the loaded ones against each
+        """Check verdicts for monotonicity from now on (``runner.files.monotone``): the loaded ones against each
         other now, and each one recorded against the loaded ones.
 
         Args:

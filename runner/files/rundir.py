@@ -3,7 +3,7 @@
 Hydra's stock run directory (``outputs/DATE/TIME``) has one-second resolution, so two runs
 started in the same second would write into one directory and overwrite each other's
 candidates, replay and summary. The default here (``conf/config.yaml``) adds microseconds and
-a per-process random suffix (the ``run_id`` resolver). Each run also takes an exclusive
+a per-process random suffix (the ``run_id`` resolver, ``runner.config_keys.RUN_ID``). Each run also takes an exclusive
 ``flock`` on ``<run dir>/.runner.lock``: a second run pointed at a directory in use stops at
 once. The kernel drops the lock when the process ends, even after ``kill -9``.
 """
@@ -14,28 +14,19 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import sys
 from pathlib import Path
 from typing import Any, Dict
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from runner.errors import ArtifactError
 
 LOCK_NAME = ".runner.lock"
 
-#: a short random id, fixed for this process: two processes started in the same microsecond still differ
-RUN_ID = secrets.token_hex(2)
-
 #: run directory (resolved) -> open lock file descriptor, for the directories this process holds
 _HELD: Dict[Path, int] = {}
-
-
-def register_resolvers() -> None:
-    """Register ``${run_id:}`` (idempotent), used by the default run and sweep directories."""
-    OmegaConf.register_new_resolver("run_id", lambda: RUN_ID, replace=True)
 
 
 def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:

@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 
 from runner.errors import InvalidCandidateError, MissingExtraError, ModelError
+from runner.files.samples import save_golden_samples, save_input_samples
 from runner.graph.activations import run_tensors
 from runner.graph.load import save_model
-from runner.samples import save_golden_samples, save_input_samples
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def write_bundle(
         every output's value is known without computing it, i.e. from the compare checker); empty
         when the bundle cannot be made (logged: polygraphy missing, or the original does not run).
     """
-    from runner.artifacts import remove_partial
-    from runner.outputs import reserve
+    from runner.files.artifacts import remove_partial
+    from runner.files.outputs import reserve
 
     names_in = [i.name for i in reduced.graph.input]
     names_out = [o.name for o in reduced.graph.output]

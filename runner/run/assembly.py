@@ -1,11 +1,11 @@
 """A run's parts, built once from its plan, in the order each needs the last.
 
-``assemble`` locks the run directory, plans the run (``runner.plan``: the config read and checked
+``assemble`` locks the run directory, plans the run (``runner.run.plan``: the config read and checked
 once, then frozen), resolves every path the run writes, opens the replay with the run's identity,
 and builds the context, executor, checker, strategy and lifecycle; ``execute`` runs the lifecycle
 and has the strategy write its answer. A report mode (a ``strategies.base.Report``: layerwise,
 diff_tactics) takes the short path: no lifecycle, only its ``finish``.
-Both fill one ``RunState`` as they go, so ``runner.app.run`` can report on a run that stopped at
+Both fill one ``RunState`` as they go, so ``runner.run.app.run`` can report on a run that stopped at
 any step, and register what must be released on two exit stacks: ``resources`` (the fatal-signal
 log, the executor, the checker), closed before the summary is written, and ``holds`` (the output
 plan's reservations, the run directory's lock), released after it.
@@ -23,22 +23,22 @@ from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from runner import console, signals
-from runner.artifacts import ArtifactSorter
 from runner.checkers.base import Checker
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
 from runner.executors.base import Executor, executor_classes
 from runner.executors.spread import HERE
-from runner.identity import run_identity
-from runner.outputs import OutputPlan, plan_outputs
-from runner.paths import run_dir
-from runner.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, plan
-from runner.progress import Progress
-from runner.replay import Replay
-from runner.rundir import lock_run_dir, refuse_finished, release_run_dir
-from runner.summary import Summary
+from runner.files.artifacts import ArtifactSorter
+from runner.files.identity import run_identity
+from runner.files.outputs import OutputPlan, plan_outputs
+from runner.files.paths import run_dir
+from runner.files.replay import Replay
+from runner.files.rundir import lock_run_dir, refuse_finished, release_run_dir
+from runner.run.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, plan
+from runner.run.summary import Summary
+from runner.terminal import console, signals
+from runner.terminal.progress import Progress
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Report, Strategy
 
@@ -53,7 +53,7 @@ class RunState:
         directory: the locked run directory.
         summary_path: where the summary goes: a path the output plan accepted, or the run's own
             directory; never another run's.
-        plan: the run's plan (``runner.plan``), its output paths resolved once ``outputs`` is.
+        plan: the run's plan (``runner.run.plan``), its output paths resolved once ``outputs`` is.
         outputs, replay, executor, checker, strategy, lifecycle: the run's parts.
     """
 
@@ -181,7 +181,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     holds.callback(release_run_dir, directory)
     refuse_finished(directory, bool(state.cfg.get("reuse_run_dir", False)))
     state.summary_path = directory / "summary.json"
-    fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.replay)
+    fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.files.replay)
     resources.enter_context(signals.fatal_log(fatal))
     state.plan = given = plan(state.cfg, _overrides())
     requested, defaults = given.requested_outputs()

@@ -1,7 +1,7 @@
 """Every path a run writes, resolved and checked before the first check: no file the run reads is ever one.
 
 ``plan_outputs`` resolves each output option once. A path that is a file the run reads (the model,
-its external data, ``inputs=``, ``golden=``, ``replay.load=``, a check's script: ``runner.inputs``),
+its external data, ``inputs=``, ``golden=``, ``replay.load=``, a check's script: ``runner.files.inputs``),
 or a link to one (symbolic, also through a link to a file not yet created, or hard), is a
 one-line error naming both paths and the key to change; so is an ``artifacts.paths`` entry that is
 or contains one (artifacts are moved after each check). A default name that would overwrite an
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional
 
-from runner.artifacts import ensure_writable_dir, split_name
 from runner.errors import ArtifactError, ConfigError
+from runner.files.artifacts import ensure_writable_dir, split_name
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def plan_outputs(
         defaults: ``{option: file name}`` used when an option is unset (e.g. ``output`` ->
             ``reduced.onnx``); a default that would overwrite an existing file is replaced by a
             free name (``reduced_1.onnx``), and the log says so.
-        protected: ``{path: what it is}`` of the files the run reads (``runner.inputs.files_read``),
+        protected: ``{path: what it is}`` of the files the run reads (``runner.files.inputs.files_read``),
             never written or moved.
         artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
 
