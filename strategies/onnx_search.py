@@ -165,6 +165,11 @@ class OnnxSearchStrategy(RoundStrategy):
         digest = hashlib.sha1(",".join(map(str, sorted(units))).encode()).hexdigest()[:16]
         return f"{self.fingerprint}:{self.variant()}:{digest}"
 
+    @property
+    def held_ahead(self) -> int:
+        """Models built ahead (``build_ahead``) and held for a round to come."""
+        return len(self._ahead)
+
     def build_ahead(self, units: Units) -> bool:
         """Build the model of ``units`` for a later round (``lookahead``) and hold it until the next
         ``next_round``; False when it does not fit in ``AHEAD_BYTES`` with the ones held."""

@@ -37,7 +37,7 @@ def test_the_next_round_takes_the_models_built_for_it_and_drops_the_rest(tmp_pat
         guesses = {key for key, build in work if build()}
         strategy.take_round(candidates, verdicts)
         candidates = strategy.next_round(3)
-        assert not strategy._ahead  # the other outcomes' models are dropped
+        assert strategy.held_ahead == 0  # the other outcomes' models are dropped
         if work:
             searched = {c.key for c in candidates if c.reuse}  # not the written answer's check
             assert searched <= guesses  # the round is one of the outcomes guessed
