@@ -195,7 +195,7 @@ class ProcessExecutor(Executor):
         self._repeatable = bool(getattr(obj, "repeatable", False))
         return Held(obj)
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> Any:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
         """Start ``fn(*args)``: in a thread here when its slot was made to run here, else on worker ``worker``
         (started, and ready within ``timeout_s``, first).
 

@@ -32,7 +32,7 @@ ModelJob = Tuple[onnx.ModelProto, Dict[str, np.ndarray], str]
 
 
 def run_alone(backend: Backend, job: ModelJob) -> Tuple[Dict[str, np.ndarray], str]:
-    """Run one model (a job of ``AloneRuns.run`` for ``Executor.spread``, perhaps in a worker
+    """Run one model (a job of ``AloneRuns.run`` for ``runner.executors.spread.spread``, perhaps in a worker
     process): ``({output: value}, "")``, or ``({}, the backend's one-line error)`` when it cannot
     run the model (a ``ModelError``).
 
