@@ -53,6 +53,19 @@ class _Removal:
     split: int = 0
     group: int = 1
     found: Tuple[int, ...] = ()
+    cleared: int = 0
+
+    def cap(self) -> int:
+        """The largest group worth testing (Hwang 1972): with d needed among the n undecided, test one by
+        one when n <= 2d - 2, else groups of 2**floor(log2((n - d + 1) / d)); d is estimated from the
+        share of needed elements among those decided so far (no cap before 4 are decided)."""
+        decided = self.cleared + len(self.found)
+        if decided < 4:
+            return self.undecided
+        needed = self.undecided * (len(self.found) + 1) / (decided + 2)
+        if self.undecided <= 2 * needed - 2:
+            return 1
+        return 2 ** math.floor(math.log2(max(1.0, (self.undecided - needed + 1) / max(needed, 1.0))))
 
     def needed(self) -> _Removal:
         """U's last element is needed: it leaves U, and the group halves."""
@@ -77,10 +90,10 @@ class _Removal:
     def after(self, dropped: int, hit: bool) -> _Removal:
         """The state after the test that dropped U's last ``dropped`` elements gave ``hit``."""
         if hit:
-            state = replace(self, undecided=self.undecided - dropped)
+            state = replace(self, undecided=self.undecided - dropped, cleared=self.cleared + dropped)
             if self.split:
                 return replace(state, split=self.split - dropped).settle()
-            return replace(state, group=self.group * 2)
+            return replace(state, group=max(1, min(self.group * 2, state.cap())))
         return replace(self, split=dropped).settle()
 
 

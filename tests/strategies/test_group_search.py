@@ -77,6 +77,19 @@ def test_a_noisy_ranking_of_many_needed_elements_costs_far_less_than_a_round_eac
     assert sum(totals) * 2.5 < sum(set_totals)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_dense_needed_prefix_is_tested_one_element_at_a_time(seed):
+    """The int8 detector held to rel L2 0.05: 165 needed among the 232 nodes of the shortest passing ranked
+    prefix. Where most undecided elements are needed, a group test almost always fails and its splitting
+    costs more than testing each (Hwang 1972: one by one when n <= 2d - 2): about one check an element of the
+    prefix, where doubling groups after every pass cost 283."""
+    rng = random.Random(seed)
+    needed = set(rng.sample(range(231), 164)) | {231}
+    result, tests = _drive(GroupSearch(list(range(330)), MinimalMarker), needed)
+    assert result == frozenset(needed)
+    assert tests <= 232 + 2 * math.ceil(math.log2(330)) + 2
+
+
 def test_a_ranked_prefix_costs_log2_n_checks():
     """direction=ranked: bisect over the ranking, within 2 ceil(log2 n) checks, answers the ranked prefix."""
     n, needed = 369, set(range(65))
