@@ -17,6 +17,8 @@ Two phases, over a target that holds for the whole ranking and not for the empty
    binary splitting (drop the back half of the group; a pass drops it and leaves the front half
    holding the needed element, a failure narrows to the back half) finds one in log2(g) tests,
    it moves to R, and g halves. Every group is a suffix of U, so U stays a prefix of the ranking.
+   g never exceeds what Hwang's rule gives for the d needed elements estimated among U from the
+   share seen so far: groups of 2**floor(log2((|U| - d + 1) / d)), one by one when |U| <= 2d - 2.
 
 k needed elements among n cost about 2 log2(b) + k log2(n/k) + O(k) tests; elements that a
 ranking puts first cost 2 log2(k) + k, and a dense prefix (most of it needed) costs about one
