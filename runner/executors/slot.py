@@ -78,9 +78,11 @@ def current() -> Slot:
     return slot if slot is not None else Slot()
 
 
-def set_current(slot: Optional[Slot]) -> None:
-    """Make ``slot`` the current slot of this thread (None: none)."""
+def set_current(slot: Optional[Slot]) -> Optional[Slot]:
+    """Make ``slot`` the current slot of this thread (None: none); return the one it replaces."""
+    previous: Optional[Slot] = getattr(_current, "slot", None)
     _current.slot = slot
+    return previous
 
 
 def visible_gpu(gpu: str) -> str:

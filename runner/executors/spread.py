@@ -80,7 +80,7 @@ class Lane:
         Raises:
             Whatever ``fn`` raises (``source`` is closed first, so the other lanes stop taking).
         """
-        set_current(self.slot)
+        previous = set_current(self.slot)  # the caller's, when the lane runs in the caller's thread
         try:
             while (item := source.take()) is not None:
                 began = time.monotonic()
@@ -91,7 +91,7 @@ class Lane:
             source.close()
             raise
         finally:
-            set_current(None)
+            set_current(previous)
 
 
 #: one lane in this thread's process, no GPU: where there is no executor

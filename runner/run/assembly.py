@@ -79,7 +79,8 @@ def _build_checker(plan: CheckerPlan) -> Checker:
     try:
         checker = instantiate(plan.options)
     except MissingMandatoryValue as e:
-        key = getattr(e, "full_key", "") or "a checker option"
+        key = getattr(e, "full_key", "") or "option"
+        key = key if key.startswith("checker.") else f"checker.{key}"
         raise ConfigError(
             f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive"
         ) from None

@@ -233,3 +233,16 @@ def test_a_job_that_cannot_be_built_on_the_workers_side_is_raised_in_the_runner(
             spread(executor.lanes(), _where, 1, _broken_jobs(40))
     finally:
         executor.close()
+
+
+def test_a_spread_in_a_checks_thread_leaves_its_slot_as_it_was():
+    """One lane runs in the caller's thread: the check's own slot (its GPU) is current again afterwards."""
+    from runner.executors.slot import Slot, set_current
+
+    set_current(Slot(3, "1"))
+    try:
+        got = spread(HERE, _where, 2, range(3))
+        assert [g[0] for g in got] == [0, 2, 4] and {g[2] for g in got} == {None}, "the lane's own slot: no GPU"
+        assert current().worker == 3 and current().device == "1"
+    finally:
+        set_current(None)
