@@ -131,7 +131,7 @@ def _sandbox(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def dask_address() -> Iterator[str]:
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address
     cluster.close()
 

@@ -235,7 +235,7 @@ def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run,
 @pytest.fixture(scope="module")
 def dask_cluster():
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address
     cluster.close()
 
