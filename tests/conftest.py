@@ -106,3 +106,12 @@ def int8_feeds(on_path, monkeypatch) -> str:
     name = write_loader(on_path)
     monkeypatch.delitem(sys.modules, name, raising=False)
     return name
+
+
+@pytest.fixture(scope="module")
+def dask_cluster() -> Iterator[str]:
+    """A Dask ``LocalCluster`` of two worker processes for a test module: its scheduler's address."""
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    yield cluster.scheduler_address
+    cluster.close()

@@ -21,10 +21,9 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
 from tests.helpers.inprocess import run_in_process
-from tests.helpers.models import CLASSIFIER
+from tests.helpers.models import CLASSIFIER, perturbed_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -102,12 +101,7 @@ def _made_files(work: Path) -> None:
     model = onnx.load(CLASSIFIER)
     onnx.save(model, work / "model.onnx")
     onnx.save(model, work / "model_fp32.onnx")
-    bad = onnx.load(CLASSIFIER)  # a weight gone wrong: the README's reduce against golden values finds its Conv
-    producer = {o: n for n in bad.graph.node for o in n.output}
-    conv = [n for n in bad.graph.node if n.op_type == "Conv"][33]
-    weight = next(a for a in producer[conv.input[1]].attribute if a.name == "value").t
-    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
-    onnx.save(bad, work / "model_bad.onnx")
+    onnx.save(perturbed_classifier()[0], work / "model_bad.onnx")  # the README's reduce against golden values
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     onnx.save(convert_float_to_float16(onnx.load(CLASSIFIER), keep_io_types=True), work / "model_fp16.onnx")
@@ -126,14 +120,6 @@ def _sandbox(tmp_path: Path) -> Path:
     (tmp_path / "shared").symlink_to((ROOT / ".." / "shared").resolve())
     _made_files(work)
     return work
-
-
-@pytest.fixture(scope="module")
-def dask_address() -> Iterator[str]:
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
-    yield cluster.scheduler_address
-    cluster.close()
 
 
 def test_every_command_is_run_or_said_why_not():
@@ -167,7 +153,7 @@ def test_the_documents_commands_run_as_written(doc, commands, tmp_path, request)
         assert argv[:3] == ["python", "-m", "runner"], line
         overrides = argv[3:]
         if any("HOST:8786" in o for o in overrides):
-            address = request.getfixturevalue("dask_address")
+            address = request.getfixturevalue("dask_cluster")
             overrides = [o.replace("tcp://HOST:8786", address) for o in overrides]
         result = run_in_process(tmp_path, f"run{i}", *overrides, cwd=work)
         assert result.returncode == 0, f"{doc}: {line}\n{result.stderr[-1500:]}"

@@ -104,12 +104,14 @@ class RunPlan:
 
     def with_outputs(self, resolved: Mapping[str, Optional[Path]]) -> RunPlan:
         """This plan with the output options set to ``resolved`` (``{option: path}``; None keeps an option as it is)."""
-        config = OmegaConf.create(OmegaConf.to_container(self.config))
+        config = OmegaConf.create(OmegaConf.to_container(self.config))  # a writable copy
+        assert isinstance(config, DictConfig)
         with open_dict(config):
             for key, path in resolved.items():
                 if path is not None:
                     OmegaConf.update(config, key, str(path), merge=False)
-        return dataclasses.replace(self, config=_frozen(config), outputs_resolved=True)
+        OmegaConf.set_readonly(config, True)
+        return dataclasses.replace(self, config=config, outputs_resolved=True)
 
 
 def _frozen(values: Any) -> DictConfig:

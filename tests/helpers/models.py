@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -40,6 +40,20 @@ def need(path: Path) -> Path:
 def sha256(path: Path) -> str:
     """The file's sha256, hex."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def perturbed_classifier(scale: float = 1.5) -> Tuple[onnx.ModelProto, str]:
+    """The bundled classifier with its 34th Conv's weight (a Constant node's value) scaled by ``scale``: a
+    weight gone wrong that reduce against the original's golden values finds alone. Returns the model and
+    that Conv's name."""
+    from onnx import numpy_helper
+
+    model = onnx.load(str(need(CLASSIFIER)))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    conv = [n for n in model.graph.node if n.op_type == "Conv"][33]
+    weight = next(a for a in producer[conv.input[1]].attribute if a.name == "value").t
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(scale), weight.name))
+    return model, conv.name
 
 
 def make_model(

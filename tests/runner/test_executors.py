@@ -232,14 +232,6 @@ def test_ctrl_c_cancels_every_running_check_and_a_resumed_run_ends_the_same(run,
     assert resumed.summary["reused"] >= min(done, 1)
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
-    yield cluster.scheduler_address
-    cluster.close()
-
-
 @pytest.mark.slow
 def test_dask_cluster_gives_the_serial_answer(run, tmp_path, chain, has_nodes_script, dask_cluster):
     """A LocalCluster of two worker processes: in-process checks (the python checker, the compare

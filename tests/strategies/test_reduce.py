@@ -400,17 +400,11 @@ def test_a_perturbed_conv_is_found_alone_against_golden_values(run, tmp_path):
     """Issue 35: one Conv's weight scaled 1.5x (the recognizer's p2o.Conv.33 there; the classifier's Conv@33
     here), reduce judged against the original's golden values: the answer is that node alone, as Polygraphy
     finds it (the answer is tested 1-minimal; it held 2 nodes before)."""
-    from onnx import numpy_helper
-
     from examples.text_pages import classifier_lines
-    from tests.helpers.models import CLASSIFIER
+    from tests.helpers.models import CLASSIFIER, perturbed_classifier
 
     path = need(CLASSIFIER)
-    model = onnx.load(str(path))
-    producer = {o: n for n in model.graph.node for o in n.output}
-    conv = [n for n in model.graph.node if n.op_type == "Conv"][33]
-    weight = next(a for a in producer[conv.input[1]].attribute if a.name == "value").t
-    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
+    model, conv = perturbed_classifier()
     bad, inputs, golden = tmp_path / "bad.onnx", tmp_path / "x.npz", tmp_path / "golden.npz"
     onnx.save(model, bad)
     np.savez(inputs, **next(iter(classifier_lines(1))))
@@ -421,4 +415,4 @@ def test_a_perturbed_conv_is_found_alone_against_golden_values(run, tmp_path):
     tight = ["checker.atol=1e-5", "checker.rtol=1e-4"]
     r = run("mode=reduce", f"model={bad}", "checker=compare", f"golden={golden}", f"inputs={inputs}", *tight)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert [n["name"] for n in r.summary["reduced_nodes"]] == [conv.name]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == [conv]
