@@ -1,46 +1,33 @@
 """``executor=processes``: checks in worker processes on this machine, ``per_gpu`` pinned to each GPU.
 
-In-process checks (``checker=compare`` on ONNX Runtime's CUDA provider) spend much of their time in
-Python (converting, serializing, building a session), which threads of one process share; worker
-processes do not. Each worker is the standard library's ``ProcessPoolExecutor(max_workers=1)``,
-spawned with ``CUDA_VISIBLE_DEVICES`` set to its GPU, holding what it was sent once (the bound
-checker, with its golden values and cached sessions; the ranking's backend) between tasks. Check
-``i`` of a round runs on worker ``i``, so its GPU and ``{worker}`` match.
-
-A worker costs seconds to start (spawning, importing ONNX Runtime, a CUDA context) and its first
-check of the model costs more again. So, one rule: with ``start="lazy"`` (the default) the workers
-start once a check or job run here (after the first, which pays for this process's own CUDA start)
-takes ``DEAR_S`` or more: a run of cheap checks never starts them and ends as ``executor=local``
-would. ``start="now"`` starts them with the run (for runs known to be dear). Until every worker
-is ready the checks run here, in threads, each on its slot's GPU (``local_start``); with a checker
-whose check can be repeated unseen (the compare checker), each worker then checks the first
-candidate checked here once more, its verdict unused, so its first real check does not pay for
-loading the model. Figures: benchmarks/README.md, "GPU checks".
+Each worker (``worker.Worker``) is a spawned process that keeps the checker it was sent once, with its
+golden values and cached sessions; check ``i`` of a round runs on worker ``i``. One rule says when they
+start: with ``start="lazy"`` (the default), once a check or job run here (after the first) takes
+``DEAR_S`` or more; with ``start="now"``, with the run. Until every worker is ready (and, with a
+repeatable checker, has checked once unseen) the checks run here, in threads. docs/executors.md gives
+the why; benchmarks/README.md ("GPU checks") the figures.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from runner.candidates import Verdict
 from runner.errors import ConfigError, WorkerDiedError, first_line
 from runner.executors.base import Executor, relay
 from runner.executors.slot import Slot, visible_gpu
-from runner.executors.spread import Jobs, Lane
+from runner.executors.spread import Lane
 from runner.executors.worker import Held, Worker
 
 log = logging.getLogger(__name__)
 
 #: seconds a check or job run here must take (after the first) for ``start="lazy"`` to start the workers
 DEAR_S = 1.0
-#: how often (seconds) a lane of ``spread`` looks whether its worker is ready
-WATCH_S = 0.05
 
 
 class ProcessExecutor(Executor):
@@ -233,11 +220,12 @@ class ProcessExecutor(Executor):
         """Worker ``worker``'s slot in its process, which sees only the slot's GPU (no cancel flag)."""
         return Slot(worker, self.gpu(worker), None, self.poll_s, pinned=bool(self.gpus))
 
-    def lanes(self) -> List[Any]:
-        """A thread per slot here (``local_start``; else one), each timed for ``start="lazy"``, and a lane
-        per worker that takes jobs once its worker is ready (``_WorkerLane``)."""
+    def lanes(self) -> List[Lane]:
+        """A thread here per slot, each on its slot's GPU (one without ``local_start``), each timed for
+        ``start="lazy"``. Jobs stay in the runner: on worker processes they shortened a dear ranking on one
+        GPU but not the run, and on two GPUs the workers were ready only after it (benchmarks/README.md)."""
         here = [Slot(w, self.gpu(w)) for w in range(self.workers)] if self.local_start else [Slot()]
-        return [Lane(slot, self._took_here) for slot in here] + [_WorkerLane(self, w) for w in range(self.workers)]
+        return [Lane(slot, self._took_here) for slot in here]
 
     def facts(self, started: float) -> Dict[str, Any]:
         """``local_checks`` (checks run here while the workers started; with ``local_start``) and
@@ -262,35 +250,3 @@ def _died(error: BaseException) -> BaseException:
             "command check (checker=command) that runs the backend in its own process"
         )
     return error
-
-
-class _WorkerLane:
-    """A lane of ``spread`` on worker ``worker`` of ``executor``: it takes jobs once the worker is ready
-    (none if it never is); a job the worker fails is left in ``failed``, to run again in the runner."""
-
-    def __init__(self, executor: ProcessExecutor, worker: int):
-        self.executor, self.worker = executor, worker
-
-    def run(self, fn: Any, shared: Any, source: Jobs, results: Dict[int, Any], failed: List[Tuple[int, Any]]) -> None:
-        """As ``runner.executors.spread.Lane.run``, in the worker process."""
-        executor = self.executor
-        while not executor._processes or not executor._processes[self.worker].ready.done():
-            if source.exhausted:
-                return
-            time.sleep(WATCH_S)
-        process = executor._processes[self.worker]
-        if process.ready.exception() is not None:
-            return
-        held, ran = Held(shared), 0
-        with contextlib.suppress(Exception):  # building a job raised: source.error has it
-            while (item := source.take()) is not None:
-                try:
-                    results[item[0]] = process.call(fn, [held, item[1]], executor._pinned(self.worker)).result()
-                    ran += 1
-                except Exception as e:  # run again here: what fn raises, it raises in the runner
-                    failed.append(item)
-                    log.debug("A job failed on worker %d (%s); it runs again here", self.worker, first_line(e))
-                    if isinstance(e, BrokenProcessPool):
-                        return
-        if ran:
-            log.info("%d jobs ran on worker process %d", ran, self.worker)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from runner.executors.slot import Slot, set_current
 
-#: ``fn(shared, job)``: a module-level function (it may be sent to a worker process)
+#: ``fn(shared, job)``
 Job = Callable[[Any, Any], Any]
 
 
@@ -52,11 +52,6 @@ class Jobs:
                 self.taken += 1
             return item
 
-    @property
-    def exhausted(self) -> bool:
-        """True once no job is left to take."""
-        return self._closed
-
     def close(self) -> None:
         """Hand out no more jobs."""
         with self._lock:
@@ -74,7 +69,7 @@ class Lane:
     def __init__(self, slot: Optional[Slot] = None, timed: Optional[Callable[[float], None]] = None):
         self.slot, self.timed = slot or Slot(), timed
 
-    def run(self, fn: Job, shared: Any, source: Jobs, results: Dict[int, Any], failed: List[Tuple[int, Any]]) -> None:
+    def run(self, fn: Job, shared: Any, source: Jobs, results: Dict[int, Any]) -> None:
         """Take ``source``'s jobs until none is left, putting ``fn(shared, job)`` in ``results`` by index.
 
         Raises:
@@ -98,14 +93,13 @@ class Lane:
 HERE: Sequence[Lane] = (Lane(),)
 
 
-def spread(lanes: Sequence[Any], fn: Job, shared: Any, jobs: Iterable[Any]) -> List[Any]:
+def spread(lanes: Sequence[Lane], fn: Job, shared: Any, jobs: Iterable[Any]) -> List[Any]:
     """``[fn(shared, job) for job in jobs]``, the jobs taken by one thread per lane.
 
     Args:
-        lanes: ``Lane``s, or objects with its ``run`` (a worker process's lane, which puts a job it
-            cannot run in ``failed``: it runs again here, after the others).
-        fn: a module-level function; called with the current slot of the lane that runs it
-            (``runner.executors.slot.current``); what it returns must pickle for a worker's lane.
+        lanes: the ``Lane``s (threads of this process, each with its slot).
+        fn: ``fn(shared, job)``; called with the current slot of the lane that runs it
+            (``runner.executors.slot.current``).
         shared: the object every call gets (a backend).
         jobs: the jobs, built as lanes take them.
 
@@ -118,15 +112,14 @@ def spread(lanes: Sequence[Any], fn: Job, shared: Any, jobs: Iterable[Any]) -> L
     """
     source = Jobs(jobs)
     results: Dict[int, Any] = {}
-    failed: List[Tuple[int, Any]] = []
-    if len(lanes) == 1 and isinstance(lanes[0], Lane):  # no thread needed
-        lanes[0].run(fn, shared, source, results, failed)
+    if len(lanes) == 1:  # no thread needed
+        lanes[0].run(fn, shared, source, results)
     else:
         errors: List[BaseException] = []
 
-        def run(lane: Any) -> None:
+        def run(lane: Lane) -> None:
             try:
-                lane.run(fn, shared, source, results, failed)
+                lane.run(fn, shared, source, results)
             except BaseException as e:
                 errors.append(e)
 
@@ -142,6 +135,4 @@ def spread(lanes: Sequence[Any], fn: Job, shared: Any, jobs: Iterable[Any]) -> L
             raise source.error
         if errors:
             raise errors[0]
-    for index, job in failed:
-        results[index] = fn(shared, job)
     return [results[i] for i in range(source.taken)]

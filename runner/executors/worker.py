@@ -2,7 +2,7 @@
 
 The process is pinned to its GPU (``CUDA_VISIBLE_DEVICES``, set by its initializer before anything
 touches CUDA), warms itself (``_warm``: ONNX Runtime imported, a CUDA context made), holds what the
-runner sends it once (``Held``: the checker with its golden values, the ranking's backend) and ends
+runner sends it once (``Held``: the checker with its golden values) and ends
 when the runner does, even after ``kill -9`` (a watch thread sees its parent change).
 """
 
@@ -87,7 +87,7 @@ def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot] = 
 
 
 class Held:
-    """An object every task uses (the checker, the ranking's backend): sent to each worker once."""
+    """An object every task uses (the checker): sent to each worker once."""
 
     def __init__(self, obj: Any):
         self.obj, self.key = obj, uuid.uuid4().hex
