@@ -19,12 +19,11 @@ Markers:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 
 import onnx
 from omegaconf import MISSING
@@ -33,22 +32,21 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
-from runner.errors import CheckNeverPassedError, ConfigError, ModelError
-from runner.graph.calibration import Calibration, calibrate
-from runner.graph.convert import Converter, convert_except, float_nodes, prepare
+from runner.errors import CheckNeverPassedError, ConfigError
+from runner.graph.calibration import Calibration
+from runner.graph.convert import Converter
 from runner.graph.load import fingerprint, save_model
 from runner.graph.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
-from runner.graph.qdq import quantized_nodes
 from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
+from runner.graph.quantize import Quantizer
 from runner.graph.scope import Scope
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
-from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
+from strategies.precision_space import search_space
 from strategies.prefix_search import PrefixSearch
 
 log = logging.getLogger(__name__)
@@ -205,95 +203,33 @@ class PrecisionStrategy(OnnxSearchStrategy):
             )
         low_precision = any_low_precision(keys.low_precision)
         assert low_precision is not None  # the schema's default is float16
-        quantizer = None
-        if is_quantized(low_precision):
-            if weak_typing:
-                raise ConfigError(
-                    "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
-                    "TensorRT builds strongly typed: drop weak_typing"
-                )
-            quantizer, model, layers = cls._int8(ctx, QuantOptions.from_keys(keys))
-        else:
-            if weak_typing:
-                from runner.trt import load_tensorrt
-
-                load_tensorrt("weak_typing=true")
-            model = prepare(ctx.model, low_precision, in_place=True)  # the run's model, prepared: one copy
-            layers = float_nodes(model)
-        scope = Scope.from_keys(keys)
-        forced: List[int] = []
-        if scope.given:
-            nodes = {i: [(model.graph.node[i].name, model.graph.node[i].op_type)] for i in layers}
-            searched, forced = scope.split(nodes, f"the model's {len(layers)} float nodes")
-            log.info(
-                "Scope: %d of %d float nodes searched, %d kept in float32 whatever the search finds",
-                len(searched),
-                len(layers),
-                len(forced),
+        if is_quantized(low_precision) and weak_typing:
+            raise ConfigError(
+                "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
+                "TensorRT builds strongly typed: drop weak_typing"
             )
-            layers = searched
-        ranking: Optional[List[int] | Callable[[], List[int]]] = None
+        if weak_typing:
+            from runner.trt import load_tensorrt
 
-        def rank() -> List[int]:
-            target = quantizer.convert([]) if quantizer is not None else None
-            if target is None:  # the whole model in the low precision, from the prepared model (no second copy)
-                with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
-                    target = convert_except(model, [], low_precision)
-            backend = ranking_backend(checker)
-            order = introduced_ranking(model, layers, ctx.samples, low_precision, backend, target, ctx.lanes)
-            if order is None:
-                order = sensitivity_ranking(model, layers, ctx.summaries)
-            log.info(
-                "Nodes ranked by the error each introduces in %s; first: %s",
-                low_precision,
-                ", ".join(model.graph.node[i].name for i in order[:5]),
-            )
-            return order
-
-        if searches_sets(marker) or direction == "ranked":
-            ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
+            load_tensorrt("weak_typing=true")
+        quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) else None
+        ranked = searches_sets(marker) or direction == "ranked"
+        space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked)
         return cls(
-            model,
-            layers,
+            space.model,
+            space.layers,
             marker,
             direction,
             low_precision,
             Path(keys.output or "mixed_precision.onnx"),
-            ranking,
+            space.ranking,
             {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
             weak_typing,
-            quantizer,
-            forced,
-            scope.given,
+            space.quantizer,
+            space.forced,
+            space.scoped,
             ctx.model,
         )
-
-    @staticmethod
-    def _int8(ctx: RunContext, options: QuantOptions) -> Tuple[Quantizer, onnx.ModelProto, List[int]]:
-        """Calibrate once on the run's samples; the quantizer, the prepared model and the indices of
-        the nodes the full quantization quantizes (the nodes that can be kept).
-
-        Raises:
-            ConfigError: no ``inputs=``/``data_loader=`` (generated noise calibrates nothing real),
-                bad samples, or no node to quantize.
-            ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
-        """
-        if not ctx.inputs and not ctx.data_loader:
-            raise ConfigError(
-                "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
-                "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
-            )
-        model = prepare_int8(ctx.model, in_place=True)
-        quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
-        quantized = quantized_nodes(quantizer.convert([]))
-        layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
-        if not layers:
-            raise ConfigError(
-                "int8 quantization quantizes no node of this model (no float node of a quantizable op type); "
-                "precision marking does not apply"
-            )
-        log.info("%d of %d nodes are quantized to int8 and can be kept float", len(layers), len(model.graph.node))
-        return quantizer, model, layers
 
     # -- candidates -----------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -41,6 +40,7 @@ from runner.graph.validate import Validator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
+from strategies.reduce_gates import control_units, min_good_set, original_candidate, original_passed
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.passed_any = False
         self._passing: List[Tuple[int, Units]] = []
         self.gates.extend(
-            [Gate(self._original, False, self._original_passed), Gate(self._rewritten, False, self._rewritten_passed)]
+            [Gate(self._original, False, original_passed), Gate(self._rewritten, False, self._rewritten_passed)]
         )
 
     @classmethod
@@ -272,37 +272,9 @@ class ReduceStrategy(OnnxSearchStrategy):
     # -- gates --------------------------------------------------------------------------------
 
     def _original(self) -> Candidate:
-        """The user's model exactly as given (a byte copy; with external data, saved again)."""
-        model = self.source_model
-        single_file = self.source_files[0] if len(self.source_files) == 1 else None
-
-        def write(path: Path) -> None:
-            if single_file is not None:
-                shutil.copyfile(single_file, path)
-            else:  # saving with external data moves tensors out of the proto it is given: save a copy
-                copy = onnx.ModelProto()
-                copy.CopyFrom(model)
-                save_model(copy, path, **{**self.save_opts, "external_data": True})
-
-        n = len(self.index.nodes)
-        return Candidate(
-            f"{self.fingerprint}:original",
-            f"your model as given: {n} nodes",
-            write,
-            {"nodes": n},
-            payload=lambda: model,
-        )
-
-    def _original_passed(self, verdict: Verdict) -> None:
-        if verdict.outputs is not None:  # an in-process compare: its tolerances, not a command
-            hint = (
-                f"the compare checker finds the outputs within tolerance ({verdict.reason}); tighten "
-                "checker.atol/rtol, pick the statistic (checker.check_error_stat) or the backend that fails"
-            )
-        else:
-            hint = "check the check command (or its fail_codes/fail_regex) on the model first"
-        raise NothingToDoError(
-            f"the check passes on the unreduced model (your file as given), so there is no failure to reduce; {hint}"
+        """The user's model exactly as given."""
+        return original_candidate(
+            self.source_model, self.source_files, self.save_opts, self.fingerprint, len(self.index.nodes)
         )
 
     def _rewritten(self) -> Candidate:
@@ -333,7 +305,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         """The closed result; when no check passed, a control candidate of nodes outside it."""
         assert self.final is not None
         self.final = self.closure(self.final)
-        control = None if self.passed_any else self._control_units()
+        control = None if self.passed_any else control_units(self.order, self.final, self.closure)
         if control is None:
             return None
         return Gate(
@@ -342,34 +314,12 @@ class ReduceStrategy(OnnxSearchStrategy):
             lambda verdict: None,
         )
 
-    def _control_units(self) -> Optional[Units]:
-        """One unit whose candidate holds none of the answer's nodes (the last such in the search
-        order), or None when every candidate would hold some of them."""
-        assert self.final is not None
-        for u in reversed(self.order):
-            if u not in self.final:
-                units = self.closure(frozenset([u]))
-                if not units & self.final:
-                    return units
-        return None
-
     @property
     def needs_pass(self) -> bool:  # type: ignore[override]
         """A reduced answer rests on some check passing; the unreduced model itself does not."""
         return self.final is None or self.final != self.closure(self.full)
 
     # -- results ------------------------------------------------------------------------------
-
-    def _min_good_set(self) -> Optional[Units]:
-        """Polygraphy's choice: the largest passing candidate smaller than the result, else the
-        smallest passing one larger than it."""
-        assert self.final is not None
-        size = len(self.final)
-        smaller = [p for p in self._passing if p[0] < size]
-        if smaller:
-            return max(smaller, key=lambda p: p[0])[1]
-        larger = [p for p in self._passing if p[0] >= size]
-        return min(larger, key=lambda p: p[0])[1] if larger else None
 
     def finish(self) -> None:
         """Write the reduced model (checked with onnx.checker), its repro bundle with ``checker=compare``
@@ -379,7 +329,8 @@ class ReduceStrategy(OnnxSearchStrategy):
             reduced = load_model(self.output, "output")
             self.repro = write_bundle(self.output, reduced, self.bundle_samples(), self.source_model, self.as_run)
         if self.min_good is not None:
-            good = self._min_good_set()
+            assert self.final is not None
+            good = min_good_set(self.final, self._passing)
             if good is None:
                 log.warning("No passing candidate was seen; min_good=%s not written", self.min_good)
             else:

@@ -18,12 +18,11 @@ from runner.backends.base import Backend, backend_class, make_backend, onnxrunti
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.checkers.detections import DetectionRule
-from runner.checkers.detections import judge as judge_detections
+from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
 from runner.checkers.lowering import as_run, lowered
 from runner.checkers.noise import NoiseFloor
-from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, describe, unknown_names
+from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import CheckError, ConfigError, ModelError
@@ -268,7 +267,7 @@ class CompareChecker(Checker):
                     f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
                 )
             where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
-            judged = self._judge_detections(got, values, where) if self.detections is not None else None
+            judged = judge_logged(got, values, self.detections, where) if self.detections is not None else None
             arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
             passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
             problems = [self._decision_hint(p) for p in problems]
@@ -289,18 +288,7 @@ class CompareChecker(Checker):
                     passed, problems = True, []
             for line in problems:
                 log.info("%s: %s", where, line)
-            if stats:
-                worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
-                failing = sum(1 for s in stats.values() if not s["passed"])
-                log.info(
-                    "%s: %d of %d outputs within tolerance; worst %s",
-                    where,
-                    len(stats) - failing,
-                    len(stats),
-                    describe(worst, stats[worst]),
-                )
-            for name, st in stats.items():
-                log.debug("%s: %s", where, describe(name, st))
+            log_outputs(where, stats)
             if not passed:
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
@@ -318,26 +306,6 @@ class CompareChecker(Checker):
             return [o.name for o in model.graph.output if o.name not in self.exclude_outputs]
         computed = {o for n in model.graph.node for o in n.output} | {o.name for o in model.graph.output}
         return [n for n in dict.fromkeys(named) if n in computed and n not in self.exclude_outputs]
-
-    def _judge_detections(
-        self, got: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], where: str
-    ) -> Optional[Tuple[bool, Dict[str, Any], str]]:
-        """The detection comparison when the candidate computes its tensors (else None), logged."""
-        assert self.detections is not None
-        if not all(t in got for t in self.detections.tensors()):
-            return None
-        passed, facts, problem = judge_detections(got, golden, self.detections)
-        log.info(
-            "%s: detections: %d golden, %d matched, %d missed, %d extra, max score diff %.3g, min IoU %.3f",
-            where,
-            facts["golden"],
-            facts["matched"],
-            facts["missed"],
-            facts["extra"],
-            facts["max_score_diff"],
-            facts["min_iou"],
-        )
-        return passed, facts, problem
 
     def _decision_hint(self, problem: str) -> str:
         """A shape mismatch of an output whose shape depends on the data, said as a decision flip."""

@@ -14,12 +14,15 @@ greedy one of the COCO and PASCAL VOC evaluations).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from runner.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -152,3 +155,24 @@ def judge(
             f"a matched box's score differs by {facts['max_score_diff']:.3g} > score_atol={rule.score_atol}"
         )
     return not problems, facts, "; ".join(problems)
+
+
+def judge_logged(
+    got: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], rule: DetectionRule, where: str
+) -> Optional[Tuple[bool, Dict[str, Any], str]]:
+    """``judge``, logged on one line prefixed by ``where``, when ``got`` holds every detection tensor;
+    None when the candidate does not compute them all (a subgraph)."""
+    if not all(t in got for t in rule.tensors()):
+        return None
+    passed, facts, problem = judge(got, golden, rule)
+    log.info(
+        "%s: detections: %d golden, %d matched, %d missed, %d extra, max score diff %.3g, min IoU %.3f",
+        where,
+        facts["golden"],
+        facts["matched"],
+        facts["missed"],
+        facts["extra"],
+        facts["max_score_diff"],
+        facts["min_iou"],
+    )
+    return passed, facts, problem

@@ -14,12 +14,15 @@ or maps ``{output name: value, default: value}``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from runner.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 STATS = ("elemwise", "max", "mean", "median", "quantile", "rel_l2")
 #: added to zero golden values for relative errors, as Polygraphy does
@@ -284,3 +287,20 @@ def describe(name: str, st: Dict[str, Any]) -> str:
         f"{name}: max abs err {st['max_abs']:.3g}, max rel err {st['max_rel']:.3g}, rel L2 {st['rel_l2']:.3g}, "
         f"cosine {st['cosine']:.6f}, mismatched {100 * st['mismatch_fraction']:.2f}%, NaN {st['nan']}, Inf {st['inf']}"
     )
+
+
+def log_outputs(where: str, stats: Dict[str, Dict[str, Any]]) -> None:
+    """Log one sample's comparison (``compare_outputs``'s stats): how many outputs passed and the worst
+    (info), then every output (debug). ``where``: the line's prefix ("Iteration 3, sample 1")."""
+    if stats:
+        worst = max(stats, key=lambda n: (not stats[n]["passed"], stats[n]["statistic"], stats[n]["max_abs"]))
+        failing = sum(1 for s in stats.values() if not s["passed"])
+        log.info(
+            "%s: %d of %d outputs within tolerance; worst %s",
+            where,
+            len(stats) - failing,
+            len(stats),
+            describe(worst, stats[worst]),
+        )
+    for name, st in stats.items():
+        log.debug("%s: %s", where, describe(name, st))

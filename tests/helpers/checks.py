@@ -65,3 +65,18 @@ def hangs(path: str, pidfile: str) -> bool:
         f.write(str(os.getpid()))
     time.sleep(3600)
     return True
+
+
+def compute_names(path) -> list:
+    """The names of the model file's nodes, Constant nodes aside."""
+    return [n.name for n in onnx.load(str(path)).graph.node if n.op_type != "Constant"]
+
+
+def reduce_run(run, model_path, culprits, *extra, out=None, script=None):
+    """Reduce with a check that fails while the model holds every culprit: in-process (checker=python),
+    or the command ``script`` when given."""
+    out = out or model_path.parent / "reduced.onnx"
+    r = run(*reduce_args(model_path, *culprits, script=script), f"output={out}", *extra)
+    assert r.returncode == 0, r.stderr + r.stdout[-3000:]
+    onnx.checker.check_model(str(out))
+    return r, out

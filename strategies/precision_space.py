@@ -1,0 +1,142 @@
+"""What a ``mode=precision`` search runs over: the prepared model, the nodes it may keep, the nodes the
+scope keeps whatever it finds, the int8 quantizer, and the ranking of the searchable nodes.
+
+fp16 and bf16 prepare the run's model (nodes named, Constant nodes as initializers) and may keep any
+float node; int8 calibrates once on the run's samples and may keep the nodes its full quantization
+quantizes. The ranking (``runner.layerwise.ranking``: the error each node introduces, run on the
+checker's backend; by magnitude where that cannot run) is computed here for a ranked search, or
+deferred for int8, whose fully quantized model is checked first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import onnx
+
+from runner.checkers.base import Checker
+from runner.context import RunContext
+from runner.errors import ConfigError, ModelError
+from runner.graph.calibration import calibrate
+from runner.graph.convert import convert_except, float_nodes, prepare
+from runner.graph.precisions import LowPrecision
+from runner.graph.qdq import quantized_nodes
+from runner.graph.quant_options import QuantOptions
+from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
+from runner.graph.scope import Scope
+from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SearchSpace:
+    """What ``search_space`` returns.
+
+    Attributes:
+        model: the prepared fp32 model (the run's own, prepared in place: no second copy).
+        layers: indices of the nodes the search may keep, in topological order.
+        forced: indices of nodes outside the scope: float32 in every candidate.
+        scoped: a scope was given (some float nodes are outside the search).
+        quantizer: for int8, builds the QDQ candidates from the run's calibration; else None.
+        ranking: the searchable nodes ranked by introduced error, a function computing it when the
+            search first needs it (int8), or None for topological prefixes.
+    """
+
+    model: onnx.ModelProto
+    layers: List[int]
+    forced: List[int]
+    scoped: bool
+    quantizer: Optional[Quantizer]
+    ranking: Optional[List[int] | Callable[[], List[int]]]
+
+
+def search_space(
+    ctx: RunContext,
+    low: LowPrecision,
+    scope: Scope,
+    quant: Optional[QuantOptions],
+    checker: Optional[Checker],
+    ranked: bool,
+) -> SearchSpace:
+    """Prepare ``ctx.model`` for a search in ``low`` and rank its searchable nodes when ``ranked``.
+
+    Args:
+        ctx: the run context (model; samples and fp32 summaries for the ranking; ``lanes`` to spread it).
+        low: the low precision (int8: a quantized one).
+        scope: the mode's scope keys (``runner.graph.scope``).
+        quant: int8's calibration and quantization options; None for fp16 and bf16.
+        checker: the run's checker; when it judges on a device the ranking runs there (``ranking_backend``).
+        ranked: a set search or ``direction=ranked``: the search needs the ranking.
+
+    Raises:
+        ConfigError: int8 without input samples, or with nothing to quantize; bad samples.
+        ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
+    """
+    quantizer = None
+    if quant is not None:
+        quantizer, model, layers = _int8(ctx, quant)
+    else:
+        model = prepare(ctx.model, low, in_place=True)  # the run's model, prepared: one copy
+        layers = float_nodes(model)
+    forced: List[int] = []
+    if scope.given:
+        nodes = {i: [(model.graph.node[i].name, model.graph.node[i].op_type)] for i in layers}
+        searched, forced = scope.split(nodes, f"the model's {len(layers)} float nodes")
+        log.info(
+            "Scope: %d of %d float nodes searched, %d kept in float32 whatever the search finds",
+            len(searched),
+            len(layers),
+            len(forced),
+        )
+        layers = searched
+
+    def rank() -> List[int]:
+        target = quantizer.convert([]) if quantizer is not None else None
+        if target is None:  # the whole model in the low precision, from the prepared model (no second copy)
+            with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
+                target = convert_except(model, [], low)
+        order = introduced_ranking(model, layers, ctx.samples, low, ranking_backend(checker), target, ctx.lanes)
+        if order is None:
+            order = sensitivity_ranking(model, layers, ctx.summaries)
+        log.info(
+            "Nodes ranked by the error each introduces in %s; first: %s",
+            low,
+            ", ".join(model.graph.node[i].name for i in order[:5]),
+        )
+        return order
+
+    ranking: Optional[List[int] | Callable[[], List[int]]] = None
+    if ranked:
+        ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
+    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking)
+
+
+def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:
+    """Calibrate once on the run's samples; the quantizer, the prepared model and the indices of
+    the nodes the full quantization quantizes (the nodes that can be kept).
+
+    Raises:
+        ConfigError: no ``inputs=``/``data_loader=`` (generated noise calibrates nothing real),
+            bad samples, or no node to quantize.
+        ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
+    """
+    if not ctx.inputs and not ctx.data_loader:
+        raise ConfigError(
+            "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
+            "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
+        )
+    model = prepare_int8(ctx.model, in_place=True)
+    quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
+    quantized = quantized_nodes(quantizer.convert([]))
+    layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
+    if not layers:
+        raise ConfigError(
+            "int8 quantization quantizes no node of this model (no float node of a quantizable op type); "
+            "precision marking does not apply"
+        )
+    log.info("%d of %d nodes are quantized to int8 and can be kept float", len(layers), len(model.graph.node))
+    return quantizer, model, layers
