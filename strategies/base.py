@@ -23,6 +23,11 @@ class Strategy(abc.ABC):
     #: check passed ends with status "check never passed" instead of an answer
     needs_pass: bool = False
 
+    #: for a search that relies on a monotone failure: True when its target is a passing candidate
+    #: (precision), False when a failing one (reduce); the replay then watches verdicts that break it.
+    #: None: no such search
+    hit_on_pass: Optional[bool] = None
+
     def never_passed_hint(self) -> Optional[str]:
         """Why no check may have passed for a reason of the run's own making (finishing "no check passed
         in N iterations, and ..."), or None to blame the check (the default)."""

@@ -94,7 +94,7 @@ class OnnxSearchStrategy(RoundStrategy):
     ):
         self.search = search
         self.universe: Units = frozenset(universe)
-        self.hit_on_pass = hit_on_pass
+        self.hit_on_pass: bool = hit_on_pass
         self.output = Path(output)
         self.save_opts = save_opts or {}
         self.fingerprint = model_fingerprint

@@ -14,7 +14,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import onnx
 
@@ -116,6 +116,15 @@ def relay(source: Any, error: Optional[Callable[[BaseException], BaseException]]
     return proxy
 
 
+class Shared(Protocol):
+    """What ``Executor.share`` takes: the run's checker (``runner.checkers.base.Checker``'s traits)."""
+
+    #: the check runs in the calling process (not a program of its own)
+    in_process: bool
+    #: checking a candidate again only gives its verdict again
+    repeatable: bool
+
+
 class Executor(abc.ABC):
     """Runs checks: ``workers`` at once. ``submit`` hands out ``concurrent.futures.Future``s: a round
     waits for them with ``concurrent.futures.wait`` and drops one with ``cancel`` (a started check also
@@ -166,8 +175,8 @@ class Executor(abc.ABC):
         """A fresh flag that cancels one check; None here: a serial check, which Ctrl-C interrupts."""
         return None
 
-    def share(self, obj: Any) -> Any:
-        """What to pass to ``submit`` for an object every check uses (the checker); itself here."""
+    def share(self, obj: Shared) -> Any:
+        """What to pass to ``submit`` for the object every check uses (the checker); itself here."""
         return obj
 
     @abc.abstractmethod

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from runner.candidates import Verdict
 from runner.errors import ConfigError, MissingExtraError, first_line
-from runner.executors.base import Executor, relay
+from runner.executors.base import Executor, Shared, relay
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DaskExecutor(Executor):
         """A ``distributed.Event`` named after this run and the iteration."""
         return self.distributed.Event(f"runner-{self.run_id}-cancel-{iteration}", client=self.client)
 
-    def share(self, obj: Any) -> Any:
+    def share(self, obj: Shared) -> Any:
         """Scatter ``obj`` to every worker once; tasks receive it by reference."""
         return self.client.scatter(obj, broadcast=True, hash=False)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from runner.candidates import Verdict
 from runner.errors import ConfigError, WorkerDiedError, first_line
-from runner.executors.base import Executor, relay
+from runner.executors.base import Executor, Shared, relay
 from runner.executors.slot import Slot, visible_gpu
 from runner.executors.spread import Lane
 from runner.executors.worker import Held, Worker
@@ -168,18 +168,18 @@ class ProcessExecutor(Executor):
             )
         return self._pinned(worker)
 
-    def share(self, obj: Any) -> Held:
+    def share(self, obj: Shared) -> Held:
         """``obj`` (the checker) as checks receive it: sent to each worker once.
 
         Raises:
             ConfigError: a checker that runs a program (``in_process`` false): a worker could not stop it.
         """
-        if not getattr(obj, "in_process", True):
+        if not obj.in_process:
             raise ConfigError(
                 "executor=processes runs in-process checks (checker=compare or checker=python); a check command is "
                 "its own process already: use executor=local executor.workers=N (or executor.gpus=[...])"
             )
-        self._repeatable = bool(getattr(obj, "repeatable", False))
+        self._repeatable = obj.repeatable
         return Held(obj)
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:

@@ -204,7 +204,8 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     if planned.executor is not None:
         state.executor = _build_executor(planned.executor)
         resources.callback(state.executor.close)
-        if state.executor.workers > 1 and not getattr(get_class(planned.get("checker._target_")), "concurrent", True):
+        checker_class: type[Checker] = get_class(planned.get("checker._target_"))
+        if state.executor.workers > 1 and not checker_class.concurrent:
             # by its class: the interactive checker asks for a terminal when it is built
             raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
     ctx = _context(planned, directory, state.executor)
@@ -216,9 +217,8 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
     checker.output_dir = directory / "checks"
     checker.bind(ctx)
-    monotone = getattr(strategy, "hit_on_pass", None)  # the ONNX searches (reduce, precision) rely on it
-    if monotone is not None:
-        state.replay.watch(bool(monotone))
+    if strategy.hit_on_pass is not None:  # the ONNX searches (reduce, precision) rely on a monotone failure
+        state.replay.watch(strategy.hit_on_pass)
     iter_artifact = Path(
         planned.get("artifacts.iter_artifact") or directory / f"iter_artifact{strategy.artifact_suffix}"
     )

@@ -292,7 +292,7 @@ def test_a_repeatable_check_warms_every_worker_before_checks_go_to_them():
 
 
 class _Repeatable:
-    repeatable = True
+    in_process, repeatable = True, True
 
 
 def _pid_check(checker, slot) -> int:
@@ -351,6 +351,8 @@ def _pid() -> int:
 
 class _Counter:
     """Counts the calls it receives: the stand-in for a checker's state kept between checks."""
+
+    in_process, repeatable = True, False
 
     def __init__(self):
         self.n = 0
