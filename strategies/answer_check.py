@@ -25,13 +25,14 @@ from runner.graph.weight_file import maps
 log = logging.getLogger(__name__)
 
 
-def save_checked(model: onnx.ModelProto, path: Path, save_opts: Dict[str, Any], size: str) -> None:
-    """Write a search's final model (``save_model``) and check the file with onnx.checker.
+def save_checked(model: Callable[[], onnx.ModelProto], path: Path, save_opts: Dict[str, Any], size: str) -> None:
+    """Write the final model ``model()`` builds (``save_model``), then check the file with onnx.checker
+    once the built model is dropped (onnx.checker loads the file whole: a large model is not held twice).
 
     Raises:
         ArtifactError: the file cannot be written. ModelError: it does not pass onnx.checker.
     """
-    save_model(model, path, **save_opts)
+    save_model(model(), path, **save_opts)
     check_saved(path)
     log.info("Wrote %s (%s)", path, size)
 
@@ -69,7 +70,7 @@ class WrittenAnswer:
                 other than a missing kernel.
         """
         self._written.cache_clear()
-        save_checked(model(), self.output, self.save_opts, size + "; checking it as written")
+        save_checked(model, self.output, self.save_opts, size + "; checking it as written")
         if not self.cpu_load:
             return
         loads = loads_on_cpu(self._written() if maps(self.output.stat().st_size) else self.output)

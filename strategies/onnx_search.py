@@ -392,4 +392,5 @@ class OnnxSearchStrategy(RoundStrategy):
         """Write the final model when the answer check did not already (``verify_answer`` off)."""
         assert self.final is not None
         if self._answer is None:
-            save_checked(self.output_model(self.final), self.output, self.save_opts, self.size(self.final))
+            final = self.final
+            save_checked(lambda: self.output_model(final), self.output, self.save_opts, self.size(final))

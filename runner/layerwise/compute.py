@@ -22,6 +22,7 @@ model unless its values pass the memory budget); with an executor's lanes the is
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import time
@@ -141,9 +142,13 @@ class LayerwiseComparison:
         self.weights = weight_names(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
         self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
-        self.pairs = QDQPairs(reference, target, self.chains, self.ref_name, rule) if pairs else None
+        ref_name = functools.partial(reference_tensor, self.ref_names, self.alias)  # not bound: no cycle
+        self.pairs = QDQPairs(reference, target, self.chains, ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
         self._models: Dict[Tuple[Any, ...], onnx.ModelProto] = {}
+        # a key function that holds no reference to this comparison: a bound method would make a reference
+        # cycle that keeps both objects, and the target model, until the cyclic collector runs
+        self._key = functools.partial(session_key, f"layerwise:{id(self)}")
         self.alone = AloneRuns(target, self.types, self.weights, self.chains, target_backend, self._key, lanes)
         #: seconds ``run`` spent on the reference runs, the target runs with the nodes run alone, and comparing
         self.seconds = dict.fromkeys(["reference", "target and alone", "compare"], 0.0)
@@ -154,7 +159,7 @@ class LayerwiseComparison:
 
     def ref_name(self, tensor: str) -> Optional[str]:
         """The reference tensor holding ``tensor``'s reference value, or None."""
-        return tensor if tensor in self.ref_names else self.alias.get(tensor)
+        return reference_tensor(self.ref_names, self.alias, tensor)
 
     def _chunks(
         self, nodes: Sequence[onnx.NodeProto], budget: Optional[int], sizes: Mapping[str, int]
@@ -293,6 +298,14 @@ class LayerwiseComparison:
             self._models[what] = build()
         return self._models[what]
 
-    def _key(self, kind: str, what: Any) -> str:
-        """A backend session cache key for a model of this comparison (sessions live across samples)."""
-        return f"layerwise:{id(self)}:{kind}:{hash(tuple(what) if kind == 'alone' else id(what))}"
+
+def session_key(prefix: str, kind: str, what: Any) -> str:
+    """A backend session cache key for a model of one comparison (``prefix`` names it; sessions live
+    across samples): ``kind`` ("reference", "target", "alone") and the chunk or node names it runs."""
+    return f"{prefix}:{kind}:{hash(tuple(what) if kind == 'alone' else id(what))}"
+
+
+def reference_tensor(names: Set[str], alias: Mapping[str, str], tensor: str) -> Optional[str]:
+    """The reference tensor holding target tensor ``tensor``'s value: itself when the reference has it
+    (``names``), else its alias (a Q/DQ chain's or Cast's source), else None."""
+    return tensor if tensor in names else alias.get(tensor)
