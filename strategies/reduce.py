@@ -36,7 +36,7 @@ from runner.graph.load import load_model, save_model
 from runner.graph.meta import TensorMeta
 from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
-from runner.graph.validate import Validator
+from runner.graph.validate import SubgraphValidator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
@@ -120,7 +120,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.forced: Units = frozenset(index.units) - in_scope if in_scope is not None else frozenset()
         self.order = [u for u in self.order if u not in self.forced]
         super().__init__(SetSearch(self.order, marker), index.units, False, output, save_opts, index.fingerprint)
-        self.validator = Validator(index.model)
+        self.validator = SubgraphValidator(index.model)
         self.marker_name = marker_name(marker)
         self.min_good = Path(min_good) if min_good else None
         self.min_good_written: Optional[str] = None

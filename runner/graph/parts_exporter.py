@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -29,6 +29,7 @@ class PartsExporter:
         self.graph, self.nodes, self.tensor_map = graph, nodes, tensor_map
         self.sparse = bool(model.graph.sparse_initializer)
         self._protos: Dict[int, onnx.NodeProto] = {}
+        self._tensors: Dict[int, List[Tuple[str, gs.Tensor]]] = {}
         self._value_infos: Dict[str, onnx.ValueInfoProto] = {}
         #: the model's own initializers by name (gs holds their values; the model's protos are the same tensors)
         self._initializers: Dict[str, onnx.TensorProto] = {t.name: t for t in model.graph.initializer}
@@ -53,9 +54,7 @@ class PartsExporter:
         for name in inputs:
             tensors[name] = self.tensor_map[name]
         for i in order:
-            for t in self.nodes[i].inputs + self.nodes[i].outputs:
-                if not t.is_empty():
-                    tensors[t.name] = t
+            tensors.update(self._tensors_of(i))
         for name in outputs:
             tensors[name] = self.tensor_map[name]
         io = set(inputs) | set(outputs)
@@ -74,6 +73,14 @@ class PartsExporter:
             doc_string=self.graph.doc_string,
             value_info=value_info,
         )
+
+    def _tensors_of(self, i: int) -> List[Tuple[str, gs.Tensor]]:
+        """Node ``i``'s named input and output tensors, ``(name, tensor)`` (listed once)."""
+        found = self._tensors.get(i)
+        if found is None:
+            node = self.nodes[i]
+            found = self._tensors[i] = [(t.name, t) for t in list(node.inputs) + list(node.outputs) if not t.is_empty()]
+        return found
 
     def _node_proto(self, i: int) -> onnx.NodeProto:
         """Node ``i`` exported (kept for the next candidate when under 64 KB: a Constant holding weights is not)."""

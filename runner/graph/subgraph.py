@@ -9,6 +9,7 @@ tensors its bodies read count as its inputs.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
@@ -16,6 +17,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from runner.errors import ModelError, ShapeError
+from runner.graph.boundary import Boundaries
 from runner.graph.constants import constants_to_initializers
 from runner.graph.load import fingerprint, is_large
 from runner.graph.meta import TensorMeta
@@ -23,6 +25,9 @@ from runner.graph.parts_exporter import PartsExporter
 from runner.graph.sessions import loads_on_cpu
 
 log = logging.getLogger(__name__)
+
+#: how many unit sets' boundaries ``GraphIndex.boundary`` keeps
+BOUNDARIES_KEPT = 8
 
 
 def _subgraphs(node: gs.Node) -> List[gs.Graph]:
@@ -135,8 +140,11 @@ class GraphIndex:
         self.fingerprint = fingerprint(model)
         #: name -> gs.Tensor of the whole graph, made once (extraction reads it for every candidate)
         self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
-        self._last_boundary: Optional[Tuple[FrozenSet[int], Tuple[List[int], List[str], List[str]]]] = None
-        self._becomes_initializer: Optional[List[bool]] = None
+        #: the latest ``boundary`` results by unit set (a candidate's label, info and model ask for it, and a
+        #: round's candidates are built together)
+        self._boundaries: OrderedDict[FrozenSet[int], Tuple[List[int], List[str], List[str]]] = OrderedDict()
+        self._edges: Optional[Boundaries] = None  # made on the first ``boundary``
+        self._constant: Optional[Tuple[np.ndarray, np.ndarray]] = None  # ``_constant_flags``
         #: writes a candidate's graph from the parts of this one, each exported once
         self.exporter = PartsExporter(model, self.graph, self.nodes, self.tensor_map)
 
@@ -215,37 +223,18 @@ class GraphIndex:
             could vanish); when that leaves none, the tensors nothing reads.
         """
         keep = frozenset(units)
-        if self._last_boundary is not None and self._last_boundary[0] == keep:
-            return self._last_boundary[1]  # a candidate's label, info and model all ask for it
-        nodes = set(keep)
-        for u in keep:
-            nodes |= self.const_deps[u]
-        order = sorted(nodes)
-        produced = {t.name for i in order for t in self.nodes[i].outputs if t.name}
-        inputs: List[str] = []
-        seen: Set[str] = set()
-        for i in order:
-            for name in self.reads[i]:
-                if name not in produced and name not in seen:
-                    seen.add(name)
-                    inputs.append(name)
-        graph_outputs = set(self.graph_outputs)
-        outputs: List[str] = []
-        dangling: List[str] = []
-        for i in sorted(keep):
-            for t in self.nodes[i].outputs:
-                if not t.name:
-                    continue
-                readers = self.consumers.get(t.name, [])
-                outside = any(c not in nodes for c in readers)
-                inside = any(c in nodes for c in readers)
-                if t.name in graph_outputs or (outside and not inside):
-                    outputs.append(t.name)
-                elif not self.consumers.get(t.name):
-                    dangling.append(t.name)
+        if keep in self._boundaries:
+            self._boundaries.move_to_end(keep)
+            return self._boundaries[keep]
+        if self._edges is None:
+            writes = [[t.name for t in node.outputs if t.name] for node in self.nodes]
+            self._edges = Boundaries(self.reads, writes, self.const_deps, self.graph_outputs)
+        order, inputs, outputs, dangling = self._edges.boundary(keep)
         if not outputs:
             outputs = [n for n in dangling if self.meta.get(n) is not None]
-        self._last_boundary = (keep, (order, inputs, outputs))
+        self._boundaries[keep] = (order, inputs, outputs)
+        while len(self._boundaries) > BOUNDARIES_KEPT:
+            self._boundaries.popitem(last=False)
         return order, inputs, outputs
 
     def concrete_io(
@@ -331,7 +320,9 @@ class GraphIndex:
         out = self._restore_model_fields(out)
         if self.folded_boundary:
             _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
-        return out if self.keep_constant_nodes else constants_to_initializers(out, in_place=True)
+        if self.keep_constant_nodes or not self._constant_flags()[0][order].any():
+            return out  # no Constant node to turn into an initializer (a scan of every node spared)
+        return constants_to_initializers(out, in_place=True)
 
     def _restore_model_fields(self, out: onnx.ModelProto) -> onnx.ModelProto:
         src = self.model
@@ -359,10 +350,16 @@ class GraphIndex:
         order = list(order)
         if self.keep_constant_nodes:
             return len(order)
-        if self._becomes_initializer is None:  # a plain Constant node: written as an initializer
-            self._becomes_initializer = [n.op == "Constant" and set(n.attrs) == {"value"} for n in self.nodes]
-        flags = self._becomes_initializer
-        return sum(not flags[i] for i in order)
+        return len(order) - int(self._constant_flags()[1][order].sum())
+
+    def _constant_flags(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Per node: a Constant node; a plain one (its ``value`` alone), which is written as an initializer."""
+        if self._constant is None:
+            self._constant = (
+                np.array([n.op == "Constant" for n in self.nodes], bool),
+                np.array([n.op == "Constant" and set(n.attrs) == {"value"} for n in self.nodes], bool),
+            )
+        return self._constant
 
     def find(self, name: str) -> Optional[int]:
         """Index of the node called ``name``, or None."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import onnx
 
@@ -65,6 +65,12 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
     Returns:
         The problem as ONNX words it, or None.
     """
+    return _strict(model)[0]
+
+
+def _strict(model: onnx.ModelProto) -> Tuple[Optional[str], Dict[str, int]]:
+    """``strict_problem``'s problem, and when there is none the element type of every tensor of the
+    top-level graph as strict inference gives it (``{name: TensorProto.DataType}``)."""
     bare = _graph_only(model)
     g = bare.graph
     try:
@@ -74,10 +80,10 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
         for vi in list(g.input) + list(g.output):  # the rank stays, the dimensions go
             for dim in vi.type.tensor_type.shape.dim:
                 dim.Clear()
-        onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True)
+        inferred = onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True)
     except Exception as e:  # ValidationError, InferenceError, and the C++ layer's RuntimeErrors
-        return " ".join(str(e).split())
-    return None
+        return " ".join(str(e).split()), {}
+    return None, _declared_types(inferred)
 
 
 def _checker_problem(model: onnx.ModelProto) -> Optional[str]:
@@ -133,8 +139,10 @@ class Validator:
     """
 
     def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
-        problem = strict_problem(source)
+        problem, types = _strict(source)
         self.strict = problem is None
+        #: every top-level tensor's element type as strict inference gives it (empty unless ``strict``)
+        self.types: Dict[str, int] = types
         #: what onnx.checker finds wrong with the source itself: a candidate with the same problem inherited it
         self.inherited = _checker_problem(source) if problem is not None else None
         if problem is not None and warn:
@@ -165,6 +173,64 @@ class Validator:
                 model,
             )
         return model
+
+
+class SubgraphValidator(Validator):
+    """Validates subgraphs of one source model (``mode=reduce``'s candidates) by what extracting
+    them changes: their boundary.
+
+    A subgraph keeps the source's nodes as they are; what extraction makes anew is its graph inputs
+    and outputs (declared from measured or inferred dtypes), initializers made of Constant nodes or
+    of folded values, and the node list. Strict type inference is local to each node given its
+    inputs' types, so a subgraph of a source that passes it passes it too when ``onnx.checker``
+    accepts its structure (every input read is produced before, in topological order, and in
+    subgraphs' outer scopes) and every declared tensor has the type the source's inference gives
+    it. That check costs a dictionary look-up per boundary tensor where strict inference costs a
+    pass over the whole subgraph (0.3 s at 60,000 nodes). The first model checked, and any that
+    declares a tensor the source's inference did not type, is held to full strict inference.
+
+    Args:
+        as ``Validator``'s.
+    """
+
+    def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
+        super().__init__(source, what, warn)
+        self._full_once = True
+
+    def check(self, model: onnx.ModelProto, step: str) -> onnx.ModelProto:
+        """As ``Validator.check``, by the subgraph's boundary once the source passes strict inference.
+
+        Raises:
+            InvalidCandidateError: the model is invalid (the tool's defect): names the tensor or node and ``step``.
+        """
+        if not self.strict or self._full_once:
+            self._full_once = False
+            return super().check(model, step)
+        problem = _checker_problem(model)
+        where = culprit(model, problem) if problem is not None else ""
+        if problem is None:
+            g = model.graph
+            declared = [(v.name, v.type.tensor_type.elem_type) for v in list(g.input) + list(g.output)]
+            declared += [(i.name, i.data_type) for i in g.initializer]
+            if any(name not in self.types for name, _ in declared):
+                return super().check(model, step)  # a tensor the source's inference did not type
+            wrong = next(((name, got) for name, got in declared if got != self.types[name]), None)
+            if wrong is not None:
+                where = f"tensor {wrong[0]}"
+                problem = (
+                    f"declared {_type_name(wrong[1])} where the whole model has {_type_name(self.types[wrong[0]])}"
+                )
+        if problem is not None:
+            raise InvalidCandidateError(
+                f"{step} made an invalid model at {where}: {problem[:300]}; this is a defect of "
+                "the tool, not of your model: please report it with the model (no verdict was recorded for it)",
+                model,
+            )
+        return model
+
+
+def _type_name(data_type: int) -> str:
+    return onnx.TensorProto.DataType.Name(data_type).lower()
 
 
 def converted(source: onnx.ModelProto, convert: Callable[[], onnx.ModelProto], step: str) -> onnx.ModelProto:
