@@ -34,10 +34,6 @@ class Checker(abc.ABC):
     #: (``executor=processes`` is for in-process checks: a program is its own process already)
     in_process = True
 
-    #: checking a candidate again does nothing but give its verdict again (no file written, nothing run
-    #: that a user sees), so ``executor=processes`` may check one twice to warm a worker process
-    repeatable = False
-
     def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 

@@ -149,7 +149,6 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
 
     uses_payload = True
-    repeatable = True
 
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the

@@ -121,8 +121,6 @@ class Shared(Protocol):
 
     #: the check runs in the calling process (not a program of its own)
     in_process: bool
-    #: checking a candidate again only gives its verdict again
-    repeatable: bool
 
 
 class Executor(abc.ABC):

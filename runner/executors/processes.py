@@ -3,9 +3,8 @@
 Each worker (``worker.Worker``) is a spawned process that keeps the checker it was sent once, with its
 golden values and cached sessions; check ``i`` of a round runs on worker ``i``. One rule says when they
 start: with ``start="lazy"`` (the default), once a check or job run here (after the first) takes
-``DEAR_S`` or more; with ``start="now"``, with the run. Until every worker is ready (and, with a
-repeatable checker, has checked once unseen) the checks run here, in threads. docs/executors.md gives
-the why; benchmarks/README.md ("GPU checks") the figures.
+``DEAR_S`` or more; with ``start="now"``, with the run. Until every worker is ready the checks run
+here, in threads. docs/executors.md gives the why; benchmarks/README.md ("GPU checks") the figures.
 """
 
 from __future__ import annotations
@@ -84,8 +83,6 @@ class ProcessExecutor(Executor):
         self._here: set = set()  # id() of the slots whose check runs here
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here
         self._timed = 0  # checks and jobs timed here
-        self._repeatable = False  # the shared checker may check a candidate again (warming the workers)
-        self._warming: Optional[List[Any]] = None  # the workers' warm-up checks, once sent
         self._handed_over = False
         #: when the workers were started (``time.monotonic()``), None while they are not
         self.launched_at: Optional[float] = None
@@ -143,12 +140,8 @@ class ProcessExecutor(Executor):
         return True
 
     def starting(self) -> bool:
-        """True while checks run here: the workers are not ready, or have not all ended their warm-up check."""
-        if not self.local_start:
-            return False
-        if not self.ready():
-            return True
-        return self._repeatable and (self._warming is None or not all(f.done() for f in self._warming))
+        """True while checks run here: ``local_start`` and the workers are not ready."""
+        return self.local_start and not self.ready()
 
     def slot(self, worker: int, iteration: int) -> Slot:
         """A check's slot: here (a ``threading.Event`` to cancel it) while ``starting()``, else on
@@ -179,7 +172,6 @@ class ProcessExecutor(Executor):
                 "executor=processes runs in-process checks (checker=compare or checker=python); a check command is "
                 "its own process already: use executor=local executor.workers=N (or executor.gpus=[...])"
             )
-        self._repeatable = obj.repeatable
         return Held(obj)
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
@@ -201,15 +193,6 @@ class ProcessExecutor(Executor):
         here = tuple(a.obj if isinstance(a, Held) else a for a in args)
         future = self._pool.submit(fn, *here)
         future.add_done_callback(self._timed_check)
-        if self._warming is None and self._repeatable and self.launched_at is not None and self.ready():
-            self._warming = [
-                p.call(fn, [a if a is not slot else self._pinned(w) for a in args])
-                for w, p in enumerate(self._processes)
-            ]
-            log.info(
-                "Warming the %d workers with a check of a candidate checked here (its verdict is not used)",
-                self.workers,
-            )
         return future
 
     def _timed_check(self, future: concurrent.futures.Future) -> None:

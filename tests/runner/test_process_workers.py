@@ -270,37 +270,6 @@ def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path, monkeypat
     assert "starting the 2 worker processes" not in log
 
 
-@pytest.mark.slow
-def test_a_repeatable_check_warms_every_worker_before_checks_go_to_them():
-    """With a repeatable checker, the first check run here once the workers are up is sent to every worker
-    too (its verdict unused); checks run here until those warm-up checks end, then on the workers."""
-    executor = ProcessExecutor(workers=2, start="now")
-    try:
-        shared = executor.share(_Repeatable())
-        assert executor.ready(60)  # the workers are up: the next slot runs here, cold workers warm meanwhile
-        here = executor.submit(_pid_check, shared, executor.slot(0, 1), worker=0).result(timeout=60)
-        deadline = time.monotonic() + 60
-        while executor.starting() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        later = [
-            executor.submit(_pid_check, shared, executor.slot(w, 2 + w), worker=w).result(timeout=60) for w in (0, 1)
-        ]
-    finally:
-        executor.close()
-    assert here == os.getpid() and executor.local_checks == 1
-    assert len(set(later)) == 2 and os.getpid() not in later, "after the warm-up, checks run on the workers"
-
-
-class _Repeatable:
-    in_process, repeatable = True, True
-
-
-def _pid_check(checker, slot) -> int:
-    import os
-
-    return os.getpid()
-
-
 #: a python check that writes 256 KB to standard output and to standard error (ONNX Runtime's CUDA
 #: provider warns on stderr at every session), then passes while the model lacks the named nodes
 LOUD_CHECK = """
@@ -352,7 +321,7 @@ def _pid() -> int:
 class _Counter:
     """Counts the calls it receives: the stand-in for a checker's state kept between checks."""
 
-    in_process, repeatable = True, False
+    in_process = True
 
     def __init__(self):
         self.n = 0
