@@ -65,6 +65,7 @@ def test_missing_until(run, ok_script):
     one_line_error(run("mode=repeat", check_cmd(ok_script)), "until=")
 
 
+@pytest.mark.slow  # a python -m runner process: about 1 s, over 1.5 s on a loaded 2-core machine
 def test_unknown_key_fails_before_work(run_cli, ok_script, tmp_path):
     r = run_cli("mode=repeat", "until=1", check_cmd(ok_script), "colour=blue")
     assert r.returncode != 0
