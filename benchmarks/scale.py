@@ -6,7 +6,8 @@ Each model holds one node named "culprit" (60% of the way along a chain; a Softm
 transformer-shaped graph); the check is `grep` on the candidate file, so the figures are the
 tools' own costs. Per run: checks, wall time, start-up (to the first check: load, shape inference,
 index), peak RSS of the tool's process, and the overhead per check beyond the check (the mean gap
-between one check's end and the next one's start, measured by the check itself). Polygraphy runs
+between one check's end and the next one's start, measured by the check itself, and the median gap,
+which leaves out the first candidates' one-time work). Polygraphy runs
 where it finishes within its timeout (it needs the benchmark extra: pip install ".[benchmark]").
 """
 
