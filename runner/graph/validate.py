@@ -65,12 +65,13 @@ def strict_problem(model: onnx.ModelProto) -> Optional[str]:
     Returns:
         The problem as ONNX words it, or None.
     """
-    return _strict(model)[0]
+    return _strict(model, types=False)[0]
 
 
-def _strict(model: onnx.ModelProto) -> Tuple[Optional[str], Dict[str, int]]:
-    """``strict_problem``'s problem, and when there is none the element type of every tensor of the
-    top-level graph as strict inference gives it (``{name: TensorProto.DataType}``)."""
+def _strict(model: onnx.ModelProto, types: bool) -> Tuple[Optional[str], Dict[str, int]]:
+    """``strict_problem``'s problem, and with ``types`` when there is none the element type of every
+    tensor of the top-level graph as strict inference gives it (``{name: TensorProto.DataType}``;
+    else empty)."""
     bare = _graph_only(model)
     g = bare.graph
     try:
@@ -83,7 +84,7 @@ def _strict(model: onnx.ModelProto) -> Tuple[Optional[str], Dict[str, int]]:
         inferred = onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True)
     except Exception as e:  # ValidationError, InferenceError, and the C++ layer's RuntimeErrors
         return " ".join(str(e).split()), {}
-    return None, _declared_types(inferred)
+    return None, _declared_types(inferred) if types else {}
 
 
 def _checker_problem(model: onnx.ModelProto) -> Optional[str]:
@@ -138,10 +139,14 @@ class Validator:
         strict: whether candidates are held to strict type inference (the source passes it).
     """
 
+    #: keep the source's inferred types (``types``): only a validator that reads them pays for them
+    keeps_types = False
+
     def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
-        problem, types = _strict(source)
+        problem, types = _strict(source, self.keeps_types)
         self.strict = problem is None
-        #: every top-level tensor's element type as strict inference gives it (empty unless ``strict``)
+        #: every top-level tensor's element type as strict inference gives it (empty unless ``strict`` and
+        #: ``keeps_types``)
         self.types: Dict[str, int] = types
         #: what onnx.checker finds wrong with the source itself: a candidate with the same problem inherited it
         self.inherited = _checker_problem(source) if problem is not None else None
@@ -192,6 +197,8 @@ class SubgraphValidator(Validator):
     Args:
         as ``Validator``'s.
     """
+
+    keeps_types = True
 
     def __init__(self, source: onnx.ModelProto, what: str = "the model", warn: bool = True):
         super().__init__(source, what, warn)
