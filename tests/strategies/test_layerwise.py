@@ -162,6 +162,7 @@ def test_the_detector_on_pixels_names_its_batchnorm(run):
     assert s["nodes"] == 330
 
 
+@pytest.mark.slow  # 1.0-2.0 s on this project's 2-core machine: at the 1.5 s limit of an unmarked test
 def test_if_nodes_run_alone_in_a_model_of_their_own(run):
     """The voice-activity model with If subgraphs: the If reads outer-scope tensors and still gets its introduced
     error."""
