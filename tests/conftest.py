@@ -60,6 +60,28 @@ def pytest_runtest_makereport(item, call):
         )
 
 
+ROOT = Path(__file__).resolve().parents[1]
+#: what a test session may add to the repository's top level (pytest's and Python's own caches)
+_ROOT_MAY_GET = {".pytest_cache", "__pycache__"}
+_ROOT_ENTRIES = pytest.StashKey[set]()
+
+
+def pytest_sessionstart(session) -> None:
+    session.config.stash[_ROOT_ENTRIES] = set(os.listdir(ROOT))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the run when a test wrote into the repository's top level (a run without ``output=`` or a run
+    directory of its own writes ``reduced.onnx`` or ``outputs/`` where the tests started): a test
+    writes under its ``tmp_path``. Checked once, by the process that started the workers."""
+    if hasattr(session.config, "workerinput"):
+        return
+    added = sorted(set(os.listdir(ROOT)) - session.config.stash[_ROOT_ENTRIES] - _ROOT_MAY_GET)
+    if added:
+        sys.stderr.write(f"\nerror: the tests wrote into {ROOT}: {', '.join(added)}; write under tmp_path\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture
 def run(tmp_path):
     """Run a job in this process (compose + ``runner.run.app.run``), its run dir in tmp, cwd tmp."""

@@ -61,14 +61,22 @@ def test_api_callables_are_known_by_what_they_compute_and_a_replay_of_another_is
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert here == there
 
-    first = api.reduce(chain, lacks("n3"), run_dir=tmp_path / "first")
+    first = api.reduce(chain, lacks("n3"), output=tmp_path / "first.onnx", run_dir=tmp_path / "first")
     assert first.ok and [n["name"] for n in first.summary["reduced_nodes"]] == ["n3"]
     other = api.reduce(
-        chain, lacks("n5"), run_dir=tmp_path / "other", replay={"load": str(first.run_dir / "replay.json")}
+        chain,
+        lacks("n5"),
+        output=tmp_path / "other.onnx",
+        run_dir=tmp_path / "other",
+        replay={"load": str(first.run_dir / "replay.json")},
     )
     assert not other.ok and "replay" in other.status and "check" in other.status
     same = api.reduce(
-        chain, lacks("n3"), run_dir=tmp_path / "same", replay={"load": str(first.run_dir / "replay.json")}
+        chain,
+        lacks("n3"),
+        output=tmp_path / "same.onnx",
+        run_dir=tmp_path / "same",
+        replay={"load": str(first.run_dir / "replay.json")},
     )
     assert same.ok and same.summary["reused"] >= 1
 
@@ -78,8 +86,22 @@ def test_a_refused_api_call_carries_its_refusal_not_the_previous_summary(tmp_pat
 
     from runner import api
 
-    done = api.reduce(chain, "compare", run_dir=tmp_path / "run", checker={"atol": 0}, overrides=["val_range=[0,1]"])
-    again = api.reduce(chain, "compare", run_dir=tmp_path / "run", checker={"atol": 0}, overrides=["val_range=[0,1]"])
+    done = api.reduce(
+        chain,
+        "compare",
+        run_dir=tmp_path / "run",
+        output=tmp_path / "out.onnx",
+        checker={"atol": 0},
+        overrides=["val_range=[0,1]"],
+    )
+    again = api.reduce(
+        chain,
+        "compare",
+        run_dir=tmp_path / "run",
+        output=tmp_path / "again.onnx",
+        checker={"atol": 0},
+        overrides=["val_range=[0,1]"],
+    )
     assert again.exit_code == 2 and not again.ok
     assert again.status.startswith("error:") and again.summary != done.summary
     (tmp_path / "file").write_text("x")
@@ -103,7 +125,15 @@ def test_an_isolated_check_that_hangs_ends_with_the_runner(tmp_path, chain, how)
     and kill -9 left the child running under PID 1."""
     pidfile = tmp_path / "child.pid"
     check = ["checker=python", "checker.target=tests.helpers.checks.hangs", f"checker.args=[{pidfile}]"]
-    proc = start_process(ROOT, "mode=reduce", f"model={chain}", *check, "checker.isolate=true", run_dir=tmp_path / "r")
+    proc = start_process(
+        ROOT,
+        "mode=reduce",
+        f"model={chain}",
+        *check,
+        "checker.isolate=true",
+        f"output={tmp_path / 'out.onnx'}",
+        run_dir=tmp_path / "r",
+    )
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", proc)
     child = int(pidfile.read_text())
     proc.send_signal(how)
@@ -135,7 +165,9 @@ def test_api_functions_run_under_isolation(tmp_path, chain):
     def lacks_n4(path):
         return "n4" not in {n.name for n in __import__("onnx").load(path).graph.node}
 
-    result = api.reduce(chain, lacks_n4, checker={"isolate": True})
+    result = api.reduce(
+        chain, lacks_n4, checker={"isolate": True}, output=tmp_path / "out.onnx", run_dir=tmp_path / "r"
+    )
     assert result.ok, result.status
     assert [n["name"] for n in result.summary["reduced_nodes"]] == ["n4"]
 
