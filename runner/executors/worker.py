@@ -92,14 +92,8 @@ class Held:
     def __init__(self, obj: Any):
         self.obj, self.key = obj, uuid.uuid4().hex
 
-    def __reduce__(self) -> Any:  # to a worker only its key travels
-        return (_key, (self.key,))
-
-
-def _key(key: str) -> Held:
-    held = Held.__new__(Held)
-    held.obj, held.key = None, key
-    return held
+    def __getstate__(self) -> Dict[str, Any]:  # to a worker only its key travels
+        return {"obj": None, "key": self.key}
 
 
 class Worker:

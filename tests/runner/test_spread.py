@@ -13,7 +13,7 @@ import pytest
 
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
-from runner.executors.spread import HERE, Jobs, spread
+from runner.executors.spread import HERE, spread
 from runner.graph.convert import float_nodes, prepare
 from runner.graph.load import load_model
 from runner.layerwise.ranking import introduced_ranking
@@ -39,11 +39,28 @@ def _fails_at(shared: int, job: int) -> int:
     return job
 
 
-def test_jobs_hand_out_each_job_once_and_nothing_after_close():
-    jobs = Jobs(iter("abc"))
-    assert [jobs.take(), jobs.take()] == [(0, "a"), (1, "b")]
-    jobs.close()
-    assert jobs.take() is None and jobs.taken == 2
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_job_that_cannot_be_built_is_raised_and_each_job_runs_once(workers):
+    ran = []
+
+    def record(shared: int, job: int) -> int:
+        ran.append(job)
+        return job
+
+    def jobs():
+        yield from range(5)
+        raise ValueError("cannot build job 5")
+
+    executor = LocalExecutor(workers=workers)
+    try:
+        assert spread(executor.lanes(), record, 0, range(9)) == list(range(9))
+        assert sorted(ran) == list(range(9)), "each job once"
+        ran.clear()
+        with pytest.raises(ValueError, match="job 5"):
+            spread(executor.lanes(), record, 0, jobs())
+    finally:
+        executor.close()
+    assert sorted(ran) == list(range(5))
 
 
 def test_local_spread_keeps_the_jobs_order_and_runs_each_lane_on_its_gpu():
