@@ -197,9 +197,12 @@ class LayerwiseStrategy(Report):
                 "there is no layer to compare"
             )
         name = self.checker.reference_name
-        ref_backend = make_backend(
-            name, **onnxruntime_options(name, providers=self.checker.providers, graph_optimization_level="disable")
+        # every tensor is marked: a session's CPU arena would keep all the values of a run after it
+        ref_options = onnxruntime_options(
+            name, providers=self.checker.providers, graph_optimization_level="disable", cpu_arena=False
         )
+        ref_backend = make_backend(name, **ref_options)
+        target_backend = self.checker.comparison_backend()
         budget = None if self.max_memory_mb is None else int(float(self.max_memory_mb) * 2**20)
         try:
             comparison = LayerwiseComparison(
@@ -208,7 +211,7 @@ class LayerwiseStrategy(Report):
                 rows_of,
                 weight_peaks(given),
                 ref_backend.run,
-                self.checker.backend,
+                target_backend,
                 self.checker.rule,
                 self.checker.low,
                 budget,
@@ -218,6 +221,7 @@ class LayerwiseStrategy(Report):
             self.rows = comparison.run(samples)
         finally:
             ref_backend.close()
+            target_backend.close()
         by_name = {r.node: r for r in self.rows}
         # In a QDQ target every tensor carries rounding noise, whose relative size dips under the tolerance
         # after a residual Add and rises again: only NaN/Inf or lost values count there (precision's rule)

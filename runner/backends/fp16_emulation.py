@@ -27,6 +27,7 @@ class EmulationBackend(Backend):
         graph_optimization_level: as for the onnxruntime backend ("disable" unless given; the compare
             checker gives ``checker.graph_optimization_level``).
         provider_options: as for the onnxruntime backend.
+        cpu_arena: as for the onnxruntime backend.
     """
 
     name = "fp16_emulation"
@@ -37,8 +38,11 @@ class EmulationBackend(Backend):
         providers: Sequence[str] = ("CPUExecutionProvider",),
         graph_optimization_level: str = "disable",
         provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        cpu_arena: bool = True,
     ):
-        self.ort = OnnxRuntimeBackend(providers, graph_optimization_level, provider_options=provider_options)
+        self.ort = OnnxRuntimeBackend(
+            providers, graph_optimization_level, provider_options=provider_options, cpu_arena=cpu_arena
+        )
         self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
 
     def __getstate__(self) -> Dict[str, Any]:

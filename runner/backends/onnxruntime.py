@@ -51,6 +51,9 @@ class OnnxRuntimeBackend(Backend):
         provider_options: ``{provider: {option: value}}``, ONNX Runtime's provider options (e.g.
             ``{"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}``); options of a
             provider not in ``providers`` are unused. Values are passed as strings.
+        cpu_arena: keep ONNX Runtime's CPU memory arena in each session (``runner.graph.sessions.session_for``);
+            off for runs of models with every tensor marked as an output (``runner.layerwise``), whose
+            arenas would keep all their values after each run.
 
     Raises:
         ConfigError: for an unknown optimization level, an unavailable provider, or provider
@@ -66,6 +69,7 @@ class OnnxRuntimeBackend(Backend):
         graph_optimization_level: str = "all",
         cache_size: int = 4,
         provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        cpu_arena: bool = True,
     ):
         if graph_optimization_level not in LEVELS:
             raise ConfigError(
@@ -86,7 +90,7 @@ class OnnxRuntimeBackend(Backend):
         self.options = {p: {str(k): str(v) for k, v in (o or {}).items()} for p, o in (provider_options or {}).items()}
         self.providers = list(providers)
         self.level = LEVELS[graph_optimization_level]
-        self.cache_size = cache_size
+        self.cache_size, self.cpu_arena = cache_size, bool(cpu_arena)
         self._sessions: OrderedDict[str, ort.InferenceSession] = OrderedDict()
         self._lock = threading.Lock()  # checks of a parallel run share the cache
 
@@ -121,7 +125,7 @@ class OnnxRuntimeBackend(Backend):
             if key is not None and key in self._sessions:
                 self._sessions.move_to_end(key)
                 return self._sessions[key]
-        sess = session_for(model, self.providers_for(gpu), self.level)
+        sess = session_for(model, self.providers_for(gpu), self.level, self.cpu_arena)
         if key is not None:
             large = weight_bytes(model) >= CACHE_BYTES
             with self._lock:

@@ -67,6 +67,7 @@ def session_for(
     model: onnx.ModelProto,
     providers: Sequence[Any] = ("CPUExecutionProvider",),
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    cpu_arena: bool = True,
 ) -> ort.InferenceSession:
     """An ONNX Runtime session for an in-memory model.
 
@@ -77,12 +78,16 @@ def session_for(
         model: the model.
         providers: names, or ``(name, options)`` pairs (e.g. ``("CUDAExecutionProvider", {"device_id": "1"})``).
         level: ONNX Runtime's graph optimization level.
+        cpu_arena: keep ONNX Runtime's CPU memory arena (``SessionOptions.enable_cpu_mem_arena``). The
+            arena keeps the most memory any run of the session took until the session is dropped: off
+            for models with every tensor marked as an output, whose runs hold all their values at once.
 
     Raises:
         ModelError: when ONNX Runtime rejects the model.
     """
     opts = ort.SessionOptions()
     opts.graph_optimization_level = level
+    opts.enable_cpu_mem_arena = cpu_arena
     opts.log_severity_level = 3
     try:
         with session_file(model, opts) as source:

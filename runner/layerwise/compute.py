@@ -168,10 +168,14 @@ class LayerwiseComparison:
         output and one of each input are held at once)."""
         if budget is None:
             return [list(nodes)]
+
+        def size(tensor: str) -> int:  # a Q/DQ or Cast output: as large as the float tensor it carries
+            return sizes.get(tensor) or sizes.get(self.ref_name(tensor) or "", 0)
+
         chunks: List[List[onnx.NodeProto]] = [[]]
         used = 0
         for node in nodes:
-            cost = sum(4 * sizes.get(o, 0) for o in node.output) + sum(sizes.get(i, 0) for i in node.input)
+            cost = sum(4 * size(o) for o in node.output) + sum(size(i) for i in node.input)
             if chunks[-1] and used + cost > budget:
                 chunks.append([])
                 used = 0

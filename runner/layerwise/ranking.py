@@ -124,10 +124,11 @@ def introduced_ranking(
         The ranking, or None when the model cannot be converted or run (the caller falls back).
     """
     names = {model.graph.node[i].name: i for i in layers}
-    reference = make_backend("onnxruntime", graph_optimization_level="disable")
+    # every tensor is marked: a session's CPU arena would keep all the values of a run until the end
+    reference = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
     own = backend is None
     if backend is None:  # rounds fp16 and bf16 tensors alike; int8 runs its Q/DQ as written
-        backend = make_backend("onnxruntime" if is_quantized(low) else "fp16_emulation")
+        backend = make_backend("onnxruntime" if is_quantized(low) else "fp16_emulation", cpu_arena=False)
     try:
         target = target if target is not None else to_low_precision(model, low)
         comparison = LayerwiseComparison(

@@ -207,6 +207,53 @@ def test_values_in_chunks_give_the_same_rows():
     ]
 
 
+def test_a_qdq_targets_chunks_count_the_values_its_q_dq_nodes_carry():
+    """Sizes are known for the reference's tensors; a QDQ target's Q/DQ outputs are as large as the float
+    tensor they carry. Counted as nothing, a chain of quantized Convs fit one chunk of a budget it passes."""
+    from runner.graph.calibration import calibrate
+    from runner.graph.quant_options import QuantOptions
+    from runner.graph.quantize import make_quantizer, prepare_int8
+    from tests.helpers.int8 import conv_outlier_model, samples
+
+    model = prepare_int8(conv_outlier_model())
+    feeds = list(samples())
+    target = make_quantizer(model, calibrate(model, feeds, QuantOptions()), QuantOptions()).convert([])
+    float_tensors = [o for n in model.graph.node for o in n.output] + [i.name for i in model.graph.input]
+    sizes = {t: 1000 for t in float_tensors}
+    float_cost = sum(4 * 1000 * len(n.output) + 1000 * len(n.input) for n in model.graph.node)
+    lw = LayerwiseComparison(
+        model,
+        target,
+        None,
+        weight_peaks(model),
+        make_backend("onnxruntime").run,
+        make_backend("onnxruntime"),
+        Tolerances(stat="rel_l2"),
+        "int8",
+        float_cost,
+        sizes,
+    )
+    assert len(lw.chunks) >= 2, "the Q/DQ outputs' values count as the float tensors they carry"
+
+
+def test_the_comparisons_sessions_keep_no_cpu_arena():
+    """A comparison runs models with every tensor marked: a CPU arena would keep all the values of a run
+    after it (``layerwise.max_memory_mb=64`` peaked at 477 MB). The checker's own sessions keep theirs."""
+    from runner.checkers.compare import CompareChecker
+    from runner.graph.sessions import session_for
+
+    model = chain_model(3)
+    assert session_for(model).get_session_options().enable_cpu_mem_arena
+    assert not session_for(model, cpu_arena=False).get_session_options().enable_cpu_mem_arena
+    checker = CompareChecker(backend="fp16_emulation", graph_optimization_level="basic")
+    comparison = checker.comparison_backend()
+    try:
+        assert comparison is not checker.backend and comparison.ort.level == checker.backend.ort.level
+        assert comparison.ort.cpu_arena is False and checker.backend.ort.cpu_arena is True
+    finally:
+        comparison.close()
+
+
 def test_isolated_model_feeds_each_node_its_own_inputs():
     model = overflow_model()
     iso = isolated_model(model, list(model.graph.node), tensor_types(model))
