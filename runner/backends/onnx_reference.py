@@ -11,6 +11,7 @@ from onnx.reference.op_run import OpRun
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
+from runner.graph.weight_file import weight_file
 
 
 class BatchNormalization(OpRun):
@@ -58,7 +59,10 @@ class OnnxReferenceBackend(Backend):
                 single_output_bn = all(
                     len(n.output) == 1 for n in model.graph.node if n.op_type == "BatchNormalization"
                 )
-                evaluator = ReferenceEvaluator(model, new_ops=[BatchNormalization] if single_output_bn else None)
+                evaluator = ReferenceEvaluator(
+                    weight_file().portable(model),  # a large model's candidate points into the weight file
+                    new_ops=[BatchNormalization] if single_output_bn else None,
+                )
                 self._cached = (key, evaluator)
             names = list(outputs) if outputs is not None else list(evaluator.output_names)
             got = evaluator.run(names, dict(feeds))

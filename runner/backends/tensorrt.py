@@ -14,6 +14,7 @@ import onnx
 from runner.backends.base import Backend
 from runner.errors import ModelError
 from runner.executors.slot import current
+from runner.graph.weight_file import weight_file
 from runner.trt import load_tensorrt
 
 
@@ -58,7 +59,8 @@ class TensorRTBackend(Backend):
             engine = cached[1]
         else:
             shapes = {k: list(np.shape(v)) for k, v in feeds.items()}
-            builder = EngineBuilder(model.SerializeToString(), self.workspace, profiles_from_shapes(shapes))
+            serialized = weight_file().portable(model).SerializeToString()  # a large candidate gets its values
+            builder = EngineBuilder(serialized, self.workspace, profiles_from_shapes(shapes))
             if wanted is not None:
                 builder.mark_outputs(wanted)
             engine = builder.build().engine

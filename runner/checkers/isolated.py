@@ -33,6 +33,7 @@ from runner.checkers.base import Checker
 from runner.errors import CheckError, first_line
 from runner.executors.slot import Slot
 from runner.executors.worker import end_with_parent
+from runner.graph.weight_file import weight_file
 
 if TYPE_CHECKING:
     from runner.context import RunContext
@@ -136,7 +137,7 @@ class IsolatedChecker(Checker):
     ) -> Verdict:
         """The inner checker's verdict on ``candidate``, computed in the child; a crash verdict when
         the child dies during the check."""
-        model = candidate.payload() if candidate.payload is not None else None
+        model = weight_file().portable(candidate.payload()) if candidate.payload is not None else None
         sent = dataclasses.replace(
             candidate, write=None, payload=_Model(model.SerializeToString()) if model is not None else None
         )

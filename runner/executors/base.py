@@ -22,6 +22,7 @@ from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
 from runner.executors.spread import HERE
+from runner.graph.weight_file import weight_file
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def shipped(candidate: Candidate, executor: str) -> Candidate:
             "this mode's candidates are built in the check (TensorRT engines) on this machine; "
             f"use executor=local executor.gpus=[...] instead of {executor}"
         )
-    payload = Shipped(candidate.payload()) if candidate.payload is not None else None
+    # a large model's candidate points into this process's weight file: it travels with its values
+    payload = Shipped(weight_file().portable(candidate.payload())) if candidate.payload is not None else None
     return dataclasses.replace(candidate, write=None, payload=payload)
 
 

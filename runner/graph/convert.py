@@ -46,7 +46,7 @@ from runner.graph.conversion_repairs import (
 )
 from runner.graph.isolate import bodies
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, LowPrecision, low_precision
-from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, raw_bytes, weightless
+from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, is_stub, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
 from runner.graph.weight_file import maps, weight_bytes, weight_file
 
@@ -235,8 +235,24 @@ class Converter:
         stubs = frozenset(self.weights) | frozenset(copies)
         if str(self.low) == BFLOAT16.name:
             retype_bf16(converted, self.model, stubs)
-        fill(converted, lambda stub: self._values(copies.get(stub.name, stub.name), stub.data_type), stubs)
+        self._place(converted, copies, stubs)
         return converted
+
+    def _place(self, converted: onnx.ModelProto, copies: Dict[str, str], stubs: FrozenSet[str]) -> None:
+        """Give ``converted``'s stubs their values, in place: a large model's point into the weight file,
+        where each weight's form is written once per run (a candidate of a 212 MB decoder then copies
+        no weight; ``runner.graph.weight_file``), other models' get the bytes."""
+        if not self.large:
+            fill(converted, lambda stub: self._values(copies.get(stub.name, stub.name), stub.data_type), stubs)
+            return
+        file = weight_file()
+        for init in converted.graph.initializer:
+            if init.name in stubs and is_stub(init):
+                made = self._made(copies.get(init.name, init.name), init.data_type)
+                if isinstance(made, tuple):
+                    file.refer(init, made)
+                else:  # the weight file could not take it
+                    init.raw_data = made
 
     def _inside(self, kept: FrozenSet[str]) -> FrozenSet[str]:
         """Names of the nodes inside the bodies (If/Loop/Scan, nested) of the kept top-level nodes."""
@@ -251,29 +267,39 @@ class Converter:
         return frozenset(names)
 
     def _values(self, name: str, data_type: int) -> bytes:
+        """The model's weight ``name`` as raw bytes of ``data_type`` (``_made``)."""
+        made = self._made(name, data_type)
+        return weight_file().read(made) if isinstance(made, tuple) else made
+
+    def _made(self, name: str, data_type: int) -> Union[bytes, Tuple[int, int]]:
         """The model's weight ``name`` as raw bytes of ``data_type``: fp32 as stored, fp16 clipped as
-        ONNX Runtime's converter clips it, bf16 rounded to nearest even; each low one made once."""
+        ONNX Runtime's converter clips it, bf16 rounded to nearest even; each low one made once. A
+        large model's forms (its fp32 ones too) are written to the weight file once and given as
+        (offset, length) there."""
         source = self.weights[name]
-        if data_type == source.data_type:
+        if data_type == source.data_type and not self.large:
             return raw_bytes(source)
         key = f"{data_type}:{name}"
         with self._lock:
             made = self._low.get(key)
-        if isinstance(made, tuple):  # kept in the weight file (a large model)
-            return weight_file().read(made)
-        if made is None:
-            if data_type == TensorProto.FLOAT16:
-                made = float16_bytes(source, 5.96e-08, FLOAT16.max_finite)
-            elif data_type == TensorProto.BFLOAT16:
-                made = bfloat16_bytes(numpy_helper.to_array(source))
-            else:
-                raise ModelError(f"the conversion retyped weight {name} to ONNX type {data_type}, which it never does")
-            kept: Union[bytes, Tuple[int, int]] = made
-            if self.large:  # a large model's converted weights wait in the weight file, not in memory
-                kept = weight_file().put(made) or made
-            with self._lock:
-                self._low[key] = kept
-        return made
+        if made is not None:
+            return made
+        if data_type == source.data_type:
+            made = raw_bytes(source)
+        elif data_type == TensorProto.FLOAT16:
+            made = float16_bytes(source, 5.96e-08, FLOAT16.max_finite)
+        elif data_type == TensorProto.BFLOAT16:
+            made = bfloat16_bytes(numpy_helper.to_array(source))
+        else:
+            raise ModelError(f"the conversion retyped weight {name} to ONNX type {data_type}, which it never does")
+        kept: Union[bytes, Tuple[int, int]] = made
+        if self.large:  # a large model's converted weights wait in the weight file, not in memory
+            kept = weight_file().put(made) or made
+            if kept is made and data_type == source.data_type:
+                return made  # the file could not take it: no second copy of the model's own weight is held
+        with self._lock:
+            self._low[key] = kept
+        return kept
 
 
 def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: LowPrecision = FLOAT16) -> onnx.ModelProto:

@@ -160,11 +160,20 @@ class WeightFile:
         where = self.put(data, digest)
         if where is None:
             return False
+        self.refer(init, where)
+        return True
+
+    def refer(self, init: TensorProto, where: Tuple[int, int]) -> None:
+        """Point the stub ``init`` at the bytes at ``where`` ((offset, length) from ``put``), in place."""
         init.data_location = TensorProto.EXTERNAL
         for key, value in (("location", self.name), ("offset", str(where[0])), ("length", str(where[1]))):
             entry = init.external_data.add()
             entry.key, entry.value = key, value
-        return True
+
+    def portable(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` as another process can run it: a mapped one with its values back (``with_values``;
+        the weight file is this process's), any other as it is."""
+        return self.with_values(model) if is_mapped(model) else model
 
     def holds(self, model: onnx.ModelProto) -> bool:
         """Whether every initializer of ``model`` that points into a weight file points into this one

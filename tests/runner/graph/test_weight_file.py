@@ -11,10 +11,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.graph import weight_file as wf
-from runner.graph.convert import convert_except
+from runner.graph.convert import Converter, convert_except
 from runner.graph.emulate import emulate_low_precision
 from runner.graph.load import save_model
 from runner.graph.sessions import loads_on_cpu, session_for
+from runner.graph.stubs import nbytes
 from tests.helpers.graphs import rmsnorm_decoder
 from tests.helpers.inprocess import run_in_process
 
@@ -111,10 +112,32 @@ def test_the_emulation_widens_each_fp16_weight_once_and_runs_as_before(monkeypat
     emulate_low_precision(convert_except(model, ["relu"]))  # the same fp16 weights
     assert _file_size() == size
     monkeypatch.setattr(wf, "MAP_BYTES", 2**40)  # the same rewrite, with its weights in the model
-    filled, _, _, _ = emulate_low_precision(half)
+    filled, _, _, _ = emulate_low_precision(wf.weight_file().with_values(half))
     assert not wf.is_mapped(filled)
     x = {"x": np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)}
     np.testing.assert_array_equal(session_for(mapped).run(None, x)[0], _copied_session(filled).run(None, x)[0])
+
+
+def test_a_large_models_fp16_candidates_point_into_the_file_and_run_as_filled_ones(monkeypatch):
+    """A candidate of a large model holds no weight: each weight's fp16 form, and the fp32 one a kept node
+    reads, is written once per run and pointed at; it runs as the candidate with its values does, and
+    travels to another process with them (``portable``)."""
+    model = _mlp()
+    converter = Converter(model)
+    first = converter.convert(["mm1"])
+    assert wf.is_mapped(first) and all(nbytes(i) < 256 for i in first.graph.initializer)
+    converter.convert([])  # w1's fp16 form: written now
+    size = _file_size()
+    again = converter.convert(["mm1"])
+    converter.convert([])
+    assert _file_size() == size, "each form is written once"
+    filled = wf.weight_file().portable(again)
+    assert not wf.is_mapped(filled) and wf.weight_bytes(filled) > 0
+    x = {"x": np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)}
+    got = session_for(emulate_low_precision(first)[0]).run(None, x)[0]
+    monkeypatch.setattr(wf, "MAP_BYTES", 2**40)  # a model under the threshold: its candidates hold their values
+    np.testing.assert_array_equal(got, _copied_session(emulate_low_precision(filled)[0]).run(None, x)[0])
+    assert not wf.is_mapped(Converter(model).convert(["mm1"]))
 
 
 def test_a_weight_file_that_cannot_be_written_leaves_sessions_copying(monkeypatch, tmp_path, caplog):
@@ -153,7 +176,7 @@ def test_a_mapped_fp16_model_is_emulated_from_the_file(monkeypatch):
     from_file, _, _, _ = emulate_low_precision(mapped)
     assert any(n.op_type == "Cast" and n.input[0].endswith("__emu_stored") for n in from_file.graph.node)
     monkeypatch.setattr(wf, "MAP_BYTES", 2**40)
-    in_model, _, _, _ = emulate_low_precision(half)
+    in_model, _, _, _ = emulate_low_precision(wf.weight_file().with_values(half))
     x = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
     np.testing.assert_array_equal(session_for(from_file).run(None, x)[0], _copied_session(in_model).run(None, x)[0])
 
@@ -172,7 +195,7 @@ def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
     mapped = wf.weight_file().mapped(model)
     backend = EmulationBackend()
     here = backend.run(half, x, key="k")["y"]
-    sent = pickle.dumps(backend)
+    sent, shipped = pickle.dumps(backend), wf.weight_file().portable(half)  # as a candidate is shipped
     from runner.backends.onnxruntime import OnnxRuntimeBackend
     from runner.layerwise.alone import run_alone
 
@@ -186,4 +209,5 @@ def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
         session_for(mapped)
     with pytest.raises(ModelError, match="another process's weight file"):
         other.with_values(mapped)
-    np.testing.assert_array_equal(pickle.loads(sent).run(half, x, key="k")["y"], here)
+    assert not wf.is_mapped(shipped)
+    np.testing.assert_array_equal(pickle.loads(sent).run(shipped, x, key="k")["y"], here)
