@@ -95,6 +95,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             values' own model, ``Candidate.as_reference``), so that gate cannot fail for the tool's
             own reasons (a re-fused fp32 run flipped one box of a detector's NMS); None: the
             conversion keeping every node.
+        converter: the fp16/bf16 converter the ranking made (``precision_space.SearchSpace.converter``), so
+            that each weight's low-precision form is made once per run; None: one of its own.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -118,6 +120,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         forced: Iterable[int] = (),
         scoped: bool = False,
         original: Optional[onnx.ModelProto] = None,
+        converter: Optional[Converter] = None,
     ):
         self.forced: Units = frozenset(forced)
         self.scoped = scoped
@@ -142,7 +145,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
-        self.converter: Optional[Any] = quantizer or (Converter(model, low) if not weak_typing else None)
+        self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
         self.answer_cpu_load = True  # a model the tool converted
@@ -229,6 +232,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.forced,
             space.scoped,
             ctx.model,
+            space.converter,
         )
 
     # -- candidates -----------------------------------------------------------------------

@@ -21,7 +21,7 @@ from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.graph.calibration import calibrate
-from runner.graph.convert import convert_except, float_nodes, prepare
+from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.precisions import LowPrecision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quant_options import QuantOptions
@@ -44,6 +44,8 @@ class SearchSpace:
         quantizer: for int8, builds the QDQ candidates from the run's calibration; else None.
         ranking: the searchable nodes ranked by introduced error, a function computing it when the
             search first needs it (int8), or None for topological prefixes.
+        converter: for fp16 and bf16, the converter the ranking converted the whole model with, for the
+            search's candidates (each weight's low-precision form is made once per run); else None.
     """
 
     model: onnx.ModelProto
@@ -52,6 +54,7 @@ class SearchSpace:
     scoped: bool
     quantizer: Optional[Quantizer]
     ranking: Optional[List[int] | Callable[[], List[int]]]
+    converter: Optional[Converter] = None
 
 
 def search_space(
@@ -94,11 +97,14 @@ def search_space(
         )
         layers = searched
 
+    converters: List[Converter] = []  # the ranking's, kept for the search's candidates
+
     def rank() -> List[int]:
         target = quantizer.convert([]) if quantizer is not None else None
         if target is None:  # the whole model in the low precision, from the prepared model (no second copy)
             with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
-                target = convert_except(model, [], low)
+                converters.append(Converter(model, low))
+                target = converters[0].convert([])
         order = introduced_ranking(model, layers, ctx.samples, low, ranking_backend(checker), target, ctx.lanes)
         if order is None:
             order = sensitivity_ranking(model, layers, ctx.summaries)
@@ -112,7 +118,7 @@ def search_space(
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
         ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking)
+    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converters[0] if converters else None)
 
 
 def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:

@@ -218,12 +218,23 @@ def test_rerun_from_snapshot(run_cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path):
+def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path, monkeypatch):
     """A Llama/Qwen2-style decoder whose first RMSNorm's x*x overflows fp16 (issue 34): its Pow overflows
     to inf and 1/sqrt(inf) = 0 is finite, which the ranking took for an absorbed divergence and put the
     four needed nodes last (69 checks on a 56M model). Now they rank first, the search keeps exactly
-    them in a few checks, and layerwise names the Pow first by the same rule."""
+    them in a few checks, and layerwise names the Pow first by the same rule. Each weight is converted
+    to fp16 once in the run: the search's candidates reuse the ranking's converter."""
+    from runner.graph import convert
     from tests.helpers.graphs import rmsnorm_decoder
+
+    converted = []
+
+    def counted(tensor, *args):
+        converted.append(tensor.name)
+        return to_fp16(tensor, *args)
+
+    to_fp16 = convert.float16_bytes
+    monkeypatch.setattr(convert, "float16_bytes", counted)
 
     model, needed, ids = rmsnorm_decoder(layers=4)
     path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
@@ -236,6 +247,7 @@ def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path):
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert r.summary["checks"] <= 2 * math.ceil(math.log2(len(needed))) + len(needed) + 4  # search, 2 gates, answer
     assert r.summary["answer_verified"]["passed"]
+    assert converted and sorted(converted) == sorted(set(converted)), "a weight converted twice"
     report = run("mode=layerwise", f"model={path}", f"inputs={inputs}", *check)
     assert report.returncode == 0, report.stderr
     assert report.summary["first_divergence"]["node"] == "norm_in.pow"
