@@ -85,13 +85,14 @@ def on_device(backend: str, providers: Sequence[str]) -> bool:
 
 
 def ranking_backend(checker: Optional[Checker]) -> Optional[Backend]:
-    """The checker's own backend when it judges on a device (so precision's ranking sees the
-    device's arithmetic, e.g. its fp16 kernels), else None: ``introduced_ranking`` then runs fp16/bf16
-    emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8 ONNX
-    Runtime on CPU (it runs Q/DQ as written), in backends of its own that it closes."""
+    """A backend like the checker's own when it judges on a device (so precision's ranking sees the
+    device's arithmetic, e.g. its fp16 kernels; ``CompareChecker.comparison_backend``: its sessions of
+    marked models are not left in the checker's cache), else None: ``introduced_ranking`` then runs
+    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8
+    ONNX Runtime on CPU (it runs Q/DQ as written). ``introduced_ranking`` closes either."""
     if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
         log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
-        return checker.backend
+        return checker.comparison_backend()
     return None
 
 
@@ -113,7 +114,7 @@ def introduced_ranking(
         samples: input feed dicts.
         low: float16, bfloat16 or int8.
         backend: runs the low-precision model and its nodes alone (``ranking_backend``); None:
-            emulation on CPU (ONNX Runtime on CPU for int8), closed at the end.
+            emulation on CPU (ONNX Runtime on CPU for int8). Closed at the end either way.
         target: the whole model in the low precision; None: ``to_low_precision(model, low)``. For
             int8 the fully quantized QDQ model: each node then runs alone with its own Q/DQ pairs,
             the error it introduces when it alone is quantized.
@@ -126,7 +127,6 @@ def introduced_ranking(
     names = {model.graph.node[i].name: i for i in layers}
     # every tensor is marked: a session's CPU arena would keep all the values of a run until the end
     reference = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
-    own = backend is None
     if backend is None:  # rounds fp16 and bf16 tensors alike; int8 runs its Q/DQ as written
         backend = make_backend("onnxruntime" if is_quantized(low) else "fp16_emulation", cpu_arena=False)
     try:
@@ -153,8 +153,7 @@ def introduced_ranking(
         return None
     finally:  # a large model's sessions would stay beside the search's
         reference.close()
-        if own:
-            backend.close()
+        backend.close()
     score = {names[r.node]: error_key(r) for r in rows if r.node in names}
     lowest = (False, False, False, -1.0, 0.0)
     return sorted(layers, key=lambda i: score.get(i, lowest), reverse=True) if score else None
