@@ -35,7 +35,7 @@ from runner.graph.calibration import Calibration, calibrate
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
-from runner.graph.meta import TensorMeta
+from runner.graph.meta import value_sizes
 from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
 from runner.graph.quant_options import QuantOptions
@@ -265,11 +265,7 @@ class LayerwiseStrategy(Report):
     def _sizes(self, reference: onnx.ModelProto) -> Dict[str, int]:
         """Bytes of each tensor, from shape inference (ONNX Runtime's summaries where it falls short)."""
         shapes = self.ctx.shapes or {k: list(np.shape(v)) for k, v in self.ctx.feeds.items()}
-        meta = TensorMeta(reference, shapes, lambda: self.ctx.summaries)
-        return {
-            name: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            for name, (dtype, shape) in meta.meta.items()
-        }
+        return value_sizes(reference, shapes, lambda: self.ctx.summaries)
 
     def result(self) -> Dict[str, Any]:
         """``summary.json`` fields: ``nodes``, ``tensors_compared``, ``first_divergence``, ``top_introduced``, ..."""

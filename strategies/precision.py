@@ -67,6 +67,7 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     precision: Precision = candidate(Precision.float32)
     low_precision: Precision = candidate(Precision.float16)
     weak_typing: bool = candidate(False)  # TensorRT <= 10: candidates are engines with layer precisions
+    ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
 
 
 KEYS = PrecisionKeys
@@ -217,7 +218,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
             load_tensorrt("weak_typing=true")
         quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) else None
         ranked = searches_sets(marker) or direction == "ranked"
-        space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked)
+        budget = keys.ranking_memory_mb
+        if budget is not None and not float(budget) > 0:
+            raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
+        ranking_budget = None if budget is None else int(float(budget) * 2**20)
+        space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
         return cls(
             space.model,
             space.layers,

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+import numpy as np
 import onnx
 
 from runner.checkers.base import Checker
@@ -22,6 +23,7 @@ from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.graph.calibration import calibrate
 from runner.graph.convert import Converter, float_nodes, prepare
+from runner.graph.meta import value_sizes
 from runner.graph.precisions import LowPrecision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quant_options import QuantOptions
@@ -64,6 +66,7 @@ def search_space(
     quant: Optional[QuantOptions],
     checker: Optional[Checker],
     ranked: bool,
+    ranking_budget: Optional[int] = None,
 ) -> SearchSpace:
     """Prepare ``ctx.model`` for a search in ``low`` and rank its searchable nodes when ``ranked``.
 
@@ -74,6 +77,8 @@ def search_space(
         quant: int8's calibration and quantization options; None for fp16 and bf16.
         checker: the run's checker; when it judges on a device the ranking runs there (``ranking_backend``).
         ranked: a set search or ``direction=ranked``: the search needs the ranking.
+        ranking_budget: bytes of tensor values the ranking holds at once (``ranking_memory_mb``;
+            past it, nodes are compared in chunks), or None for no limit.
 
     Raises:
         ConfigError: int8 without input samples, or with nothing to quantize; bad samples.
@@ -105,7 +110,12 @@ def search_space(
             with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
                 converters.append(Converter(model, low))
                 target = converters[0].convert([])
-        order = introduced_ranking(model, layers, ctx.samples, low, ranking_backend(checker), target, ctx.lanes)
+        sizes = None
+        if ranking_budget is not None:  # the chunks are sized by each tensor's bytes in one run
+            shapes = ctx.shapes or {k: list(np.shape(v)) for k, v in ctx.feeds.items()}
+            sizes = value_sizes(model, shapes, lambda: ctx.summaries)
+        backend = ranking_backend(checker)
+        order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
         if order is None:
             order = sensitivity_ranking(model, layers, ctx.summaries)
         log.info(

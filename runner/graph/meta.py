@@ -132,3 +132,26 @@ class TensorMeta:
     def get(self, name: str) -> Optional[Meta]:
         """The tensor's (dtype, shape), or None when unknown."""
         return self.meta.get(name)
+
+
+def value_sizes(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]],
+    summaries: Callable[[], Mapping[str, TensorSummary]],
+) -> Dict[str, int]:
+    """Bytes of each top-level tensor's values in one run (``TensorMeta``: shape inference, ONNX
+    Runtime's summaries where it falls short): what a layerwise comparison's chunks are sized by.
+
+    Args:
+        model: the model (not modified).
+        input_shapes: ``{input: [dims]}`` of the run's feeds.
+        summaries: as ``TensorMeta``'s (called only when shapes are missing).
+
+    Returns:
+        ``{tensor name: bytes}``; tensors whose shape stays unknown are left out.
+    """
+    meta = TensorMeta(model, input_shapes, summaries)
+    return {
+        name: int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        for name, (dtype, shape) in meta.meta.items()
+    }

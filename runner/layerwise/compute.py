@@ -182,7 +182,11 @@ class LayerwiseComparison:
             chunks[-1].append(node)
             used += cost
         if len(chunks) > 1:
-            log.info("Values exceed layerwise.max_memory_mb: comparing in %d chunks of nodes", len(chunks))
+            log.info(
+                "Tensor values exceed the memory budget (%g MiB): comparing in %d chunks of nodes",
+                budget / 2**20,
+                len(chunks),
+            )
         return chunks
 
     def run(self, samples: Sequence[Mapping[str, np.ndarray]]) -> List[NodeRow]:

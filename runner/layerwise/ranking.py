@@ -104,6 +104,8 @@ def introduced_ranking(
     backend: Optional[Backend] = None,
     target: Optional[onnx.ModelProto] = None,
     lanes: Sequence[Any] = HERE,
+    budget: Optional[int] = None,
+    sizes: Optional[Mapping[str, int]] = None,
 ) -> Optional[List[int]]:
     """``layers`` (indices into ``model.graph.node``) ordered by ``error_key``, largest first;
     ties keep topological order.
@@ -120,6 +122,8 @@ def introduced_ranking(
             the error it introduces when it alone is quantized.
         lanes: runs the nodes alone (``Executor.lanes``: the run's executor spreads them over
             its worker processes, each on its GPU, while this process runs them too).
+        budget: bytes of tensor values held at once (``LayerwiseComparison``'s chunks), or None for no limit.
+        sizes: ``{tensor: bytes}`` of ``model``'s tensors for the chunks (needed with ``budget``).
 
     Returns:
         The ranking, or None when the model cannot be converted or run (the caller falls back).
@@ -140,6 +144,8 @@ def introduced_ranking(
             backend,
             Tolerances(stat="rel_l2"),  # the ranking reads no verdict: no element-wise pass
             low,
+            budget,
+            sizes,
             pairs=False,
             lanes=lanes,
         )
