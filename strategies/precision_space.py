@@ -111,9 +111,9 @@ def search_space(
                 converters.append(Converter(model, low))
                 target = converters[0].convert([])
         sizes = None
-        if ranking_budget is not None:  # the chunks are sized by each tensor's bytes in one run
+        if ranking_budget is not None:  # chunks sized by each tensor's bytes, from shape inference alone
             shapes = ctx.shapes or {k: list(np.shape(v)) for k, v in ctx.feeds.items()}
-            sizes = value_sizes(model, shapes, lambda: ctx.summaries)
+            sizes = value_sizes(model, shapes, None)  # no extra fp32 run of the model for the rest
         backend = ranking_backend(checker)
         order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
         if order is None:

@@ -81,7 +81,8 @@ class TensorMeta:
         model: the model (not modified).
         input_shapes: ``{input: [dims]}`` from ``model_input_shapes=``.
         summaries: returns ``{tensor name: TensorSummary}`` of one run (called at most once, only
-            when shapes are missing); may raise ModelError.
+            when shapes are missing); may raise ModelError. None: no run; tensors inference leaves
+            without a static shape are left out.
 
     Attributes:
         meta: ``{tensor name: (numpy dtype, [dims])}``.
@@ -92,7 +93,7 @@ class TensorMeta:
         self,
         model: onnx.ModelProto,
         input_shapes: Mapping[str, Sequence[int]],
-        summaries: Callable[[], Mapping[str, TensorSummary]],
+        summaries: Optional[Callable[[], Mapping[str, TensorSummary]]],
     ):
         self.meta: Dict[str, Meta] = {}
         self.fallback_error: Optional[str] = None
@@ -112,7 +113,7 @@ class TensorMeta:
                 self.meta[vi.name] = m
         wanted = [o for n in model.graph.node for o in n.output if o]
         missing = [name for name in wanted if name not in self.meta]
-        if missing:
+        if missing and summaries is not None:
             log.info(
                 "%d of %d tensors have no static shape after inference; running ONNX Runtime once",
                 len(missing),
@@ -137,7 +138,7 @@ class TensorMeta:
 def value_sizes(
     model: onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]],
-    summaries: Callable[[], Mapping[str, TensorSummary]],
+    summaries: Optional[Callable[[], Mapping[str, TensorSummary]]],
 ) -> Dict[str, int]:
     """Bytes of each top-level tensor's values in one run (``TensorMeta``: shape inference, ONNX
     Runtime's summaries where it falls short): what a layerwise comparison's chunks are sized by.
@@ -145,7 +146,7 @@ def value_sizes(
     Args:
         model: the model (not modified).
         input_shapes: ``{input: [dims]}`` of the run's feeds.
-        summaries: as ``TensorMeta``'s (called only when shapes are missing).
+        summaries: as ``TensorMeta``'s (called only when shapes are missing; None: no run).
 
     Returns:
         ``{tensor name: bytes}``; tensors whose shape stays unknown are left out.
