@@ -254,6 +254,7 @@ def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path, 
     assert [t["node"] for t in report.summary["top_introduced"][:4]] == needed
 
 
+@pytest.mark.slow  # 1.0-1.4 s: two precision runs, at the 1.5 s limit of an unmarked test
 def test_a_ranking_memory_budget_compares_in_chunks_and_keeps_the_same_nodes(run, tmp_path):
     """``ranking_memory_mb`` bounds the tensor values the ranking holds at once (the int8 detector on
     rendered pages: 952 MB without it, 656 MB at its default 512); below the model's values the nodes are
@@ -262,13 +263,13 @@ def test_a_ranking_memory_budget_compares_in_chunks_and_keeps_the_same_nodes(run
     from tests.helpers.cli import one_line_error
     from tests.helpers.graphs import rmsnorm_decoder
 
-    model, needed, ids = rmsnorm_decoder(layers=2)
+    model, needed, ids = rmsnorm_decoder(layers=1)
     path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
     onnx.save(model, path)
     np.savez(inputs, ids=ids)
     args = ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "checker=compare"]
     args += ["checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=0.01"]
-    r = run(*args, "ranking_memory_mb=0.05", "output=mixed.onnx")
+    r = run(*args, "ranking_memory_mb=0.1", "output=mixed.onnx")
     assert r.returncode == 0, r.stdout[-2000:]
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert "chunks of nodes" in (r.run_dir / "runner.log").read_text()
