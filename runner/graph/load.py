@@ -18,7 +18,7 @@ from onnx import external_data_helper, numpy_helper
 from runner.errors import ArtifactError, ModelError, first_line
 from runner.graph.streamed import load_streamed, save_streamed
 from runner.graph.stubs import nbytes
-from runner.graph.weight_file import is_mapped, weight_file
+from runner.graph.weight_file import is_mapped, stored_bytes, weight_file
 from runner.jsonio import UMASK
 
 log = logging.getLogger(__name__)
@@ -149,9 +149,12 @@ def save_model(
         ArtifactError: when the file cannot be written (the staging folder is removed).
     """
     path = Path(path)
-    if is_mapped(model):  # weights in this process's temporary weight file: the file gets them back
-        model = weight_file().with_values(model)
-    big = tensor_bytes(model) >= PROTOBUF_LIMIT - 64 * 2**20
+    # a mapped model's weights are in this process's temporary weight file: the file written gets them back
+    mapped = is_mapped(model)
+    size = stored_bytes(model) if mapped else tensor_bytes(model)
+    big = size >= PROTOBUF_LIMIT - 64 * 2**20
+    if mapped and (external_data or big or size < STREAM_BYTES):
+        model, mapped = weight_file().with_values(model), False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -173,6 +176,8 @@ def save_model(
                 location=location,
                 size_threshold=threshold,
             )
+        elif mapped:  # one tensor's values at a time, read from the weight file as it is written
+            save_streamed(model, staged, weight_file().resolved)
         elif sum(nbytes(t) for t in model.graph.initializer) >= STREAM_BYTES:
             save_streamed(model, staged)
         elif any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):

@@ -11,7 +11,7 @@ field of the graph, on its own: at most one tensor is in memory twice.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -22,11 +22,20 @@ from runner.graph.stubs import copy_fields
 GRAPH_KEY = 7 << 3 | 2
 
 
-def save_streamed(model: onnx.ModelProto, path: Path) -> None:
+def save_streamed(
+    model: onnx.ModelProto, path: Path, resolve: Optional[Callable[[onnx.TensorProto], onnx.TensorProto]] = None
+) -> None:
     """Write ``model`` to ``path`` as one ONNX file, one top-level initializer at a time.
+
+    Args:
+        model: the model (not modified).
+        path: the file to write.
+        resolve: gives the initializer to write for each of ``model``'s (``WeightFile.resolved``: a
+            tensor pointed into the weight file gets its values, one at a time); None: each as it is.
 
     Raises:
         OSError: when the file cannot be written.
+        Whatever ``resolve`` raises.
     """
     bare = onnx.ModelProto()
     copy_fields(model, bare, skip="graph")
@@ -35,7 +44,7 @@ def save_streamed(model: onnx.ModelProto, path: Path) -> None:
         f.write(bare.SerializeToString())
         for init in model.graph.initializer:
             piece = onnx.ModelProto()
-            piece.graph.initializer.append(init)
+            piece.graph.initializer.append(resolve(init) if resolve is not None else init)
             f.write(piece.SerializeToString())
 
 

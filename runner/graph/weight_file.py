@@ -69,6 +69,17 @@ def is_mapped(model: onnx.ModelProto) -> bool:
     return any(is_pointed(init) for init in model.graph.initializer)
 
 
+def stored_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the model's top-level initializers' raw data, those pointed into a weight file included."""
+    total = 0
+    for init in model.graph.initializer:
+        if is_pointed(init):
+            total += int(next((e.value for e in init.external_data if e.key == "length"), 0))
+        elif init.HasField("raw_data"):
+            total += len(init.raw_data)
+    return total
+
+
 def is_pointed(init: TensorProto) -> bool:
     """Whether ``init`` holds its values in a weight file."""
     return (_location(init) or "").startswith(FILE_PREFIX)
@@ -218,21 +229,41 @@ class WeightFile:
         return path
 
     def with_values(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """A copy of a mapped ``model`` holding its values again (for models written for users)."""
+        """A copy of a mapped ``model`` holding its values again (for models written for users).
+
+        Raises:
+            ModelError: a tensor points into another process's weight file.
+        """
         out = onnx.ModelProto()
         out.CopyFrom(model)
-        directory = self.directory
         for init in out.graph.initializer:
-            if not is_pointed(init):
-                continue
-            if _location(init) != self.name or directory is None:
-                raise ModelError(f"tensor {init.name} points into another process's weight file; please report this")
-            fields = {e.key: e.value for e in init.external_data}
-            data = self.read((int(fields["offset"]), int(fields["length"])))
-            del init.external_data[:]
-            init.data_location = TensorProto.DEFAULT
-            init.raw_data = data
+            if is_pointed(init):
+                self._fill(init)
         return out
+
+    def resolved(self, init: TensorProto) -> TensorProto:
+        """``init`` itself, or, when it points into the file, a copy holding its values (one tensor at a
+        time: ``runner.graph.streamed.save_streamed`` writes a mapped model without a whole copy of it).
+
+        Raises:
+            ModelError: it points into another process's weight file.
+        """
+        if not is_pointed(init):
+            return init
+        out = TensorProto()
+        out.CopyFrom(init)
+        self._fill(out)
+        return out
+
+    def _fill(self, init: TensorProto) -> None:
+        """Give the pointed ``init`` its values from the file, in place."""
+        if _location(init) != self.name or self.directory is None:
+            raise ModelError(f"tensor {init.name} points into another process's weight file; please report this")
+        fields = {e.key: e.value for e in init.external_data}
+        data = self.read((int(fields["offset"]), int(fields["length"])))
+        del init.external_data[:]
+        init.data_location = TensorProto.DEFAULT
+        init.raw_data = data
 
 
 _shared: Optional[WeightFile] = None

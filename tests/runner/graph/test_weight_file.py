@@ -88,6 +88,28 @@ def test_a_mapped_model_is_small_and_gets_its_values_back(tmp_path):
     assert written.SerializeToString() == back.SerializeToString()
 
 
+def test_a_mapped_model_is_written_one_tensor_at_a_time_as_its_filled_copy(tmp_path, monkeypatch):
+    """A mapped candidate past ``STREAM_BYTES`` (a large model's iteration artifact) is written without a
+    whole copy of it holding its values: each tensor gets its values from the weight file as it is written,
+    and the file is byte for byte the one its filled copy makes."""
+    from runner.graph import load
+
+    monkeypatch.setattr(load, "STREAM_BYTES", 1024)
+    candidate = Converter(_mlp()).convert(["mm1"])
+    assert wf.is_mapped(candidate) and wf.stored_bytes(candidate) >= 1024
+    filled = wf.weight_file().with_values(candidate)
+
+    def no_whole_copy(self, model):
+        raise AssertionError("a whole copy holding the values was made")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wf.WeightFile, "with_values", no_whole_copy)
+        mapped_file = save_model(candidate, tmp_path / "mapped.onnx")
+    filled_file = save_model(filled, tmp_path / "filled.onnx")
+    assert mapped_file.read_bytes() == filled_file.read_bytes()
+    assert not wf.is_mapped(onnx.load(str(mapped_file)))
+
+
 def test_marked_copies_of_a_large_model_map_its_weights():
     """Layerwise and the golden run mark tensors on a copy of the model: a large model's copy points
     into the weight file (no copy of its weights) and every tensor's value is as a copied session's."""
