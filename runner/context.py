@@ -35,6 +35,7 @@ from runner.graph.feeds import (
     recorded_shapes,
 )
 from runner.graph.load import load_model
+from runner.graph.meta import value_sizes
 from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
 
 
@@ -123,6 +124,18 @@ class RunContext:
 
     def _source(self) -> str:
         return f"inputs={self.inputs}" if self.inputs else f"data_loader={self.data_loader}"
+
+    def tensor_sizes(self, model: onnx.ModelProto, measure: bool = True) -> Dict[str, int]:
+        """Bytes of each of ``model``'s top-level tensors in a run on these inputs (``value_sizes``:
+        shape inference on ``shapes``, else the feeds' shapes).
+
+        Args:
+            model: the model (not modified).
+            measure: for tensors inference leaves without a static shape, run ONNX Runtime once
+                (``summaries``); False: leave them out.
+        """
+        shapes = self.shapes or {k: list(np.shape(v)) for k, v in self.feeds.items()}
+        return value_sizes(model, shapes, (lambda: self.summaries) if measure else None)
 
     @functools.cached_property
     def shapes(self) -> Dict[str, List[int]]:

@@ -21,7 +21,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import onnx
 
 from runner import malloc
@@ -35,7 +34,6 @@ from runner.graph.calibration import Calibration, calibrate
 from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
-from runner.graph.meta import value_sizes
 from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
 from runner.graph.quant_options import QuantOptions
@@ -44,7 +42,7 @@ from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.quant_report import pair_summary, write_pairs_csv
-from runner.layerwise.ranking import lost
+from runner.layerwise.ranking import comparison_backend, lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
 from runner.terminal import console
@@ -202,7 +200,7 @@ class LayerwiseStrategy(Report):
             name, providers=self.checker.providers, graph_optimization_level="disable", cpu_arena=False
         )
         ref_backend = make_backend(name, **ref_options)
-        target_backend = self.checker.comparison_backend()
+        target_backend = comparison_backend(self.checker)
         budget = None if self.max_memory_mb is None else int(float(self.max_memory_mb) * 2**20)
         try:
             comparison = LayerwiseComparison(
@@ -215,7 +213,7 @@ class LayerwiseStrategy(Report):
                 self.checker.rule,
                 self.checker.low,
                 budget,
-                self._sizes(reference) if budget is not None else None,
+                self.ctx.tensor_sizes(reference) if budget is not None else None,
             )
             samples = self.ctx.samples
             self.rows = comparison.run(samples)
@@ -261,11 +259,6 @@ class LayerwiseStrategy(Report):
             self.outcome["quantization"] = {**pair_summary(pairs, self.top, ops), "csv": str(pairs_path)}
         if self.calibration is not None:
             self.outcome["calibration"] = self.calibration.summary()
-
-    def _sizes(self, reference: onnx.ModelProto) -> Dict[str, int]:
-        """Bytes of each tensor, from shape inference (ONNX Runtime's summaries where it falls short)."""
-        shapes = self.ctx.shapes or {k: list(np.shape(v)) for k, v in self.ctx.feeds.items()}
-        return value_sizes(reference, shapes, lambda: self.ctx.summaries)
 
     def result(self) -> Dict[str, Any]:
         """``summary.json`` fields: ``nodes``, ``tensors_compared``, ``first_divergence``, ``top_introduced``, ..."""

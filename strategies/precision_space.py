@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-import numpy as np
 import onnx
 
 from runner.checkers.base import Checker
@@ -23,7 +22,6 @@ from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.graph.calibration import calibrate
 from runner.graph.convert import Converter, float_nodes, prepare
-from runner.graph.meta import value_sizes
 from runner.graph.precisions import LowPrecision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.quant_options import QuantOptions
@@ -110,10 +108,8 @@ def search_space(
             with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
                 converters.append(Converter(model, low))
                 target = converters[0].convert([])
-        sizes = None
-        if ranking_budget is not None:  # chunks sized by each tensor's bytes, from shape inference alone
-            shapes = ctx.shapes or {k: list(np.shape(v)) for k, v in ctx.feeds.items()}
-            sizes = value_sizes(model, shapes, None)  # no extra fp32 run of the model for the rest
+        # chunks sized by each tensor's bytes from shape inference alone: no extra fp32 run of the model
+        sizes = ctx.tensor_sizes(model, measure=False) if ranking_budget is not None else None
         backend = ranking_backend(checker)
         order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
         if order is None:

@@ -133,7 +133,8 @@ class CompareChecker(Checker):
                 "checker.providers and checker.provider_options do not apply; drop them"
             )
         self.backend: Backend = make_backend(backend, **options)
-        self._backend_options = options
+        #: the ONNX Runtime options ``backend`` was made with (``runner.layerwise.ranking.comparison_backend``)
+        self.backend_options = options
         self.backend_name = backend
         self.reference_name = reference
         self.providers = list(providers)
@@ -150,19 +151,6 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
 
     uses_payload = True
-
-    def comparison_backend(self) -> Backend:
-        """A new backend like the checker's own (the same name and ONNX Runtime options) for a layerwise
-        comparison (``runner.layerwise.compute``), whose models have every tensor marked: on ONNX Runtime
-        its sessions keep no CPU memory arena, which would hold all the values of a run after it. The
-        caller closes it.
-
-        Raises:
-            MissingExtraError: the backend is TensorRT and TensorRT is not installed.
-        """
-        return make_backend(
-            self.backend_name, **self._backend_options, **onnxruntime_options(self.backend_name, cpu_arena=False)
-        )
 
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the

@@ -86,21 +86,16 @@ def test_a_refused_api_call_carries_its_refusal_not_the_previous_summary(tmp_pat
 
     from runner import api
 
-    done = api.reduce(
-        chain,
-        "compare",
-        run_dir=tmp_path / "run",
-        output=tmp_path / "out.onnx",
-        checker={"atol": 0},
-        overrides=["val_range=[0,1]"],
-    )
-    again = api.reduce(
-        chain,
-        "compare",
-        run_dir=tmp_path / "run",
-        output=tmp_path / "again.onnx",
-        checker={"atol": 0},
-        overrides=["val_range=[0,1]"],
+    done, again = (
+        api.reduce(
+            chain,
+            "compare",
+            run_dir=tmp_path / "run",
+            output=tmp_path / name,
+            checker={"atol": 0},
+            overrides=["val_range=[0,1]"],
+        )
+        for name in ("out.onnx", "again.onnx")  # the second into the run directory the first finished
     )
     assert again.exit_code == 2 and not again.ok
     assert again.status.startswith("error:") and again.summary != done.summary

@@ -225,7 +225,7 @@ def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path, 
     them in a few checks, and layerwise names the Pow first by the same rule. Each weight is converted
     to fp16 once in the run: the search's candidates reuse the ranking's converter."""
     from runner.graph import convert
-    from tests.helpers.graphs import rmsnorm_decoder
+    from tests.helpers.graphs import DECODER_CHECK, rmsnorm_decoder_files
 
     converted = []
 
@@ -236,19 +236,14 @@ def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path, 
     to_fp16 = convert.float16_bytes
     monkeypatch.setattr(convert, "float16_bytes", counted)
 
-    model, needed, ids = rmsnorm_decoder(layers=4)
-    path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
-    onnx.save(model, path)
-    np.savez(inputs, ids=ids)
-    check = ["checker=compare", "checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2"]
-    check.append("checker.rtol=0.01")
-    r = run("mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "output=mixed.onnx", *check)
+    needed, _, files = rmsnorm_decoder_files(tmp_path, layers=4)
+    r = run("mode=precision", "marker=minimal", *files, "output=mixed.onnx", *DECODER_CHECK)
     assert r.returncode == 0, r.stderr + r.stdout[-2000:]
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert r.summary["checks"] <= 2 * math.ceil(math.log2(len(needed))) + len(needed) + 4  # search, 2 gates, answer
     assert r.summary["answer_verified"]["passed"]
     assert converted and sorted(converted) == sorted(set(converted)), "a weight converted twice"
-    report = run("mode=layerwise", f"model={path}", f"inputs={inputs}", *check)
+    report = run("mode=layerwise", *files, *DECODER_CHECK)
     assert report.returncode == 0, report.stderr
     assert report.summary["first_divergence"]["node"] == "norm_in.pow"
     assert [t["node"] for t in report.summary["top_introduced"][:4]] == needed
@@ -261,14 +256,10 @@ def test_a_ranking_memory_budget_compares_in_chunks_and_keeps_the_same_nodes(run
     compared in chunks, ranked as before, and the search keeps the same nodes. Not a positive number: one
     line, exit 2."""
     from tests.helpers.cli import one_line_error
-    from tests.helpers.graphs import rmsnorm_decoder
+    from tests.helpers.graphs import DECODER_CHECK, rmsnorm_decoder_files
 
-    model, needed, ids = rmsnorm_decoder(layers=1)
-    path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
-    onnx.save(model, path)
-    np.savez(inputs, ids=ids)
-    args = ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "checker=compare"]
-    args += ["checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=0.01"]
+    needed, _, files = rmsnorm_decoder_files(tmp_path, layers=1)
+    args = ["mode=precision", "marker=minimal", *files, *DECODER_CHECK]
     r = run(*args, "ranking_memory_mb=0.1", "output=mixed.onnx")
     assert r.returncode == 0, r.stdout[-2000:]
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)

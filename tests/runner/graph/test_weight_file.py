@@ -16,7 +16,7 @@ from runner.graph.emulate import emulate_low_precision
 from runner.graph.load import save_model
 from runner.graph.sessions import loads_on_cpu, session_for
 from runner.graph.stubs import nbytes
-from tests.helpers.graphs import rmsnorm_decoder
+from tests.helpers.graphs import DECODER_CHECK, rmsnorm_decoder_files
 from tests.helpers.inprocess import run_in_process
 
 pytestmark = pytest.mark.usefixtures("small_maps")
@@ -176,13 +176,8 @@ def test_a_weight_file_that_cannot_be_written_leaves_sessions_copying(monkeypatc
 
 def test_precision_keeps_the_same_nodes_with_mapped_sessions(tmp_path):
     """The RMSNorm decoder of issue 34 with every session mapped: the four needed nodes, verified."""
-    model, needed, ids = rmsnorm_decoder(layers=2)
-    path, inputs = tmp_path / "decoder.onnx", tmp_path / "ids.npz"
-    onnx.save(model, path)
-    np.savez(inputs, ids=ids)
-    args = ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "checker=compare"]
-    args += ["checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=0.01"]
-    r = run_in_process(tmp_path, "run", *args)
+    needed, model, files = rmsnorm_decoder_files(tmp_path, layers=2)
+    r = run_in_process(tmp_path, "run", "mode=precision", "marker=minimal", *files, *DECODER_CHECK)
     assert r.returncode == 0, r.stdout[-2000:]
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert r.summary["answer_verified"]["passed"]
