@@ -9,6 +9,7 @@ listed in ``CANNOT_RUN`` with the reason, and the test checks that nothing else 
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
@@ -80,9 +81,23 @@ def _int8_as_tensorrt_places_it(summary: Dict[str, Any], work: Path) -> None:
     assert text_map_iou(written, str(ROOT / "examples/ch_PP-OCRv4_det_infer.onnx"))
 
 
+def _int8_layerwise_names_what_precision_keeps(summary: Dict[str, Any], work: Path) -> None:
+    """docs/int8.md: with the CPU placement every one of the detector's 330 compute nodes gets its introduced
+    error, and the top two are p2o.Conv.3 and p2o.BatchNormalization.1, the node the precision search keeps
+    (tests/strategies/test_precision_int8.py); the first divergence is p2o.Conv.3, with a finite error."""
+    with open(summary["csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert summary["nodes"] == len(rows) == 330
+    assert sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows) >= 0.95
+    assert [t["node"] for t in summary["top_introduced"][:2]] == ["p2o.Conv.3", "p2o.BatchNormalization.1"]
+    divergence = summary["first_divergence"]
+    assert divergence["node"] == "p2o.Conv.3" and np.isfinite(divergence["accumulated"]["rel_l2"])
+
+
 #: words of a command -> what its summary must hold beyond a clean ending (the figures the document gives)
 EXPECTED: Dict[str, Callable[[Dict[str, Any], Path], None]] = {
     "low_precision=int8 marker=minimal model=examples/ch_PP-OCRv4_det_infer.onnx": _int8_as_tensorrt_places_it,
+    "checker.low_precision=int8 model=examples/ch_PP-OCRv4_det_infer.onnx": _int8_layerwise_names_what_precision_keeps,
 }
 
 

@@ -197,13 +197,3 @@ class Executor(abc.ABC):
 
     def close(self) -> None:
         """Release threads, worker processes or the cluster connection."""
-
-
-def executor_classes() -> Dict[str, type]:
-    """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
-    ``_target_``): the one place that lists them is the config group itself."""
-    from hydra.utils import get_class
-
-    from runner.config_keys import group_targets
-
-    return {name: get_class(target) for name, target in group_targets("executor").items()}

@@ -22,19 +22,6 @@ from runner.executors.base import Executor, Shared, relay
 log = logging.getLogger(__name__)
 
 
-def import_distributed(option: str) -> Any:
-    """The ``distributed`` module.
-
-    Raises:
-        MissingExtraError: it is not installed (the ``dask`` extra), naming ``option``.
-    """
-    try:
-        import distributed
-    except ImportError:
-        raise MissingExtraError("distributed", "dask", option) from None
-    return distributed
-
-
 class DaskExecutor(Executor):
     """Connects to the scheduler at ``address``; ``workers`` checks at once (default: every worker
     thread of the cluster).
@@ -63,7 +50,10 @@ class DaskExecutor(Executor):
         timeout_s: float = 30.0,
         lookahead: bool = True,
     ):
-        distributed = import_distributed("executor=dask")
+        try:
+            import distributed
+        except ImportError:
+            raise MissingExtraError("distributed", "dask", "executor=dask") from None
         if not address:
             raise ConfigError("executor=dask needs executor.address=tcp://HOST:8786 (the Dask scheduler's address)")
         try:

@@ -80,7 +80,6 @@ class ProcessExecutor(Executor):
         self._env = [{"CUDA_VISIBLE_DEVICES": visible_gpu(g)} if g else {} for g in (pinned or [""] * self.workers)]
         self._processes: List[Worker] = []
         self._lock = threading.Lock()
-        self._here: set = set()  # id() of the slots whose check runs here
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # the checks run here
         self._timed = 0  # checks and jobs timed here
         self._handed_over = False
@@ -139,27 +138,22 @@ class ProcessExecutor(Executor):
                     raise ConfigError(f"a worker process failed to start: {first_line(failed)}")
         return True
 
-    def starting(self) -> bool:
-        """True while checks run here: ``local_start`` and the workers are not ready."""
-        return self.local_start and not self.ready()
-
     def slot(self, worker: int, iteration: int) -> Slot:
-        """A check's slot: here (a ``threading.Event`` to cancel it) while ``starting()``, else on
-        worker process ``worker``, which sees only the slot's GPU (no flag: a running check ends).
+        """A check's slot: here (a ``threading.Event`` to cancel it) with ``local_start`` while the workers
+        are not ready, else on worker process ``worker``, which sees only the slot's GPU (no flag: a running
+        check ends).
 
         Raises:
             ConfigError: see ``ready``.
         """
-        if self.starting():
-            slot = Slot(worker, self.gpu(worker), threading.Event(), self.poll_s)
-            self._here.add(id(slot))
-            return slot
+        if self.local_start and not self.ready():  # a slot here is the one with a cancel flag
+            return Slot(worker, self.gpu(worker), threading.Event(), self.poll_s)
         if self.local_checks and not self._handed_over:
             self._handed_over = True
             log.info(
                 "The workers are ready: iteration %d and later run there (%d ran here)", iteration, self.local_checks
             )
-        return self._pinned(worker)
+        return Slot(worker, self.gpu(worker), None, self.poll_s, pinned=bool(self.gpus))
 
     def share(self, obj: Shared) -> Held:
         """``obj`` (the checker) as checks receive it: sent to each worker once.
@@ -175,18 +169,17 @@ class ProcessExecutor(Executor):
         return Held(obj)
 
     def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
-        """Start ``fn(*args)``: in a thread here when its slot was made to run here, else on worker ``worker``
-        (started, and ready within ``timeout_s``, first).
+        """Start ``fn(*args)``: in a thread here when its slot was made to run here (it has a cancel flag),
+        else on worker ``worker`` (started, and ready within ``timeout_s``, first).
 
         Raises:
             ConfigError: see ``ready``.
         """
         slot = next((a for a in args if isinstance(a, Slot)), None)
-        if slot is None or id(slot) not in self._here:
+        if slot is None or slot.cancel is None:
             self.start()
             self.ready(self.timeout_s)
             return relay(self._processes[worker].call(fn, args), _died)
-        self._here.discard(id(slot))
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="check")
         self.local_checks += 1
@@ -199,14 +192,9 @@ class ProcessExecutor(Executor):
         if not future.cancelled() and future.exception() is None:
             self._took_here(future.result().check_s or 0.0)
 
-    def _pinned(self, worker: int) -> Slot:
-        """Worker ``worker``'s slot in its process, which sees only the slot's GPU (no cancel flag)."""
-        return Slot(worker, self.gpu(worker), None, self.poll_s, pinned=bool(self.gpus))
-
     def lanes(self) -> List[Lane]:
         """A thread here per slot, each on its slot's GPU (one without ``local_start``), each timed for
-        ``start="lazy"``. Jobs stay in the runner: on worker processes they shortened a dear ranking on one
-        GPU but not the run, and on two GPUs the workers were ready only after it (benchmarks/README.md)."""
+        ``start="lazy"``: jobs stay in the runner (why: benchmarks/README.md, "GPU checks")."""
         here = [Slot(w, self.gpu(w)) for w in range(self.workers)] if self.local_start else [Slot()]
         return [Lane(slot, self._took_here) for slot in here]
 

@@ -7,43 +7,26 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from runner.executors.slot import Slot, set_current
 
 #: ``fn(shared, job)``
 Job = Callable[[Any, Any], Any]
-#: the next ``(index, job)``, or None once there is none
-Take = Callable[[], Optional[Tuple[int, Any]]]
 
 
+@dataclass(frozen=True)
 class Lane:
     """A thread of this process that runs jobs, with ``slot`` as its current slot (its GPU).
 
-    Args:
+    Attributes:
         slot: the lane's slot (worker 0, no GPU by default).
         timed: called with each job's seconds (``executor=processes`` starts its workers on a dear one).
     """
 
-    def __init__(self, slot: Optional[Slot] = None, timed: Optional[Callable[[float], None]] = None):
-        self.slot, self.timed = slot or Slot(), timed
-
-    def run(self, fn: Job, shared: Any, take: Take, results: Dict[int, Any]) -> None:
-        """Run ``fn(shared, job)`` for each job ``take`` gives until it gives None, putting the results in
-        ``results`` by index.
-
-        Raises:
-            Whatever ``fn`` or ``take`` raises.
-        """
-        previous = set_current(self.slot)  # the caller's, when the lane runs in the caller's thread
-        try:
-            while (item := take()) is not None:
-                began = time.monotonic()
-                results[item[0]] = fn(shared, item[1])
-                if self.timed is not None:
-                    self.timed(time.monotonic() - began)
-        finally:
-            set_current(previous)
+    slot: Slot = field(default_factory=Slot)
+    timed: Optional[Callable[[float], None]] = None
 
 
 #: one lane in this thread's process, no GPU: where there is no executor
@@ -51,7 +34,8 @@ HERE: Sequence[Lane] = (Lane(),)
 
 
 def spread(lanes: Sequence[Lane], fn: Job, shared: Any, jobs: Iterable[Any]) -> List[Any]:
-    """``[fn(shared, job) for job in jobs]``, the jobs taken by one thread per lane.
+    """``[fn(shared, job) for job in jobs]``, the jobs taken by one thread per lane (the caller's own
+    thread when there is one lane).
 
     Args:
         lanes: the ``Lane``s (threads of this process, each with its slot).
@@ -71,24 +55,29 @@ def spread(lanes: Sequence[Lane], fn: Job, shared: Any, jobs: Iterable[Any]) -> 
     results: Dict[int, Any] = {}
     errors: List[BaseException] = []
 
-    def take() -> Optional[Tuple[int, Any]]:
-        with lock:
-            item = None if ended.is_set() else next(source, None)
-            if item is None:
-                ended.set()
-            return item
-
     def run(lane: Lane) -> None:
+        previous = set_current(lane.slot)  # the caller's, when the lane runs in the caller's thread
         try:
-            lane.run(fn, shared, take, results)
+            while True:
+                with lock:
+                    item = None if ended.is_set() else next(source, None)
+                    if item is None:
+                        ended.set()
+                        return
+                began = time.monotonic()
+                results[item[0]] = fn(shared, item[1])
+                if lane.timed is not None:
+                    lane.timed(time.monotonic() - began)
         except BaseException as e:
             ended.set()  # the other lanes take no more
             errors.append(e)
+        finally:
+            set_current(previous)
 
     if len(lanes) == 1:  # no thread needed
-        lanes[0].run(fn, shared, take, results)
-        return [results[i] for i in range(len(results))]
-    threads = [threading.Thread(target=run, args=(lane,), name="spread", daemon=True) for lane in lanes]
+        run(lanes[0])
+    many = lanes if len(lanes) > 1 else ()
+    threads = [threading.Thread(target=run, args=(lane,), name="spread", daemon=True) for lane in many]
     for thread in threads:
         thread.start()
     try:

@@ -27,7 +27,7 @@ from runner.checkers.base import Checker
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
-from runner.executors.base import Executor, executor_classes
+from runner.executors.base import Executor
 from runner.executors.spread import HERE
 from runner.files.artifacts import ArtifactSorter
 from runner.files.identity import run_identity
@@ -35,7 +35,7 @@ from runner.files.outputs import OutputPlan, plan_outputs
 from runner.files.paths import run_dir
 from runner.files.replay import Replay
 from runner.files.rundir import lock_run_dir, refuse_finished, release_run_dir
-from runner.run.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, plan
+from runner.run.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, executor_classes, plan
 from runner.run.summary import Summary
 from runner.terminal import console, signals
 from runner.terminal.progress import Progress

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner.config import plain
-from runner.config_keys import check_mode_keys, check_option_keys, group_keys, mode_uses, set_keys
+from runner.config_keys import check_mode_keys, check_option_keys, group_keys, group_targets, mode_uses, set_keys
 from runner.errors import ConfigError
 from runner.files.inputs import files_read
 from runner.files.paths import in_job_dir
@@ -180,11 +181,15 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     return CheckerPlan(options, isolate, None if timeout_s is None else float(timeout_s))
 
 
+def executor_classes() -> Dict[str, type]:
+    """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
+    ``_target_``): the one place that lists them is the config group itself."""
+    return {name: get_class(target) for name, target in group_targets("executor").items()}
+
+
 def _executor_plan(config: DictConfig, overrides: Sequence[str]) -> ExecutorPlan:
     """The executor's keys its class takes; one the user set that it does not take is an error naming the
     executors that do (``executor=serial executor.gpus=[0]``)."""
-    from runner.executors.base import executor_classes
-
     name = str(config.executor.name)
     takes = check_option_keys("executor", name, group_keys("executor", overrides), executor_classes())
     return ExecutorPlan(name, {k: plain(v) for k, v in config.executor.items() if k in takes})

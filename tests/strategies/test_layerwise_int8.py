@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 
-import numpy as np
 import onnx
 import pytest
 
@@ -13,7 +12,7 @@ from runner.graph.convert import name_nodes
 from runner.graph.qdq import compute_nodes
 from tests.helpers.cli import one_line_error
 from tests.helpers.int8 import calibration_reader, outlier_model, samples
-from tests.helpers.models import CLASSIFIER, DETECTOR, need
+from tests.helpers.models import CLASSIFIER, need
 
 
 def _introduced_share(summary, rows_path):
@@ -121,27 +120,3 @@ def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_p
     compute = len(compute_nodes(name_nodes(onnx.load(str(qdq)))))
     assert r.summary["nodes"] == compute and share >= 0.95
     assert r.summary["quantization"]["pairs"] > 100
-
-
-@pytest.mark.slow
-def test_detector_layerwise_names_the_node_the_precision_search_keeps(run, tmp_path):
-    """Layerwise int8 on the detector and rendered pages: every compute node's introduced error, and the node
-    the int8 precision search keeps (p2o.BatchNormalization.1, tests/strategies/test_precision_int8.py) is
-    among the top two by introduced error."""
-    model = need(DETECTOR)
-    r = run(
-        "mode=layerwise",
-        f"model={model}",
-        "checker.low_precision=int8",
-        "data_loader=examples.text_pages.detector_pages",
-        "checker.check_error_stat=rel_l2",
-        "checker.rtol=0.3",
-        "layerwise.plot=false",
-        "quantization.placement=onnxruntime",
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    s = r.summary
-    share, _ = _introduced_share(s, r.run_dir / "layerwise.csv")
-    assert share >= 0.95
-    assert "p2o.BatchNormalization.1" in [t["node"] for t in s["top_introduced"][:2]]
-    assert s["first_divergence"] is not None and np.isfinite(s["first_divergence"]["accumulated"]["rel_l2"])
