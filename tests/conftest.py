@@ -130,9 +130,10 @@ def int8_feeds(on_path, monkeypatch) -> str:
     return name
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dask_cluster() -> Iterator[str]:
-    """A Dask ``LocalCluster`` of two worker processes for a test module: its scheduler's address."""
+    """A Dask ``LocalCluster`` of two worker processes for the tests of this pytest process (the executor
+    tests and the documents' commands share it): its scheduler's address."""
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     yield cluster.scheduler_address

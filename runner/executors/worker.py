@@ -62,15 +62,14 @@ def _warm() -> None:
 
 
 def warm_model() -> Any:
-    """The one-Conv model ``_warm`` runs: opset 13 at IR version 7, which every ONNX Runtime since 1.6 loads
-    (``make_model`` writes the installed onnx's IR version: onnx 1.20's 14, which ONNX Runtime 1.31 refuses)."""
-    from onnx import TensorProto, helper
+    """The one-Conv model ``_warm`` runs, at opset 13 and IR version 7 as written: every ONNX Runtime since 1.6
+    loads it (the installed onnx's own IR version, 14 for onnx 1.20, is one ONNX Runtime 1.31 refuses)."""
+    from onnx import parser
 
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
-    w = helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "warm", [x], [y], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    return parser.parse_model(
+        '<ir_version: 7, opset_import: ["" : 13]> warm (float[1,1,4,4] x) => (float[1,1,4,4] y) '
+        "<float[1,1,1,1] w = {1.0}> { y = Conv(x, w) }"
+    )
 
 
 def _hold(key: str, obj: Any) -> None:
