@@ -8,15 +8,22 @@ or contains one (artifacts are moved after each check). A default name that woul
 existing file gets a free name instead (logged); two options naming the same file, also through
 links, are an error; and each location is proved writable, so an unwritable ``output=`` stops the
 run before the search, not after it.
+
+A default name is reserved by creating it empty, and the run holds a ``flock`` on it until it ends:
+an empty file that no running run holds is one a killed run (``kill -9``) reserved and never wrote,
+and the next run takes it back instead of moving on to ``reduced_1.onnx``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from runner.errors import ArtifactError, ConfigError
 from runner.files.artifacts import ensure_writable_dir, split_name
@@ -53,15 +60,21 @@ class OutputPlan:
     paths: Dict[str, Path] = field(default_factory=dict)
     protected: Dict[Path, str] = field(default_factory=dict)
     reserved: List[Path] = field(default_factory=list)
+    #: open descriptors holding the ``flock`` of each reserved name while the run lives
+    holds: List[int] = field(default_factory=list)
 
     def release(self) -> None:
-        """Remove reserved default outputs the run left empty (it stopped before writing them)."""
+        """Remove reserved default outputs the run left empty (it stopped before writing them), then let
+        go of their locks."""
         for path in self.reserved:
             try:
                 if path.stat().st_size == 0:
                     path.unlink()
             except OSError:
                 pass
+        for fd in self.holds:
+            os.close(fd)
+        self.holds.clear()
 
     def get(self, option: str) -> Optional[Path]:
         """The resolved path of ``option``, or None when the run does not write it."""
@@ -124,7 +137,8 @@ def _plan_into(
         path = Path(given).absolute()
         if not value:
             _check_writable(option, path)
-            free = reserve(path)
+            free, fd = reserve(path)
+            plan.holds.append(fd)
             if free != path:
                 log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
             path = free
@@ -152,9 +166,13 @@ def _plan_into(
                 )
 
 
-def reserve(path: Path) -> Path:
-    """Create ``path`` empty if nothing is there, else the first free ``stem_N.suffix``; atomic
-    (``O_EXCL``), so concurrent runs never get the same name.
+def reserve(path: Path) -> Tuple[Path, int]:
+    """Reserve ``path``, else the first free ``stem_N.suffix``: create it empty (``O_EXCL``, so concurrent
+    runs never get the same name) or take back an empty one that no run holds (``_abandoned``).
+
+    Returns:
+        The reserved path, and an open descriptor holding its ``flock`` (the caller closes it when the
+        run ends: ``OutputPlan.release``).
 
     Raises:
         OSError: when the directory cannot be written.
@@ -164,10 +182,38 @@ def reserve(path: Path) -> Path:
     while True:
         candidate = path if n == 0 else path.with_name(f"{stem}_{n}{suffix}")
         try:
-            os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return candidate
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
-            n += 1
+            taken = _abandoned(candidate)
+            if taken is None:
+                n += 1
+                continue
+            log.info("%s is an empty name reserved by a run that was killed; this run takes it back", candidate)
+            return candidate, taken
+        # ours alone: no other descriptor knows the file yet. On a file system without locks the name
+        # is still ours; only a killed run's then stays taken
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return candidate, fd
+
+
+def _abandoned(path: Path) -> Optional[int]:
+    """A descriptor holding the ``flock`` of ``path`` when it is an empty regular file that no process
+    holds: a name a killed run reserved and never wrote (its lock went with it). None for anything
+    else: a file with content, a link, one a running run holds, or a file system without locks."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)  # no O_TRUNC: a file with content stays as it is
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def _check_writable(option: str, path: Path) -> None:

@@ -18,6 +18,7 @@ backend with fp16 kernels), and ``repro_command`` names the model that reproduce
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -94,6 +95,13 @@ def write_bundle(
     paths = bundle_paths(output)
     have_golden = all(all(n in s for n in names_out) for s in samples)
     written: Dict[str, str] = {}
+    held: List[int] = []  # the reserved names' locks, held until their files are written
+
+    def claim(path: Path) -> Path:
+        target, fd = reserve(path)  # a free name: nothing there is ever overwritten
+        held.append(fd)
+        return target
+
     try:
         if all(all(n in s for n in names_in) for s in samples):
             inputs = [{n: np.asarray(s[n]) for n in names_in} for s in samples]
@@ -101,17 +109,17 @@ def write_bundle(
             inputs = values_of(original, samples, names_in)
         else:
             return {}
-        target = reserve(paths["repro_inputs"])  # a free name: nothing there is ever overwritten
+        target = claim(paths["repro_inputs"])
         written["repro_inputs"] = str(target)
         save_input_samples(target, inputs)
         if have_golden:
-            target = reserve(paths["repro_golden"])
+            target = claim(paths["repro_golden"])
             written["repro_golden"] = str(target)
             save_golden_samples(target, [{n: np.asarray(s[n]) for n in names_out} for s in samples])
         ran = as_run(reduced) if as_run is not None else None
         model_path = output
         if ran is not None:
-            model_path = reserve(output.with_name(f"{output.stem}_{ran[1]}.onnx"))
+            model_path = claim(output.with_name(f"{output.stem}_{ran[1]}.onnx"))
             written["repro_model"] = str(model_path)
             save_model(ran[0], model_path)
         if have_golden:
@@ -123,6 +131,9 @@ def write_bundle(
                 remove_partial(Path(made))
         log.warning("No repro bundle beside %s: %s", output, e)
         return {}
+    finally:
+        for fd in held:
+            os.close(fd)
     files = [Path(p).name for k, p in written.items() if k != "repro_command"]
     log.info("Wrote the repro bundle beside %s: %s", output.name, ", ".join(files))
     return written

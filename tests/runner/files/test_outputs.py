@@ -134,3 +134,50 @@ def test_a_refused_plan_leaves_no_reserved_name(run, tmp_path, chain):
     r = run(*reduce_args(chain, "n3"), f"summary={chain}")
     one_line_error(r, "summary=", "would overwrite the model", code=2)
     assert not (tmp_path / "reduced.onnx").exists(), "the default output reserved first is released"
+
+
+def test_a_name_a_running_run_holds_is_skipped_and_one_a_killed_run_left_empty_is_taken_back(tmp_path):
+    """``reserve``: a running run holds the lock of its name; a killed run's lock went with it, so its empty
+    file is taken back. A file with content, or a link, is never taken."""
+    from runner.files.outputs import reserve
+
+    path = tmp_path / "reduced.onnx"
+    name, held = reserve(path)
+    assert name == path and path.stat().st_size == 0
+    other, other_fd = reserve(path)
+    assert other == tmp_path / "reduced_1.onnx", "the name of a running run is skipped"
+    os.close(held)  # as a kill -9 lets go of it: the file stays, empty and held by nobody
+    again, again_fd = reserve(path)
+    assert again == path, "the empty name a killed run left is taken back"
+    os.close(again_fd)
+    os.close(other_fd)
+
+    path.write_bytes(b"an answer")
+    (tmp_path / "reduced_1.onnx").unlink()
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    os.symlink(tmp_path / "empty.onnx", tmp_path / "reduced_1.onnx")
+    name, fd = reserve(path)
+    os.close(fd)
+    assert name == tmp_path / "reduced_2.onnx", "neither a file with content nor a link is taken"
+    assert path.read_bytes() == b"an answer"
+
+
+@pytest.mark.slow
+def test_a_run_killed_outright_leaves_an_empty_name_the_next_run_takes_back(run, tmp_path, chain):
+    """``kill -9`` leaves the empty ``reduced.onnx`` the run reserved; the next run writes its answer there
+    instead of beside it in ``reduced_1.onnx``."""
+    from tests.helpers.cli import SLOW_HAS_NODES, check_cmd, start_process, wait_for, write_script
+
+    script = write_script(tmp_path / "slow.py", SLOW_HAS_NODES)
+    check = check_cmd(script, "{artifact}", "0.5", "n3")
+    proc = start_process(tmp_path, "mode=reduce", f"model={chain}", check, run_dir=tmp_path / "killed")
+    wait_for(lambda: (tmp_path / "killed" / "replay.json").exists(), proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert (tmp_path / "reduced.onnx").stat().st_size == 0, "the killed run's reserved name"
+
+    r = run(*reduce_args(chain, "n3"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["output"] == str(tmp_path / "reduced.onnx")
+    assert [n.name for n in onnx.load(str(tmp_path / "reduced.onnx")).graph.node if n.op_type != "Constant"] == ["n3"]
+    assert not (tmp_path / "reduced_1.onnx").exists()
