@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from runner.graph.isolate import bodies, outer_reads, outer_scope_inputs
+from runner.graph.isolate import bodies, has_body, outer_reads, outer_scope_inputs
 from runner.graph.precisions import LOW_TYPES
 
 
@@ -119,6 +119,8 @@ def fp32_reads_in_kept_bodies(model: onnx.ModelProto, kept: FrozenSet[str]) -> i
     through (the body reads the Cast's input); any other gets a ``Cast(to=float)`` before the node.
     """
     g = model.graph
+    if not any(node.name in kept and has_body(node) for node in g.node):
+        return 0  # no kept node holds a body (most models)
     types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
     types.update({i.name: i.data_type for i in g.initializer})
     casts: Dict[str, str] = {}
@@ -208,6 +210,8 @@ def home_stray_casts(model: onnx.ModelProto) -> int:
                 index(body)
 
     index(model.graph)
+    if not home:
+        return 0  # no bodies
     top = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
     top |= {i.name for i in model.graph.initializer}
     moved = [n for n in model.graph.node if n.op_type == "Cast" and n.input[0] not in top and n.input[0] in home]

@@ -44,7 +44,7 @@ from runner.graph.conversion_repairs import (
     home_stray_casts,
     retype_bf16,
 )
-from runner.graph.isolate import bodies
+from runner.graph.isolate import bodies, has_body
 from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, LowPrecision, low_precision
 from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, is_stub, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
@@ -188,6 +188,8 @@ class Converter:
         self._low: Dict[str, Union[bytes, Tuple[int, int]]] = {}
         self.large = maps(weight_bytes(model))
         self._lock = threading.Lock()
+        #: some node holds a body (If, Loop, Scan)
+        self.flow = any(has_body(n) for n in model.graph.node)
 
     def convert(self, keep: Iterable[str]) -> onnx.ModelProto:
         """The model in the low precision except the nodes named in ``keep``, which stay fp32.
@@ -257,6 +259,8 @@ class Converter:
     def _inside(self, kept: FrozenSet[str]) -> FrozenSet[str]:
         """Names of the nodes inside the bodies (If/Loop/Scan, nested) of the kept top-level nodes."""
         names: Set[str] = set()
+        if not self.flow:
+            return frozenset()
         stack = [body for n in self.model.graph.node if n.name in kept for body in bodies(n)]
         while stack:
             body = stack.pop()

@@ -35,7 +35,10 @@ def bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
 
 def has_body(node: onnx.NodeProto) -> bool:
     """Whether a node holds a graph (If, Loop, Scan)."""
-    return bool(bodies(node))
+    return any(a.type in _BODY_TYPES for a in node.attribute)
+
+
+_BODY_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def outer_scope_inputs(node: onnx.NodeProto) -> List[str]:
