@@ -10,6 +10,7 @@ copy (``RunPlan.config``): a part that tries to write into it fails.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -181,9 +182,10 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     return CheckerPlan(options, isolate, None if timeout_s is None else float(timeout_s))
 
 
+@functools.cache
 def executor_classes() -> Dict[str, type]:
     """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
-    ``_target_``): the one place that lists them is the config group itself."""
+    ``_target_``): the one place that lists them is the config group itself. Read once per process."""
     return {name: get_class(target) for name, target in group_targets("executor").items()}
 
 
