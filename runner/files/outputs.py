@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,8 +168,8 @@ def _plan_into(
 
 
 def reserve(path: Path) -> Tuple[Path, int]:
-    """Reserve ``path``, else the first free ``stem_N.suffix``: create it empty (``O_EXCL``, so concurrent
-    runs never get the same name) or take back an empty one that no run holds (``_abandoned``).
+    """Reserve ``path``, else the first free ``stem_N.suffix``: create it empty and locked (``_create_held``:
+    concurrent runs never get the same name) or take back an empty one that no run holds (``_abandoned``).
 
     Returns:
         The reserved path, and an open descriptor holding its ``flock`` (the caller closes it when the
@@ -181,20 +182,43 @@ def reserve(path: Path) -> Tuple[Path, int]:
     n = 0
     while True:
         candidate = path if n == 0 else path.with_name(f"{stem}_{n}{suffix}")
-        try:
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            taken = _abandoned(candidate)
-            if taken is None:
-                n += 1
-                continue
+        fd = _create_held(candidate)
+        if fd is not None:
+            return candidate, fd
+        fd = _abandoned(candidate)
+        if fd is not None:
             log.info("%s is an empty name reserved by a run that was killed; this run takes it back", candidate)
-            return candidate, taken
-        # ours alone: no other descriptor knows the file yet. On a file system without locks the name
-        # is still ours; only a killed run's then stays taken
+            return candidate, fd
+        n += 1
+
+
+def _create_held(path: Path) -> Optional[int]:
+    """Create ``path`` empty and already locked, or None when the name exists. The file is made and
+    locked under a temporary name, then linked into place (``link`` fails on an existing name), so no
+    other run ever sees it unlocked and takes it for a killed run's. Where hard links or locks are not
+    to be had, ``O_EXCL`` alone (a killed run's name then stays taken).
+
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.reserving")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.link(temporary, path)
+        return fd
+    except FileExistsError:
+        os.close(fd)
+        return None
+    except OSError:  # no hard links or no locks here
+        os.close(fd)
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            return None
+    finally:
         with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return candidate, fd
+            os.unlink(temporary)
 
 
 def _abandoned(path: Path) -> Optional[int]:
@@ -202,7 +226,8 @@ def _abandoned(path: Path) -> Optional[int]:
     holds: a name a killed run reserved and never wrote (its lock went with it). None for anything
     else: a file with content, a link, one a running run holds, or a file system without locks."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)  # no O_TRUNC: a file with content stays as it is
+        # no O_TRUNC: a file with content stays as it is; O_NONBLOCK: a FIFO of that name does not hang
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:

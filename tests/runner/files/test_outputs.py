@@ -160,6 +160,7 @@ def test_a_name_a_running_run_holds_is_skipped_and_one_a_killed_run_left_empty_i
     os.close(fd)
     assert name == tmp_path / "reduced_2.onnx", "neither a file with content nor a link is taken"
     assert path.read_bytes() == b"an answer"
+    assert not list(tmp_path.glob(".*")), "no temporary name is left behind"
 
 
 @pytest.mark.slow
@@ -181,3 +182,18 @@ def test_a_run_killed_outright_leaves_an_empty_name_the_next_run_takes_back(run,
     assert r.summary["output"] == str(tmp_path / "reduced.onnx")
     assert [n.name for n in onnx.load(str(tmp_path / "reduced.onnx")).graph.node if n.op_type != "Constant"] == ["n3"]
     assert not (tmp_path / "reduced_1.onnx").exists()
+
+
+def test_runs_reserving_names_together_never_share_one(tmp_path):
+    """A name appears already locked (made and locked under a temporary name, then linked into place), so a
+    run taking back abandoned names never takes one another run has just made."""
+    import concurrent.futures
+
+    from runner.files.outputs import reserve
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        reserved = list(pool.map(lambda _: reserve(tmp_path / "reduced.onnx"), range(32)))
+    for _, fd in reserved:
+        os.close(fd)
+    assert len({name for name, _ in reserved}) == 32
+    assert not list(tmp_path.glob(".*"))
