@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -68,6 +69,11 @@ _ROOT_ENTRIES = pytest.StashKey[set]()
 
 def pytest_sessionstart(session) -> None:
     session.config.stash[_ROOT_ENTRIES] = set(os.listdir(ROOT))
+    # a suite started in the background of a non-interactive shell (``pytest &`` in a script) inherits
+    # SIGINT ignored, and so would every run it starts: the tests that press Ctrl-C on a run then wait in
+    # vain. Runs started from here get SIGINT as a terminal gives it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
