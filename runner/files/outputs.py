@@ -60,22 +60,20 @@ class OutputPlan:
 
     paths: Dict[str, Path] = field(default_factory=dict)
     protected: Dict[Path, str] = field(default_factory=dict)
-    reserved: List[Path] = field(default_factory=list)
-    #: open descriptors holding the ``flock`` of each reserved name while the run lives
-    holds: List[int] = field(default_factory=list)
+    #: ``{reserved default output: the open descriptor holding its flock while the run lives}``
+    reserved: Dict[Path, int] = field(default_factory=dict)
 
     def release(self) -> None:
         """Remove reserved default outputs the run left empty (it stopped before writing them), then let
         go of their locks."""
-        for path in self.reserved:
+        for path, fd in self.reserved.items():
             try:
                 if path.stat().st_size == 0:
                     path.unlink()
             except OSError:
                 pass
-        for fd in self.holds:
             os.close(fd)
-        self.holds.clear()
+        self.reserved.clear()
 
     def get(self, option: str) -> Optional[Path]:
         """The resolved path of ``option``, or None when the run does not write it."""
@@ -139,11 +137,10 @@ def _plan_into(
         if not value:
             _check_writable(option, path)
             free, fd = reserve(path)
-            plan.holds.append(fd)
+            plan.reserved[free] = fd
             if free != path:
                 log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
             path = free
-            plan.reserved.append(path)
         for target in [path, *_companions(option, path)]:
             for p, what in plan.protected.items():
                 if _same(target, p):

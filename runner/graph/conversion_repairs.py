@@ -210,8 +210,6 @@ def home_stray_casts(model: onnx.ModelProto) -> int:
                 index(body)
 
     index(model.graph)
-    if not home:
-        return 0  # no bodies
     top = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input}
     top |= {i.name for i in model.graph.initializer}
     moved = [n for n in model.graph.node if n.op_type == "Cast" and n.input[0] not in top and n.input[0] in home]

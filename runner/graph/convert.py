@@ -226,8 +226,9 @@ class Converter:
         except Exception as e:  # the converter raises plain Exceptions, ValueErrors and asserts
             raise ModelError(f"ONNX Runtime's float16 converter could not convert the model: {e}") from None
         drop_duplicate_casts(converted.graph)
-        home_stray_casts(converted)
-        fp32_reads_in_kept_bodies(converted, kept)
+        if self.flow:  # the repairs of bodies (If/Loop/Scan)
+            home_stray_casts(converted)
+            fp32_reads_in_kept_bodies(converted, kept)
         bypass_round_trips(converted)
         declare_weights_as_stored(converted.graph)
         try:
@@ -258,9 +259,9 @@ class Converter:
 
     def _inside(self, kept: FrozenSet[str]) -> FrozenSet[str]:
         """Names of the nodes inside the bodies (If/Loop/Scan, nested) of the kept top-level nodes."""
-        names: Set[str] = set()
         if not self.flow:
             return frozenset()
+        names: Set[str] = set()
         stack = [body for n in self.model.graph.node if n.name in kept for body in bodies(n)]
         while stack:
             body = stack.pop()

@@ -9,8 +9,9 @@ output is within a few percent: the one node to keep is ``scale``.
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator
+from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
 import onnx
@@ -114,3 +115,12 @@ def calibration_reader(feeds: Iterable[Dict[str, np.ndarray]]) -> Any:
             return next(self.it, None)
 
     return Reader()
+
+
+def introduced_share(summary: Dict[str, Any], rows_path: Path) -> Tuple[float, List[Dict[str, str]]]:
+    """The share of a layerwise run's nodes that got an introduced error (``layerwise.csv``'s
+    ``intro_rel_l2``), and the CSV's rows; the CSV holds one row per node of the summary."""
+    with open(rows_path) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == summary["nodes"]
+    return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows

@@ -11,15 +11,8 @@ import pytest
 from runner.graph.convert import name_nodes
 from runner.graph.qdq import compute_nodes
 from tests.helpers.cli import one_line_error
-from tests.helpers.int8 import calibration_reader, outlier_model, samples
+from tests.helpers.int8 import calibration_reader, introduced_share, outlier_model, samples
 from tests.helpers.models import CLASSIFIER, need
-
-
-def _introduced_share(summary, rows_path):
-    with open(rows_path) as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == summary["nodes"]
-    return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows
 
 
 def _layerwise_int8(model, int8_feeds):
@@ -42,7 +35,7 @@ def test_the_planted_outlier_is_the_top_introduced_node_and_its_pair_the_worst(r
     r = run(*_layerwise_int8(model, int8_feeds), "quantization.placement=onnxruntime")
     assert r.returncode == 0, r.stderr[-3000:]
     s = r.summary
-    share, _rows = _introduced_share(s, r.run_dir / "layerwise.csv")
+    share, _rows = introduced_share(s, r.run_dir / "layerwise.csv")
     assert share == 1.0 and s["nodes"] == 3
     assert s["top_introduced"][0]["node"] == "scale" and s["first_divergence"]["node"] == "scale"
     assert s["top_introduced"][0]["introduced"]["sqnr_db"] < 10  # the rounded channels, times 10
@@ -88,7 +81,7 @@ def test_a_qdq_model_needs_its_float_original(run, tmp_path, int8_feeds):
         "layerwise.plot=false",
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    share, _ = _introduced_share(r.summary, r.run_dir / "layerwise.csv")
+    share, _ = introduced_share(r.summary, r.run_dir / "layerwise.csv")
     assert share == 1.0 and r.summary["top_introduced"][0]["node"] == "scale"
 
 
@@ -116,7 +109,7 @@ def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_p
         "layerwise.plot=false",
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    share, _ = _introduced_share(r.summary, r.run_dir / "layerwise.csv")
+    share, _ = introduced_share(r.summary, r.run_dir / "layerwise.csv")
     compute = len(compute_nodes(name_nodes(onnx.load(str(qdq)))))
     assert r.summary["nodes"] == compute and share >= 0.95
     assert r.summary["quantization"]["pairs"] > 100
