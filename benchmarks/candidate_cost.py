@@ -36,6 +36,7 @@ from _common import MODELS, print_rows
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from examples.planted import rmsnorm_decoder  # noqa: E402
 from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
 from runner.graph.calibration import calibrate  # noqa: E402
 from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
@@ -45,7 +46,6 @@ from runner.graph.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
 from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
 from runner.graph.validate import Validator  # noqa: E402
-from tests.helpers.graphs import rmsnorm_decoder  # noqa: E402
 
 
 def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuple[Any, float]:

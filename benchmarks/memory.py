@@ -29,7 +29,7 @@ from _common import print_rows, runner_cmd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.graphs import rmsnorm_decoder  # noqa: E402
+from examples.planted import rmsnorm_decoder  # noqa: E402
 
 TIME = shutil.which("time") or "/usr/bin/time"
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from graphs import transformer  # noqa: E402
 
-from tests.helpers.graphs import GRAPHS  # noqa: E402  (the planted-overflow graphs)
+from examples.planted import GRAPHS  # noqa: E402  (the planted-overflow graphs)
 
 RUNS = [
     ("bisect", "forward"),

@@ -175,3 +175,25 @@ def test_a_circle_between_packages_is_found(tmp_path):
     graph = import_graph(tmp_path)
     assert import_circles(graph) == []
     assert import_circles(package_graph(graph)) == [["runner.a", "runner.b"]]
+
+
+def imports_of_tests(root: Path = ROOT) -> List[Tuple[str, int]]:
+    """(file, line) for every import of the ``tests`` package from ``benchmarks/`` or ``examples/``: a benchmark or
+    an example stands on the product and on ``examples`` (the planted-fault models live there), never on the
+    test suite's helpers, so a change to a test cannot change a figure."""
+    found = []
+    for folder in ("benchmarks", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+                if any(name == "tests" or name.startswith("tests.") for name in names):
+                    found.append((str(path.relative_to(root)), node.lineno))
+    return found
+
+
+def test_benchmarks_and_examples_do_not_import_the_tests(tmp_path):
+    assert imports_of_tests() == []
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "b.py").write_text("import os\n\ndef f():\n    from tests.helpers.graphs import x\n")
+    assert imports_of_tests(tmp_path) == [("benchmarks/b.py", 4)]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Tuple
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+from examples.planted import f32, make_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(os.environ.get("RUNNER_SHARED_MODELS", ROOT.parent / "shared" / "models"))
@@ -54,26 +56,6 @@ def perturbed_classifier(scale: float = 1.5) -> Tuple[onnx.ModelProto, str]:
     weight = next(a for a in producer[conv.input[1]].attribute if a.name == "value").t
     weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(scale), weight.name))
     return model, conv.name
-
-
-def make_model(
-    nodes: Sequence[onnx.NodeProto],
-    inputs: Sequence[onnx.ValueInfoProto],
-    outputs: Sequence[onnx.ValueInfoProto],
-    initializers: Sequence[onnx.TensorProto] = (),
-    opset: int = 17,
-) -> onnx.ModelProto:
-    """A checked model from nodes and value infos."""
-    graph = helper.make_graph(list(nodes), "test", list(inputs), list(outputs), list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-def f32(name: str, shape: List) -> onnx.ValueInfoProto:
-    """A float32 tensor value info."""
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
 def chain_model(n: int, shape=(1, 4)) -> onnx.ModelProto:

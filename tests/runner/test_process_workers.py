@@ -18,12 +18,12 @@ import numpy as np
 import onnx
 import pytest
 
+from examples.planted import GRAPHS
 from runner.errors import ConfigError
 from runner.executors.processes import ProcessExecutor
 from runner.executors.slot import visible_gpu
 from runner.executors.worker import warm_model
 from tests.helpers.cli import alive, replay_iterations, start_process, wait_for
-from tests.helpers.graphs import GRAPHS
 
 #: every check in a worker process (the tests of the workers themselves)
 PROCESSES = ["executor=processes", "executor.workers=2", "executor.local_start=false"]

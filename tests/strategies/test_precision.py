@@ -10,10 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto
 
+from examples.planted import GRAPHS
 from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.context import RunContext
-from tests.helpers.graphs import GRAPHS
 from tests.helpers.models import DETECTOR, need
 
 CHECK = ["checker=compare", "checker.backend=fp16_emulation", "checker.atol=1e-3", "checker.rtol=1e-2"]

@@ -160,7 +160,7 @@ def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(ru
     to float makes it): one-line error naming node, tensor and step, exit 2, and the replay holds the
     earlier verdicts but none for it."""
     import runner.graph.convert as convert
-    from tests.helpers.graphs import one_sensitive
+    from examples.planted import one_sensitive
 
     real, calls = convert.bypass_round_trips, {"n": 0}
 

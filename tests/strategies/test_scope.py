@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
+from examples.planted import two_branches
 from tests.helpers.cli import one_line_error
-from tests.helpers.graphs import two_branches
 
 REDUCE = ["mode=reduce", "checker=python", "checker.target=tests.helpers.crashing.check"]
 PRECISION = ["mode=precision", "checker=compare", "checker.backend=fp16_emulation", "checker.rtol=1e-2"]

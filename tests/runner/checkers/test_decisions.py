@@ -9,9 +9,9 @@ import json
 import numpy as np
 import onnx
 
+from examples.planted import threshold_detector
 from runner.checkers.detections import DetectionRule, judge
 from runner.graph.decisions import data_dependent_outputs
-from tests.helpers.graphs import threshold_detector
 
 
 def _files(tmp_path, threshold=0.5):

@@ -122,7 +122,7 @@ def test_reduce_by_rel_l2_finds_the_scaled_weight(run, tmp_path):
 @pytest.mark.slow
 def test_an_fp32_model_under_fp16_emulation_runs_in_fp16(run, tmp_path):
     """As TensorRT's --fp16: a weight of 1e5 is fine in fp32 and past fp16's range once the model is converted."""
-    from tests.helpers.graphs import one_sensitive
+    from examples.planted import one_sensitive
 
     model, _, _ = one_sensitive()
     path = tmp_path / "fp32.onnx"
@@ -164,7 +164,7 @@ def test_an_fp32_model_under_fp16_emulation_runs_in_fp16(run, tmp_path):
 
 def test_precision_candidates_are_never_converted(run, tmp_path):
     """Precision decides each node's type: its all-fp32 candidate must run in fp32 under emulation."""
-    from tests.helpers.graphs import one_sensitive
+    from examples.planted import one_sensitive
 
     model, needed, _ = one_sensitive()
     path = tmp_path / "fp32.onnx"

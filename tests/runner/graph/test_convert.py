@@ -8,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from examples.planted import one_sensitive
 from runner.errors import ModelError
 from runner.graph.constants import constants_to_initializers, fold_weight_identities
 from runner.graph.convert import (
@@ -21,7 +22,6 @@ from runner.graph.convert import (
     to_low_precision,
 )
 from runner.graph.validate import strict_problem
-from tests.helpers.graphs import one_sensitive
 from tests.helpers.models import chain_model, f32, make_model, need
 
 
