@@ -26,6 +26,16 @@ class DeferredSearch:
         """The built search's estimate, else the stand-in's."""
         return (self._search or self._stand_in).remaining()
 
+    @property
+    def rounds(self) -> int:
+        """Rounds the search has stepped: 0 until it is built (the gates before it step none)."""
+        return self._search.rounds if self._search is not None else 0
+
+    @property
+    def required(self) -> Any:
+        """The units found necessary so far: the stand-in's (none) until the search is built."""
+        return (self._search or self._stand_in).required
+
     def __getattr__(self, name: str) -> Any:
         if self._search is None:
             self._search = self._build()

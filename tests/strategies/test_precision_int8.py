@@ -145,7 +145,8 @@ def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, int8_fe
 
 @pytest.mark.slow
 def test_classifier_int8_needs_no_float_node(run, tmp_path):
-    """The control: int8 gives the fp32 labels on every rendered line, so nothing is kept, in three checks."""
+    """The control: int8 gives the fp32 labels on every rendered line, so nothing is kept, in three checks,
+    and the nodes are never ranked (the ranking, a layerwise pass, serves only a search that is not needed)."""
     model = need(CLASSIFIER)
     r = run(
         "mode=precision",
@@ -160,6 +161,7 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["kept"] == 0 and r.summary["checks"] <= 3
+    assert "Nodes ranked by" not in (r.run_dir / "runner.log").read_text()
     assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
 
 
