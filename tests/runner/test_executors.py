@@ -13,7 +13,16 @@ import onnx
 import pytest
 
 from tests.helpers.checks import python_check
-from tests.helpers.cli import alive, check_cmd, one_line_error, replay_iterations, start_process, wait_for, write_script
+from tests.helpers.cli import (
+    NODE_NAMES,
+    alive,
+    check_cmd,
+    one_line_error,
+    replay_iterations,
+    start_process,
+    wait_for,
+    write_script,
+)
 from tests.helpers.models import DETECTOR, need, overflow_model
 
 LOCAL4 = ["executor=local", "executor.workers=4"]
@@ -179,14 +188,16 @@ def test_a_check_gets_its_gpu(run, tmp_path):
     assert r.returncode == 0 and r.summary["good"] == 4 and r.summary["workers"] == 2, r.stderr[-2000:]
 
 
-SLOW_CHECK = """
-import os, sys, time
+SLOW_CHECK = (
+    NODE_NAMES
+    + """
+import time
 n = os.environ["RUNNER_ITERATION"]
 open(os.path.join(sys.argv[2], "pid" + n), "w").write(str(os.getpid()))
 time.sleep(float(open(sys.argv[3]).read()))  # a file: the command (the replay identity) stays the same
-names = {x.name for x in __import__("onnx").load(sys.argv[1], load_external_data=False).graph.node}
-sys.exit(1 if {"n2", "n5"} <= names else 0)
+sys.exit(1 if {"n2", "n5"} <= node_names(sys.argv[1]) else 0)
 """
+)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from tests.helpers.checks import reduce_args
-from tests.helpers.cli import check_cmd, one_line_error, write_script
+from tests.helpers.cli import NODE_NAMES, check_cmd, one_line_error, write_script
 from tests.helpers.models import sha256
 
 
@@ -36,12 +36,13 @@ def test_the_culprit_first_in_order_is_still_found(run, tmp_path, chain, has_nod
     assert any(label.startswith("control") for label in labels)
 
 
-NEEDS_A_CONSTANT_NODE = """
-import sys, onnx
-nodes = onnx.load(sys.argv[1]).graph.node
-has = {n.name for n in nodes}
+NEEDS_A_CONSTANT_NODE = (
+    NODE_NAMES
+    + """
+has = node_names(sys.argv[1])
 sys.exit(1 if "const" in has and "n3" in has else 0)
 """
+)
 
 
 @pytest.mark.slow
