@@ -185,8 +185,12 @@ def imports_of_tests(root: Path = ROOT) -> List[Tuple[str, int]]:
     for folder in ("benchmarks", "examples"):
         for path in sorted((root / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-                names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
                 if any(name == "tests" or name.startswith("tests.") for name in names):
                     found.append((str(path.relative_to(root)), node.lineno))
     return found
