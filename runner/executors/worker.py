@@ -72,10 +72,12 @@ def warm_model() -> Any:
     )
 
 
-def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot], sent: Dict[str, Any]) -> Any:
-    """A task in a worker: keep what ``sent`` holds, then ``fn(*args)`` with each ``Held`` replaced by what
-    it names, ``slot`` current."""
-    _HELD.update(sent)
+def _hold(key: str, obj: Any) -> None:
+    _HELD[key] = obj
+
+
+def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot] = None) -> Any:
+    """A task in a worker: ``fn(*args)`` with each ``Held`` replaced by what it names, ``slot`` current."""
     set_current(slot)
     try:
         return fn(*(_HELD[a.key] if isinstance(a, Held) else a for a in args))
@@ -111,9 +113,10 @@ class Worker:
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], slot: Optional[Slot] = None) -> Any:
         """``fn(*args)`` in the worker, after its queued tasks; a ``Held`` is sent the first time only."""
-        sent = {a.key: a.obj for a in args if isinstance(a, Held) and a.key not in self._held}
-        self._held.update(sent)
-        return self.pool.submit(_call, fn, tuple(args), slot, sent)
+        for held in (a for a in args if isinstance(a, Held) and a.key not in self._held):
+            self.pool.submit(_hold, held.key, held.obj)
+            self._held.add(held.key)
+        return self.pool.submit(_call, fn, tuple(args), slot)
 
     def kill(self) -> None:
         """End the process now, whatever it runs."""
