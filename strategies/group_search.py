@@ -20,6 +20,13 @@ Two phases, over a target that holds for the whole ranking and not for the empty
    g never exceeds what Hwang's rule gives for the d needed elements estimated among U from the
    share seen so far: groups of 2**floor(log2((|U| - d + 1) / d)), one by one when |U| <= 2d - 2.
 
+A ``reorder`` the caller gives ranks the elements again once the gallop sees a ranked prefix of
+``REORDER_FROM`` elements or more fail, and the gallop starts over on the new order: a second
+ranking that costs more than the first, paid only where the needed elements are many. Where the
+error of many elements adds up, the shortest passing prefix sits where the margin is gone, so what
+the gallop keeps the removal phase can hardly drop: the ranking decides the answer's size and the
+checks (one a kept element there), not the search after it.
+
 k needed elements among n cost about 2 log2(b) + k log2(n/k) + O(k) tests; elements that a
 ranking puts first cost 2 log2(k) + k, and a dense prefix (most of it needed) costs about one
 test an element, which no group test beats once more than 38% of the elements are needed
@@ -32,12 +39,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 from strategies.boundary import BoundaryMarker
 from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
+
+#: the size of a failing ranked prefix that calls ``reorder`` (the needed elements are many)
+REORDER_FROM = 32
+
+
+class _Shared:
+    """Holds the caller's ``reorder`` so that the copies ``ahead`` makes share it instead of copying
+    what it refers to (the strategy, its models)."""
+
+    def __init__(self, fn: Callable[[List[Any]], List[Any]]):
+        self.fn = fn
+
+    def __deepcopy__(self, memo: dict) -> _Shared:
+        return self
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,12 @@ class GroupSearch(RoundSearch[T]):
         order: the ranking, most likely needed first.
         marker_factory: ``marker_factory(count)`` returns a fresh boundary marker for the gallop
             (minimal: galloping); it assumes the empty set misses.
+        reorder: ranks the elements again (a permutation of its argument, most likely needed
+            first) once a ranked prefix of ``REORDER_FROM`` or more fails; the gallop then starts
+            over on it. None: never.
+
+    Raises:
+        ValueError: from ``propose``, when ``reorder`` returns no permutation of its argument.
 
     Attributes:
         required: elements shown needed so far, in the order found.
@@ -116,10 +143,18 @@ class GroupSearch(RoundSearch[T]):
     must know that ``target(order)`` holds and ``target(empty)`` does not.
     """
 
-    def __init__(self, order: Sequence[T], marker_factory: Callable[[int], BoundaryMarker]):
+    def __init__(
+        self,
+        order: Sequence[T],
+        marker_factory: Callable[[int], BoundaryMarker],
+        reorder: Optional[Callable[[List[T]], List[T]]] = None,
+    ):
         self.rest: List[T] = list(order)
+        self._reorder = _Shared(reorder) if reorder is not None else None  # None once called
+        self._forking = False  # True in the copies ``ahead`` steps: they never call ``reorder``
         self._galloped: List[T] = []  # the needed element the gallop found
         self.done = not self.rest
+        self._marker_factory = marker_factory
         self._marker: Optional[BoundaryMarker] = marker_factory(len(self.rest)) if self.rest else None
         self._state: Optional[_Removal] = None
         self._round: List[int] = []  # the last round: gallop prefix lengths, or the drops of removal tests
@@ -165,6 +200,10 @@ class GroupSearch(RoundSearch[T]):
         self._round = []
         if self.done:
             return []
+        if self._reorder is not None and self._marker is not None and self._marker.lo >= REORDER_FROM:
+            if self._forking:
+                return []  # the order is not known until ``reorder`` runs
+            self._rank_again(self._reorder.fn)
         if self._marker is not None:
             indices = self._marker.propose(k)
             if indices:
@@ -178,6 +217,14 @@ class GroupSearch(RoundSearch[T]):
         self._round = [dropped for _, dropped in plan]
         return [self._removal_set(state, dropped) for state, dropped in plan]
 
+    def _rank_again(self, reorder: Callable[[List[Any]], List[Any]]) -> None:
+        """Rank every element with ``reorder`` (once) and start the gallop over on that order."""
+        ranked = list(reorder(list(self.rest)))
+        if len(ranked) != len(self.rest) or set(ranked) != set(self.rest):
+            raise ValueError("reorder must return a permutation of the elements it is given")
+        self.rest, self._reorder = ranked, None
+        self._marker = self._marker_factory(len(self.rest))
+
     def _end_gallop(self) -> None:
         assert self._marker is not None
         b = self._marker.boundary
@@ -185,6 +232,14 @@ class GroupSearch(RoundSearch[T]):
         self.rest = self.rest[: b - 1]
         self._marker = None
         self._state = _Removal(undecided=len(self.rest))
+
+    def ahead(self, sets: Sequence[FrozenSet[T]], k: int) -> List[List[FrozenSet[T]]]:
+        """``RoundSearch.ahead``, its copies never calling ``reorder`` (a round past it is not guessed)."""
+        self._forking = True
+        try:
+            return super().ahead(sets, k)
+        finally:
+            self._forking = False
 
     def step_round(self, hits: Sequence[Optional[bool]]) -> None:
         """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""

@@ -52,10 +52,15 @@ from strategies.prefix_search import PrefixSearch
 log = logging.getLogger(__name__)
 
 
-def ranked_search(order: List[int], marker: Callable[[int], BoundaryMarker]) -> Search:
+def ranked_search(
+    order: List[int],
+    marker: Callable[[int], BoundaryMarker],
+    reorder: Optional[Callable[[List[int]], List[int]]] = None,
+) -> Search:
     """The search over ``order`` (nodes ranked by the error each introduces): a set search for the
-    minimal marker (``strategies.group_search``), else a prefix search."""
-    return GroupSearch(order, marker) if searches_sets(marker) else PrefixSearch(order, marker)
+    minimal marker (``strategies.group_search``, ranking the nodes again with ``reorder`` when its
+    gallop finds them many), else a prefix search."""
+    return GroupSearch(order, marker, reorder) if searches_sets(marker) else PrefixSearch(order, marker)
 
 
 @dataclass
@@ -98,6 +103,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             conversion keeping every node.
         converter: the fp16/bf16 converter the ranking made (``precision_space.SearchSpace.converter``), so
             that each weight's low-precision form is made once per run; None: one of its own.
+        reorder: ranks the nodes again for a ranked set search that finds them many
+            (``precision_space.SearchSpace.reorder``: int8's output-error ranking); None: never.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -122,6 +129,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         scoped: bool = False,
         original: Optional[onnx.ModelProto] = None,
         converter: Optional[Converter] = None,
+        reorder: Optional[Callable[[List[int]], List[int]]] = None,
     ):
         self.forced: Units = frozenset(forced)
         self.scoped = scoped
@@ -138,7 +146,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         if callable(ranking):
             rank = ranking
             search = cast(
-                Search, DeferredSearch(lambda: ranked_search(rank(), marker), ranked_search(self.layers, marker))
+                Search,
+                DeferredSearch(lambda: ranked_search(rank(), marker, reorder), ranked_search(self.layers, marker)),
             )
         elif ranking is not None:
             search = ranked_search(ranking, marker)
@@ -238,6 +247,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.scoped,
             ctx.model,
             space.converter,
+            space.reorder,
         )
 
     # -- candidates -----------------------------------------------------------------------

@@ -11,7 +11,9 @@ deferred for int8, whose fully quantized model is checked first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
@@ -27,7 +29,9 @@ from runner.graph.qdq import quantized_nodes
 from runner.graph.quant_options import QuantOptions
 from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
+from runner.layerwise.output_ranking import output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
+from strategies.group_search import REORDER_FROM
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,9 @@ class SearchSpace:
             search first needs it (int8), or None for topological prefixes.
         converter: for fp16 and bf16, the converter the ranking converted the whole model with, for the
             search's candidates (each weight's low-precision form is made once per run); else None.
+        reorder: for int8, ranks the nodes again by the error each makes at the outputs quantized
+            alone (``runner.layerwise.output_ranking``), for a set search that finds them many
+            (``strategies.group_search.REORDER_FROM``); else None.
     """
 
     model: onnx.ModelProto
@@ -55,6 +62,7 @@ class SearchSpace:
     quantizer: Optional[Quantizer]
     ranking: Optional[List[int] | Callable[[], List[int]]]
     converter: Optional[Converter] = None
+    reorder: Optional[Callable[[List[int]], List[int]]] = None
 
 
 def search_space(
@@ -121,10 +129,35 @@ def search_space(
         )
         return order
 
+    def by_output_error(nodes: List[int]) -> List[int]:
+        assert quantizer is not None
+        everything, started = frozenset(layers) | frozenset(forced), time.monotonic()
+        log.info(
+            "A ranked prefix of %d or more nodes fails: ranking the %d nodes again by the output error each makes "
+            "alone in %s (one run each), then galloping again",
+            REORDER_FROM,
+            len(nodes),
+            low,
+        )
+
+        def alone(i: int) -> onnx.ModelProto:
+            return quantizer.convert(sorted(model.graph.node[k].name for k in everything - {i}))
+
+        builds = [(i, functools.partial(alone, i)) for i in nodes]
+        order = output_error_ranking(builds, model, ctx.samples, ranking_backend(checker))
+        log.info(
+            "Ranked again in %.1f s; first: %s",
+            time.monotonic() - started,
+            ", ".join(model.graph.node[i].name for i in order[:5]),
+        )
+        return order
+
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
         ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converters[0] if converters else None)
+    reorder = by_output_error if quantizer is not None else None
+    converter = converters[0] if converters else None
+    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder)
 
 
 def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:

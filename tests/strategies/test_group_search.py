@@ -124,3 +124,57 @@ def test_the_set_search_answer_is_1_minimal_by_test_on_a_target_that_is_not_mono
         search.step(target(c))
     assert search.result == frozenset({3})
     assert frozenset() not in tested and frozenset({3, 8}) in tested
+
+
+def _drive_additive(search, weight, budget):
+    """Run a search against an additive target: a set holds while the weights of the elements left out of
+    it add up to at most ``budget`` (int8's error of many quantized nodes); return (result, tests)."""
+    total, tests = sum(weight.values()), 0
+    while (c := search.next()) is not None:
+        tests += 1
+        search.step(total - sum(weight[e] for e in c) <= budget)
+    return search.result, tests
+
+
+def test_a_dense_target_is_ranked_again_once_and_galloped_over_on_the_new_order():
+    """Many elements needed (a ranked prefix of 32 or more fails): ``reorder`` is called once with every
+    element, and the search over its order keeps fewer elements in fewer tests than over the first
+    ranking; the answer is still 1-minimal."""
+    rng = random.Random(0)
+    n = 300
+    weight = {e: rng.expovariate(1.0) for e in range(n)}
+    budget = 0.25 * sum(weight.values())
+    first = list(range(n))
+    rng.shuffle(first)  # a ranking that knows nothing
+    calls = []
+
+    def by_weight(elements):
+        calls.append(sorted(elements))
+        return sorted(elements, key=lambda e: -weight[e])
+
+    result, tests = _drive_additive(GroupSearch(first, MinimalMarker, by_weight), weight, budget)
+    plain, plain_tests = _drive_additive(GroupSearch(first, MinimalMarker), weight, budget)
+    assert calls == [list(range(n))]
+    left_out = sum(weight.values()) - sum(weight[e] for e in result)
+    assert left_out <= budget and all(left_out + weight[e] > budget for e in result), "1-minimal"
+    assert len(result) < 0.8 * len(plain) and tests < 0.8 * plain_tests
+    assert tests <= len(result) + 2 * math.ceil(math.log2(n)) + 2 * 6 + 2  # one per kept, two gallops
+
+
+def test_a_few_needed_elements_are_never_ranked_again():
+    calls = []
+    result, _ = _drive(GroupSearch(list(range(330)), MinimalMarker, lambda e: calls.append(e) or e), {0, 1, 11})
+    assert result == frozenset({0, 1, 11}) and calls == []
+
+
+def test_looking_ahead_never_ranks_again():
+    """The copies ``ahead`` steps stop where the order would change: no guessed round past it, no call."""
+    calls = []
+    search = GroupSearch(list(range(300)), MinimalMarker, lambda e: calls.append(1) or list(reversed(e)))
+    while (sets := search.propose(1)) and max(len(s) for s in sets) < 32:
+        search.step_round([False])  # the prefixes 1, 2, 4, ... fail
+    assert [len(s) for s in sets] == [32] and calls == []
+    passes, fails = search.ahead(sets, 2)  # the outcomes: 32 passes, 32 fails
+    assert passes and fails == [] and calls == []  # where 32 fails the order changes: nothing guessed
+    search.step_round([False])
+    assert search.propose(1) == [frozenset({299})] and calls == [1]  # galloping again on the new order

@@ -1,0 +1,88 @@
+"""Rank candidates by the error each makes at the model's outputs: the model with one node alone in
+the low precision, run whole on the samples and compared with the fp32 run.
+
+Where error adds up over many nodes (int8 under ONNX Runtime's CPU placement: most nodes of a
+detector needed), the error a node introduces at its own output (``runner.layerwise.ranking``) says
+little about what reaches the outputs: a node before a normalization or a saturating activation
+loses its error, one before a wide fan-out spreads it. Ranking by the output error of each node
+alone is the layer sensitivity analysis of post-training quantization tools (one model run per
+node). On the detector held to rel L2 0.05 on its text map (ONNX Runtime placement, 4 rendered
+pages) the shortest passing prefix of this ranking holds 165 of 330 nodes, of the introduced-error
+ranking 232 (``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+import numpy as np
+import onnx
+
+from runner.backends.base import Backend, make_backend
+from runner.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=Hashable)
+
+
+def output_error(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
+    """Relative L2 error of ``got`` against ``want`` over every output together: ``||got - want|| /
+    ||want||`` (``||got - want||`` where ``want`` is all zeros); inf for a missing output, a shape
+    that differs (a decision output that kept other rows) or a value that is not finite."""
+    diff = norm = 0.0
+    for name, ref in want.items():
+        out = got.get(name)
+        if out is None or np.shape(out) != np.shape(ref):
+            return math.inf
+        a, b = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+        if not np.all(np.isfinite(a)):
+            return math.inf
+        diff += float(np.sum((a - b) ** 2))
+        norm += float(np.sum(b**2))
+    return math.sqrt(diff / norm) if norm > 0 else math.sqrt(diff)
+
+
+def output_error_ranking(
+    candidates: Sequence[Tuple[T, Callable[[], onnx.ModelProto]]],
+    reference: onnx.ModelProto,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    backend: Optional[Backend] = None,
+) -> List[T]:
+    """The items of ``candidates`` ordered by their candidate's output error (``output_error``, the
+    largest over the samples), largest first; ties keep the given order.
+
+    Args:
+        candidates: ``(item, build)`` pairs; ``build()`` makes the model with the item alone in the
+            low precision.
+        reference: the fp32 model whose outputs the candidates are compared with.
+        samples: input feed dicts (each candidate runs on all of them).
+        backend: runs the models (the checker's device backend, ``ranking_backend``); None: ONNX Runtime
+            on CPU. Closed at the end either way.
+
+    Returns:
+        The items, most output error first. A candidate that cannot be built or run ranks first (its
+        node cannot be in the low precision alone).
+
+    Cost: one model build and ``len(samples)`` runs per candidate, plus the reference's runs.
+    """
+    backend = backend or make_backend("onnxruntime", cpu_arena=False)
+    try:
+        wanted: List[Dict[str, np.ndarray]] = [backend.run(reference, feeds, key="rank:reference") for feeds in samples]
+        errors: Dict[int, float] = {}
+        for position, (item, build) in enumerate(candidates):
+            try:
+                model = build()
+                errors[position] = max(
+                    output_error(backend.run(model, feeds, key=f"rank:{item}"), want)
+                    for feeds, want in zip(samples, wanted)
+                )
+            except ModelError as e:
+                log.info("Ranking: the candidate of %s cannot run (%s); it ranks first", item, e)
+                errors[position] = math.inf
+    finally:
+        backend.close()
+    order = sorted(range(len(candidates)), key=lambda p: -errors[p])  # stable: ties keep the given order
+    return [candidates[p][0] for p in order]

@@ -1,0 +1,55 @@
+"""The output-error ranking: each candidate run whole and compared with the fp32 model at its outputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from examples.planted import f32, make_model
+from runner.errors import ModelError
+from runner.layerwise.output_ranking import output_error, output_error_ranking
+
+
+def _scaled(a: float, b: float):
+    """y = (x * a) * b: two Mul nodes whose constants stand in for each node's low-precision error."""
+    nodes = [helper.make_node("Mul", ["x", "a"], ["t"], name="mul_a"), helper.make_node("Mul", ["t", "b"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(v), name) for name, v in (("a", a), ("b", b))]
+    return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], inits)
+
+
+def test_the_candidate_whose_outputs_move_most_ranks_first():
+    samples = [{"x": np.full((1, 4), k + 1, np.float32)} for k in range(2)]
+    candidates = [("small", lambda: _scaled(1.01, 1.0)), ("none", lambda: _scaled(1.0, 1.0))]
+    candidates.append(("large", lambda: _scaled(1.0, 1.5)))
+    assert output_error_ranking(candidates, _scaled(1.0, 1.0), samples) == ["large", "small", "none"]
+
+
+def test_a_candidate_that_cannot_run_ranks_first_and_ties_keep_their_order():
+    def broken():
+        raise ModelError("cannot quantize")
+
+    samples = [{"x": np.ones((1, 4), np.float32)}]
+    same = [(name, lambda: _scaled(1.0, 1.0)) for name in ("p", "q")]
+    assert output_error_ranking([*same, ("bad", broken)], _scaled(1.0, 1.0), samples) == ["bad", "p", "q"]
+
+
+@pytest.mark.parametrize(
+    "got, want, expected",
+    [
+        ({"y": np.array([3.0, 4.0])}, {"y": np.array([0.0, 0.0])}, 5.0),  # a zero reference: the error itself
+        ({"y": np.array([1.0, 1.0])}, {"y": np.array([1.0, 1.0])}, 0.0),
+        ({"y": np.array([1.0, np.nan])}, {"y": np.array([1.0, 1.0])}, math.inf),
+        ({"y": np.array([1.0])}, {"y": np.array([1.0, 1.0])}, math.inf),  # a decision output with other rows
+        ({}, {"y": np.array([1.0])}, math.inf),
+    ],
+)
+def test_output_error(got, want, expected):
+    assert output_error(got, want) == pytest.approx(expected)
+
+
+def test_output_error_is_relative_over_every_output_together():
+    want = {"a": np.array([3.0]), "b": np.array([4.0])}
+    assert output_error({"a": np.array([3.0]), "b": np.array([4.5])}, want) == pytest.approx(0.5 / 5.0)
