@@ -16,7 +16,7 @@ from runner.layerwise.output_ranking import output_error, output_error_ranking
 def _scaled(a: float, b: float):
     """y = (x * a) * b: two Mul nodes whose constants stand in for each node's low-precision error."""
     nodes = [helper.make_node("Mul", ["x", "a"], ["t"], name="mul_a"), helper.make_node("Mul", ["t", "b"], ["y"])]
-    inits = [numpy_helper.from_array(np.float32(v), name) for name, v in (("a", a), ("b", b))]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in (("a", a), ("b", b))]
     return make_model(nodes, [f32("x", [1, 4])], [f32("y", [1, 4])], inits)
 
 
