@@ -221,30 +221,20 @@ def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, int8_feeds
 
 
 @pytest.mark.slow
-def test_many_needed_nodes_are_ranked_again_by_the_error_each_makes_at_the_outputs(
-    run, tmp_path, int8_feeds, monkeypatch
-):
+def test_many_needed_nodes_are_ranked_again_by_the_error_each_makes_at_the_outputs(run, tmp_path, int8_feeds):
     """64 Convs in a chain, each int8 rounding adding a little error (ONNX Runtime's placement): a ranked
-    prefix of 32 fails, the nodes are ranked again by their output error alone, and the run keeps fewer
-    nodes than over the introduced-error ranking alone (43 against 48), for at most the checks of the
-    gallop it started over (71 against 68 here; on the detector, 189 against 252: benchmarks/README.md);
-    1-minimal and verified either way."""
-    from strategies import group_search
+    prefix of 32 fails, the nodes are ranked again by their output error alone and the gallop starts over;
+    the answer is 1-minimal and verified, in about one check a kept node. (What the new order gains is
+    measured on the detector, benchmarks/README.md: 134 kept in 189 checks against 164 in 252; on this
+    chain 43 kept against 48. The search's side is tests/strategies/test_group_search.py's.)"""
     from tests.helpers.int8 import dense_model
 
     model = tmp_path / "dense.onnx"
     onnx.save(dense_model(), model)
     argv = ["mode=precision", "low_precision=int8", "marker=minimal", f"model={model}", ORT]
     argv += [f"data_loader={int8_feeds}.pages", "checker=compare", "checker.check_error_stat=rel_l2"]
-    argv += ["checker.atol=0", "checker.rtol=0.02"]
-    again = run(*argv)
-    monkeypatch.setattr(group_search, "REORDER_FROM", 10**9)
-    first = run(*argv)
-    for r in (again, first):
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert r.summary["answer_verified"]["check_passed"] is True
-    assert "ranking the 64 nodes again by the output error" in (again.run_dir / "runner.log").read_text()
-    assert "again by the output error" not in (first.run_dir / "runner.log").read_text()
-    assert again.summary["kept"] < first.summary["kept"]
-    assert again.summary["checks"] <= first.summary["checks"] + 6  # the prefixes 1 to 32 of the first gallop
-    assert again.summary["checks"] <= again.summary["kept"] + 30  # about one a kept node, two gallops
+    r = run(*argv, "checker.atol=0", "checker.rtol=0.02")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.summary["answer_verified"]["check_passed"] is True
+    assert "ranking the 64 nodes again by the output error" in (r.run_dir / "runner.log").read_text()
+    assert r.summary["kept"] > 32 and r.summary["checks"] <= r.summary["kept"] + 30  # two gallops, a few drops
