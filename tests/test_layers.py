@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the modules that assemble and start a run: they import every layer
@@ -22,23 +22,26 @@ def layer(module: str) -> Optional[int]:
     return {"runner": 0, "conf": 0, "strategies": 1, "statemachine": 2}.get(top)
 
 
+def imported_modules(path: Path) -> Iterator[Tuple[str, int]]:
+    """(module, line) for each module an absolute import in ``path`` names, at the top of the file or
+    inside a function (``from a.b import c`` names ``a.b``)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node.lineno
+        elif isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+
+
 def upward_imports(root: Path = ROOT) -> List[Tuple[str, str, int]]:
     """(importer, imported, line) for every import of a higher layer, in the three packages under ``root``."""
     found = []
     for package in ("runner", "strategies", "statemachine"):
         for path in sorted((root / package).rglob("*.py")):
             module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                else:
-                    continue
-                for name in names:
-                    low, high = layer(module), layer(name)
-                    if low is not None and high is not None and high > low:
-                        found.append((module, name, node.lineno))
+            for name, line in imported_modules(path):
+                low, high = layer(module), layer(name)
+                if low is not None and high is not None and high > low:
+                    found.append((module, name, line))
     return found
 
 
@@ -184,15 +187,9 @@ def imports_of_tests(root: Path = ROOT) -> List[Tuple[str, int]]:
     found = []
     for folder in ("benchmarks", "examples"):
         for path in sorted((root / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom):
-                    names = [node.module or ""]
-                elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                else:
-                    continue
-                if any(name == "tests" or name.startswith("tests.") for name in names):
-                    found.append((str(path.relative_to(root)), node.lineno))
+            for name, line in imported_modules(path):
+                if name == "tests" or name.startswith("tests."):
+                    found.append((str(path.relative_to(root)), line))
     return found
 
 
