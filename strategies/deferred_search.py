@@ -28,8 +28,8 @@ class DeferredSearch:
 
     @property
     def rounds(self) -> int:
-        """Rounds the search has stepped: 0 until it is built (the gates before it step none)."""
-        return self._search.rounds if self._search is not None else 0
+        """Rounds the search has stepped: the stand-in's (none) until it is built (the gates step none)."""
+        return (self._search or self._stand_in).rounds
 
     @property
     def required(self) -> Any:
