@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional
 if TYPE_CHECKING:
     import onnx
 
+    from runner.graph.switchboard import Switched
+
 
 @dataclass
 class Verdict:
@@ -97,6 +99,9 @@ class Candidate:
         as_reference: the candidate is the model whose golden values the checker made: a checker
             that made them runs it exactly as it made them (same backend, same session options),
             so that it gives them back (precision's all-fp32 candidate).
+        switched: the candidate as one feed set of its search's switched model (precision's fp16
+            candidates, ``runner.graph.switchboard``), which an fp16-emulating checker may run
+            instead of building its model; None for others, and for checks in another process.
     """
 
     key: str
@@ -110,3 +115,4 @@ class Candidate:
     twin: Optional[str] = None
     units: Optional[FrozenSet[int]] = None
     as_reference: bool = False
+    switched: Optional[Switched] = None

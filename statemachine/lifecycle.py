@@ -276,11 +276,16 @@ class Lifecycle:
             yield True
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
-        """Write the candidate's artifact here (unless its check writes it); with several workers,
-        build an in-process checker's model here too, where the strategy lives."""
+        """Write the candidate's artifact here (unless its check writes it, or a serial check runs it
+        switched: ``Checker.runs_switched``); with several workers, build an in-process checker's model
+        here too, where the strategy lives."""
         candidate = pending.candidate
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
+        # a serial check run as feeds of a switched model needs neither its file nor its model
+        assert self.checker is not None
+        if not parallel and not self.sorter.keep_intermediate and self.checker.runs_switched(candidate):
+            return
         if candidate.write is not None and not candidate.write_in_check:
             try:
                 candidate.write(pending.artifact)

@@ -40,6 +40,7 @@ from runner.graph.precisions import FLOAT16, LowPrecision, any_low_precision, is
 from runner.graph.quant_options import QuantOptions
 from runner.graph.quantize import Quantizer
 from runner.graph.scope import Scope
+from runner.graph.switchboard import LazySwitchboard, Switched
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
@@ -156,6 +157,12 @@ class PrecisionStrategy(OnnxSearchStrategy):
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
+        #: fp16 candidates as feeds of one switched model (built when a checker first runs one)
+        self.switchboard: Optional[LazySwitchboard] = (
+            LazySwitchboard(model, self.converter, f"switchboard:{self.fingerprint}")
+            if isinstance(self.converter, Converter) and str(low) == FLOAT16.name
+            else None
+        )
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
         self.answer_cpu_load = True  # a model the tool converted
@@ -268,7 +275,15 @@ class PrecisionStrategy(OnnxSearchStrategy):
             write=write,
             payload=lambda: original,
             as_reference=True,
+            switched=None,
         )
+
+    def candidate(self, units: Units, label: str) -> Candidate:
+        """The candidate of ``units``; an fp16 one also as feeds of the search's switchboard."""
+        made = super().candidate(units, label)
+        if self.switchboard is None or made.units is None:
+            return made
+        return dataclasses.replace(made, switched=Switched(self.switchboard, made.units | self.forced))
 
     def names(self, units: Iterable[int]) -> List[str]:
         """The node names of ``units``, sorted."""

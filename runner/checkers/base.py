@@ -56,5 +56,10 @@ class Checker(abc.ABC):
             The verdict; ``passed`` is False when the candidate shows the failure.
         """
 
+    def runs_switched(self, candidate: Candidate) -> bool:
+        """Whether the check of ``candidate`` runs it as feeds of its search's switched model
+        (``Candidate.switched``), building neither its model nor reading its artifact (default: no)."""
+        return False
+
     def close(self) -> None:
         """Release resources (sessions, processes) at the end of the run."""

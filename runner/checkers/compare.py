@@ -22,6 +22,7 @@ from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
 from runner.checkers.lowering import as_run, lowered
 from runner.checkers.noise import NoiseFloor
+from runner.checkers.switched import SwitchedRuns
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
@@ -67,7 +68,9 @@ class CompareChecker(Checker):
             ``as_typed`` (precision mode) run as they are. int8: QDQ candidates run as they
             are; an fp32 one is an error (mode=layerwise quantizes with its own calibration).
         providers: ONNX Runtime providers for backends that use it.
-        graph_optimization_level: ONNX Runtime optimization level for the candidate backend.
+        graph_optimization_level: ONNX Runtime optimization level for the candidate backend; None:
+            "all", but "disable" for fp16_emulation and bf16_emulation (their rounding Casts run as
+            written, and switched runs give each candidate's own bits).
         provider_options: ``{provider: {option: value}}`` for the candidate backend's ONNX Runtime
             providers (see ``runner.backends.onnxruntime.OnnxRuntimeBackend``).
         outputs: compare these tensors instead of the candidate's graph outputs: any tensors of the
@@ -82,6 +85,8 @@ class CompareChecker(Checker):
             reduction order and pass it if it shows only fp32 re-association noise, which the
             reference itself cannot tell from a fault (``runner.checkers.noise``). Candidates in a
             low precision are never judged so.
+        switchboard: with ``fp16_emulation`` on CPU, run precision's fp16 candidates as feeds of one
+            switched model (``runner.checkers.switched``) where that gives their own values.
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
@@ -97,7 +102,7 @@ class CompareChecker(Checker):
         rtol: Tolerance = 1e-3,
         max_mismatch_fraction: float = 0.0,
         providers: Sequence[str] = ("CPUExecutionProvider",),
-        graph_optimization_level: Any = "all",
+        graph_optimization_level: Any = None,
         check_error_stat: Any = "elemwise",
         error_quantile: float = 0.5,
         on_error: Any = "fail",
@@ -107,6 +112,7 @@ class CompareChecker(Checker):
         outputs: Sequence[str] = (),
         exclude_outputs: Sequence[str] = (),
         detections: Optional[Mapping[str, Any]] = None,
+        switchboard: bool = True,
     ):
         implied = emulated_by(backend)
         #: the low precision fp32 candidates run in (int8: QDQ models, quantized by the mode), or None
@@ -114,7 +120,7 @@ class CompareChecker(Checker):
         self._said_converting = False
         # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
         on_error, check_error_stat = plain(on_error), plain(check_error_stat)
-        graph_optimization_level = plain(graph_optimization_level)
+        graph_optimization_level = plain(graph_optimization_level) or ("disable" if implied else "all")
         if on_error not in ("fail", "pass", "stop"):
             raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
         self.on_error = on_error
@@ -149,6 +155,9 @@ class CompareChecker(Checker):
         #: graph outputs whose shape depends on the data, and what decides it (bind)
         self.decisions: Dict[str, Decision] = {}
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
+        named = bool(self.outputs or self.exclude_outputs or self.detections)
+        only_cpu = self.providers == ["CPUExecutionProvider"]
+        self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, not named)
 
     uses_payload = True
 
@@ -233,11 +242,16 @@ class CompareChecker(Checker):
         InvalidCandidateError: converting the candidate to ``low_precision`` failed or made an
             invalid model (the tool's defect: no verdict).
         """
-        model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
-        if self.low is not None and not candidate.as_typed and not has_low_precision(model) and not has_qdq(model):
-            model = self._lowered(model, iteration)
-        self._warn_fp16_on_cpu(model)
-        names: List[str] = [i.name for i in graph_inputs(model)]
+        switched = self.switched.board(candidate)
+        switches: Dict[str, np.ndarray] = switched[1] if switched is not None else {}
+        if switched is not None:
+            model = switched[0].model
+        else:
+            model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
+            if self.low is not None and not candidate.as_typed and not has_low_precision(model) and not has_qdq(model):
+                model = self._lowered(model, iteration)
+            self._warn_fp16_on_cpu(model)
+        names: List[str] = [i.name for i in graph_inputs(model) if i.name not in switches]
         missing = [n for n in names if n not in self.values]
         if missing:
             raise ConfigError(
@@ -258,6 +272,10 @@ class CompareChecker(Checker):
                 if candidate.as_reference and self._golden_made_here:
                     # the model the golden values came from, run as they were made: it gives them back
                     got = run_tensors(model, feeds, wanted)
+                elif switched is not None:
+                    got = self.switched.run(switched[0], switches, feeds)
+                    if index == 0 and not self.switched.agrees(candidate, got, feeds):
+                        return self.check(artifact, iteration, candidate, slot)  # switched runs are off now
                 else:
                     got = self.backend.run(run_model, feeds, key=run_key)
             except ModelError as e:
@@ -392,6 +410,10 @@ class CompareChecker(Checker):
                 "ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
                 "overflows; checker.backend=fp16_emulation shows them"
             )
+
+    def runs_switched(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` runs on its search's switchboard (``runner.checkers.switched``)."""
+        return self.switched.takes(candidate)
 
     def close(self) -> None:
         """Release the backends' sessions."""

@@ -96,7 +96,7 @@ class _Rewriter:
         ]
 
 
-def _types(typed: onnx.ModelProto) -> Dict[str, int]:
+def tensor_types(typed: onnx.ModelProto) -> Dict[str, int]:
     """Every tensor's element type in ``typed`` (inferred value_info, inputs, outputs, initializers,
     node outputs of Constant nodes and Casts), bodies included."""
     types: Dict[str, int] = {}
@@ -134,7 +134,7 @@ def emulate_low_precision(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, List
     except Exception as e:  # inference can fail on custom ops; types then come from what is declared
         log.warning("Type inference failed (%s); only tensors with declared types are rounded", first_line(e))
         typed = bare
-    types = _types(typed)
+    types = tensor_types(typed)
     g = typed.graph
     low_inputs = [i.name for i in g.input if i.type.tensor_type.elem_type in LOW_TYPES]
     low_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in LOW_TYPES]

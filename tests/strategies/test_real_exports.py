@@ -155,10 +155,15 @@ def test_reduce_on_bert_ends_inside_the_planted_ffn(run):
     assert r.summary["answer_verified"]["passed"] and not r.summary["answer_verified"]["check_passed"]
 
 
-def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(run, monkeypatch, tmp_path):
+@pytest.mark.parametrize("switchboard,verdicts", [(False, 2), (True, 1)])
+def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(
+    run, monkeypatch, tmp_path, switchboard, verdicts
+):  # with the switchboard, the candidate is built in its check, which counts as started
     """A conversion defect planted on the second conversion (the graph output declared float16 while a Cast
     to float makes it): one-line error naming node, tensor and step, exit 2, and the replay holds the
-    earlier verdicts but none for it."""
+    earlier verdicts but none for it. Without the switchboard the second conversion is iteration 3's
+    candidate; with it, the switchboard's own conversion comes first and the second is iteration 2's
+    candidate, built to cross-check its switched run."""
     import runner.graph.convert as convert
     from examples.planted import one_sensitive
 
@@ -175,11 +180,19 @@ def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(ru
     model, _, _ = one_sensitive()
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-    r = run("mode=precision", "marker=linear", f"model={path}", "checker=compare", "checker.backend=fp16_emulation")
+    r = run(
+        "mode=precision",
+        "marker=linear",
+        f"model={path}",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        f"checker.switchboard={str(switchboard).lower()}",
+    )
     one_line_error(
         r, "the float16 conversion keeping", "invalid model at node", "(Cast), tensor y", "no verdict", code=2
     )
-    assert len(r.replay["iterations"]) == r.summary["checks"] == 2, "two verdicts recorded, the third never checked"
+    assert len(r.replay["iterations"]) == verdicts, "no verdict recorded for the invalid candidate"
+    assert r.summary["checks"] == 2
 
 
 @pytest.mark.slow

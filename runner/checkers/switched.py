@@ -1,0 +1,116 @@
+"""The compare checker's switched runs: precision's fp16 candidates on their search's switchboard.
+
+A candidate carrying ``Candidate.switched`` is run as one feed set of ``runner.graph.switchboard``'s
+model, in one cached session, instead of being converted, rewritten for the emulation and loaded in
+a session of its own. That gives the candidate's own values only where the emulation runs its
+rounding Casts as written: ``checker.backend=fp16_emulation`` on ONNX Runtime's CPU provider with
+graph optimizations off (the default for the emulations), comparing the graph outputs. The first
+``CROSS_CHECKS`` switched candidates are also built and run as themselves; an output that differs by
+one bit turns switched runs off for the rest of the run, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from runner.backends.fp16_emulation import EmulationBackend
+from runner.candidates import Candidate
+from runner.errors import ModelError
+from runner.graph.switchboard import Switchboard
+
+log = logging.getLogger(__name__)
+
+#: switched candidates also built and run as themselves, to show that both give the same bits
+CROSS_CHECKS = 2
+
+
+class SwitchedRuns:
+    """Whether and how the compare checker runs a candidate on its switchboard.
+
+    Args:
+        backend: the checker's candidate backend.
+        enabled: ``checker.switchboard``.
+        cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
+        level: the backend's graph optimization level (switched runs need "disable").
+        graph_outputs: the checker compares each candidate's graph outputs (no ``checker.outputs``
+            or detection tensors of its own choosing).
+    """
+
+    def __init__(self, backend: object, enabled: bool, cpu_only: bool, level: str, graph_outputs: bool):
+        self.backend = backend if isinstance(backend, EmulationBackend) else None
+        self.on = bool(enabled and self.backend is not None and cpu_only and level == "disable" and graph_outputs)
+        self._left = CROSS_CHECKS
+        self._lock = threading.Lock()
+        self._said = False
+        #: checks run switched (for the log)
+        self.count = 0
+
+    def takes(self, candidate: Candidate) -> bool:
+        """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""
+        return self.on and candidate.switched is not None and not candidate.as_reference
+
+    def board(self, candidate: Candidate) -> Optional[Tuple[Switchboard, Dict[str, np.ndarray]]]:
+        """The switchboard and the switch feeds of ``candidate``, or None: it runs as itself (switched
+        runs are off, or its search has no switchboard).
+
+        Raises:
+            ModelError: the converter fails on the model (building the switchboard).
+        """
+        if not self.takes(candidate):
+            return None
+        assert candidate.switched is not None
+        board = candidate.switched.board.get()
+        if board is None:
+            self.on = False
+            return None
+        if not self._said:
+            self._said = True
+            log.info(
+                "fp16 candidates run on one switched model (%d nodes switched, runner.graph.switchboard); "
+                "their iteration artifacts are written only with artifacts.keep_intermediate=true",
+                len(board.switches),
+            )
+        return board, board.feeds(candidate.switched.kept)
+
+    def run(
+        self, board: Switchboard, switches: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]
+    ) -> Dict[str, np.ndarray]:
+        """One run of the switched model: the candidate's graph outputs.
+
+        Raises:
+            ModelError: ONNX Runtime cannot load or run it.
+        """
+        assert self.backend is not None
+        with self._lock:
+            self.count += 1
+        return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key)
+
+    def agrees(self, candidate: Candidate, got: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]) -> bool:
+        """For the first ``CROSS_CHECKS`` candidates: whether ``candidate`` built and run as itself gives
+        ``got`` (the switched run's outputs on ``feeds``) bit for bit; True for the others. A
+        disagreement turns switched runs off, with a warning."""
+        with self._lock:
+            if self._left <= 0:
+                return True
+            self._left -= 1
+        assert self.backend is not None and candidate.payload is not None
+        try:
+            built = self.backend.run(candidate.payload(), feeds, key=candidate.key)
+        except ModelError as e:  # the candidate as built cannot run: its own check says so
+            built, why = {}, str(e)
+        else:
+            differ = [n for n in got if n not in built or not np.array_equal(got[n], built[n], equal_nan=True)]
+            why = f"outputs {differ} differ" if differ else ""
+        if why:
+            self.on = False
+            log.warning(
+                "%s: the switched model and the candidate as built disagree (%s); every candidate is built "
+                "and run as itself from now on",
+                candidate.label,
+                why,
+            )
+        return not why

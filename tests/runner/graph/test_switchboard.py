@@ -1,0 +1,94 @@
+"""The switchboard: one switched model gives every fp16 candidate's emulated values, bit for bit."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import onnx
+import pytest
+
+from examples.planted import one_sensitive, rmsnorm_decoder, two_branches
+from runner.backends.fp16_emulation import EmulationBackend
+from runner.graph.convert import Converter, float_nodes, prepare
+from runner.graph.precisions import BFLOAT16, FLOAT16
+from runner.graph.switchboard import LazySwitchboard, build_switchboard
+from tests.helpers.models import need
+
+SHARED = Path(__file__).resolve().parents[4] / "shared" / "models"
+
+
+def _agree(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], trials: int) -> int:
+    """Run random kept sets (and none, and all) both ways; assert equal bits; the number of Inf/NaN
+    outputs seen (the cases where rounding showed)."""
+    prepared = prepare(model, FLOAT16)
+    converter = Converter(prepared, FLOAT16)
+    board = build_switchboard(prepared, converter, "test")
+    assert board is not None
+    layers = float_nodes(prepared)
+    assert set(board.switches) <= set(layers) and board.switches
+    emulation = EmulationBackend(graph_optimization_level="disable")
+    rng = random.Random(0)
+    sets = [frozenset(), frozenset(layers)] + [
+        frozenset(rng.sample(layers, rng.randrange(1, len(layers)))) for _ in range(trials)
+    ]
+    nonfinite = 0
+    for kept in sets:
+        built = converter.convert([prepared.graph.node[i].name for i in kept])
+        want = emulation.run(built, feeds)
+        got = emulation.run_as_rounded(board.model, {**feeds, **board.feeds(kept)}, key="board")
+        assert list(got) == list(want)
+        for name in want:
+            assert got[name].dtype == want[name].dtype
+            assert np.array_equal(got[name], want[name], equal_nan=True), f"{name} differs keeping {len(kept)} nodes"
+            nonfinite += int(not np.isfinite(want[name]).all())
+    return nonfinite
+
+
+def test_planted_overflows_give_the_built_candidates_bits():
+    """Weights past fp16's range (clipped to 65504 by the converter, not rounded to Inf) times inputs past 1."""
+    feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
+    assert _agree(one_sensitive()[0], feeds, 6) > 0, "some candidate overflows, and the switched run shows it"
+    assert _agree(two_branches()[0], feeds, 6) > 0
+
+
+def test_an_rmsnorm_decoder_gives_the_built_candidates_bits():
+    model, _, ids = rmsnorm_decoder(layers=2)
+    _agree(model, {"ids": ids}, 6)
+
+
+def test_the_detector_gives_the_built_candidates_bits():
+    """Conv, Resize (its scales stay fp32), BatchNormalization, HardSigmoid: 330 switched nodes."""
+    model = onnx.load(str(need(SHARED / "ch_PP-OCRv4_det_infer.onnx")))
+    pixels = (np.random.default_rng(0).random((1, 3, 32, 32)) * 255).astype(np.float32)
+    _agree(model, {"x": pixels}, 2)
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny"])
+def test_transformer_exports_give_the_built_candidates_bits(name):
+    """LayerNormalization or its pieces, Softmax, Gather, shape arithmetic left unswitched."""
+    model = onnx.load(str(need(SHARED / "zoo" / f"{name}.onnx")))
+    feeds = dict(np.load(SHARED / "zoo" / f"{name}.npz"))
+    inputs = {i.name for i in model.graph.input}
+    _agree(model, {k: v for k, v in feeds.items() if k in inputs}, 3)
+
+
+def test_no_switchboard_for_bodies_bf16_or_a_large_model():
+    model, _, _ = one_sensitive()
+    bf16 = prepare(model, BFLOAT16)
+    assert build_switchboard(bf16, Converter(bf16, BFLOAT16), "k") is None
+    vad = prepare(onnx.load(str(need(SHARED / "silero_vad.onnx"))), FLOAT16)
+    assert any(n.op_type == "If" for n in vad.graph.node)
+    assert build_switchboard(vad, Converter(vad, FLOAT16), "k") is None
+
+
+def test_a_switchboard_pickles_as_none_and_builds_once():
+    model, _, _ = one_sensitive()
+    prepared = prepare(model, FLOAT16)
+    lazy = LazySwitchboard(prepared, Converter(prepared, FLOAT16), "k")
+    first = lazy.get()
+    assert first is not None and lazy.get() is first
+    assert pickle.loads(pickle.dumps(lazy)).get() is None
