@@ -157,7 +157,8 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = bool(self.outputs or self.exclude_outputs or self.detections)
         only_cpu = self.providers == ["CPUExecutionProvider"]
-        self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, not named)
+        fp16 = self.backend if backend == "fp16_emulation" else None  # a bf16 emulation's candidates are built
+        self.switched = SwitchedRuns(fp16, switchboard, only_cpu, graph_optimization_level, not named)
 
     uses_payload = True
 

@@ -32,7 +32,7 @@ class SwitchedRuns:
     """Whether and how the compare checker runs a candidate on its switchboard.
 
     Args:
-        backend: the checker's candidate backend.
+        backend: the checker's candidate backend when it is ``fp16_emulation`` (else None: off).
         enabled: ``checker.switchboard``.
         cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
         level: the backend's graph optimization level (switched runs need "disable").
@@ -40,7 +40,9 @@ class SwitchedRuns:
             or detection tensors of its own choosing).
     """
 
-    def __init__(self, backend: object, enabled: bool, cpu_only: bool, level: str, graph_outputs: bool):
+    def __init__(
+        self, backend: Optional[EmulationBackend], enabled: bool, cpu_only: bool, level: str, graph_outputs: bool
+    ):
         self.backend = backend if isinstance(backend, EmulationBackend) else None
         self.on = bool(enabled and self.backend is not None and cpu_only and level == "disable" and graph_outputs)
         self._left = CROSS_CHECKS

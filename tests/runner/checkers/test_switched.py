@@ -1,0 +1,132 @@
+"""Switched runs: when the compare checker runs precision's fp16 candidates on their switchboard,
+the cross-check of the first ones, and a precision run's answers and artifacts with and without it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import onnx
+import pytest
+
+from examples.planted import rmsnorm_decoder, two_branches
+from runner.backends.fp16_emulation import EmulationBackend
+from runner.candidates import Candidate
+from runner.checkers.compare import CompareChecker
+from runner.checkers.switched import CROSS_CHECKS, SwitchedRuns
+from runner.graph.convert import Converter, prepare
+from runner.graph.precisions import FLOAT16
+from runner.graph.switchboard import LazySwitchboard, Switched
+
+
+@pytest.mark.parametrize(
+    "options, on",
+    [
+        ({"backend": "fp16_emulation"}, True),
+        ({"backend": "fp16_emulation", "switchboard": False}, False),
+        ({"backend": "fp16_emulation", "graph_optimization_level": "all"}, False),  # fused: other bits
+        ({"backend": "fp16_emulation", "outputs": ["y"]}, False),  # marked outputs: the switched model has none
+        ({"backend": "bf16_emulation"}, False),
+        ({"backend": "onnxruntime", "low_precision": "float16"}, False),  # fp16 kernels, not the emulation
+    ],
+)
+def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
+    checker = CompareChecker(**options)
+    model, _, _ = two_branches()
+    prepared = prepare(model, FLOAT16)
+    candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
+    assert checker.runs_switched(candidate) is (on and options["backend"] == "fp16_emulation")
+    assert not checker.runs_switched(Candidate("k", "c")), "a candidate with no switchboard runs as itself"
+
+
+def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
+    model, _, _ = two_branches()
+    prepared = prepare(model, FLOAT16)
+    converter = Converter(prepared, FLOAT16)
+    names = [n.name for n in prepared.graph.node]
+    runs = SwitchedRuns(EmulationBackend(), True, True, "disable", True)
+    runs._left = left
+    built = converter.convert([names[i] for i in kept_built])
+    candidate = Candidate(
+        "k",
+        "the candidate",
+        payload=lambda: built,
+        switched=Switched(LazySwitchboard(prepared, converter, "b"), frozenset(kept_switched)),
+    )
+    feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
+    board, switches = runs.board(candidate)
+    return runs, candidate, runs.run(board, switches, feeds), feeds
+
+
+def test_a_cross_check_that_agrees_keeps_switched_runs_on():
+    runs, candidate, got, feeds = _runs({1}, {1})
+    assert runs.agrees(candidate, got, feeds) and runs.takes(candidate)
+
+
+def test_a_cross_check_that_disagrees_turns_switched_runs_off(caplog):
+    """A switched model that does not give the built candidate's values (here: other switches) is
+    caught on the first candidates, and every later candidate is built and run as itself."""
+    runs, candidate, got, feeds = _runs({1}, set())
+    assert not np.isfinite(got["y"]).all(), "the switched run overflows where the built candidate keeps mul_a"
+    with caplog.at_level(logging.WARNING):
+        assert not runs.agrees(candidate, got, feeds)
+    assert "disagree" in caplog.text and not runs.takes(candidate)
+
+
+def test_after_the_cross_checks_the_candidate_is_never_built():
+    runs, candidate, got, feeds = _runs({1}, set(), left=0)
+
+    def never():
+        raise AssertionError("built after the cross-checks")
+
+    candidate.payload = never
+    assert runs.agrees(candidate, got, feeds)
+
+
+def _precision(run, tmp_path, name, *extra):
+    model, _, ids = rmsnorm_decoder()
+    path = tmp_path / "decoder.onnx"
+    if not path.exists():
+        onnx.save(model, path)
+        np.savez(tmp_path / "ids.npz", ids=ids)
+    return run(
+        "mode=precision",
+        "marker=minimal",
+        f"model={path}",
+        f"inputs={tmp_path / 'ids.npz'}",
+        f"output={tmp_path / name}.onnx",
+        "checker=compare",
+        "checker.backend=fp16_emulation",
+        "checker.check_error_stat=rel_l2",
+        "checker.atol=0",
+        "checker.rtol=0.05",
+        *extra,
+    )
+
+
+def test_a_switched_precision_run_gives_the_verdicts_and_answer_of_built_candidates(run, tmp_path):
+    """The RMSNorm decoder's four nodes, the same verdict for every iteration, the answer verified as
+    written; the switched run writes no iteration artifact unless asked to keep them all."""
+    switched = _precision(run, tmp_path, "switched", "artifacts.keep_intermediate=true")
+    built = _precision(run, tmp_path, "built", "checker.switchboard=false")
+    assert switched.returncode == built.returncode == 0, switched.stderr[-2000:] + built.stderr[-2000:]
+    log = (switched.run_dir / "runner.log").read_text()
+    assert "run on one switched model" in log and "disagree" not in log
+    assert "run on one switched model" not in (built.run_dir / "runner.log").read_text()
+    verdicts = [(i["key"], i["passed"], i["details"]["outputs"]) for i in switched.replay["iterations"]]
+    assert verdicts == [(i["key"], i["passed"], i["details"]["outputs"]) for i in built.replay["iterations"]]
+    assert switched.summary["kept_nodes"] == built.summary["kept_nodes"] and switched.summary["kept"] == 4
+    assert switched.summary["answer_verified"]["check_passed"]
+    kept = sorted((switched.run_dir / "artifacts" / "intermediate").iterdir())
+    assert len(kept) == switched.summary["checks"], "keep_intermediate: every iteration's model, switched or not"
+    onnx.checker.check_model(str(kept[3]))
+
+
+def test_a_switched_precision_run_writes_no_iteration_artifacts(run, tmp_path):
+    r = _precision(run, tmp_path, "mixed")
+    assert r.returncode == 0, r.stderr[-2000:]
+    artifact = r.run_dir / "iter_artifact.onnx"
+    # only the first gate (the model as given, no switchboard) is written
+    assert onnx.load(str(artifact)).graph.node[0].op_type != "Cast"
+    assert json.loads((r.run_dir / "summary.json").read_text())["kept"] == 4
