@@ -157,7 +157,8 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = bool(self.outputs or self.exclude_outputs or self.detections)
         only_cpu = self.providers == ["CPUExecutionProvider"]
-        fp16 = self.backend if backend == "fp16_emulation" else None  # a bf16 emulation's candidates are built
+        # a bf16 emulation's candidates are built
+        fp16 = self.backend if backend == "fp16_emulation" and isinstance(self.backend, EmulationBackend) else None
         self.switched = SwitchedRuns(fp16, switchboard, only_cpu, graph_optimization_level, not named)
 
     uses_payload = True

@@ -43,8 +43,8 @@ class SwitchedRuns:
     def __init__(
         self, backend: Optional[EmulationBackend], enabled: bool, cpu_only: bool, level: str, graph_outputs: bool
     ):
-        self.backend = backend if isinstance(backend, EmulationBackend) else None
-        self.on = bool(enabled and self.backend is not None and cpu_only and level == "disable" and graph_outputs)
+        self.backend = backend
+        self.on = bool(enabled and backend is not None and cpu_only and level == "disable" and graph_outputs)
         self._left = CROSS_CHECKS
         self._lock = threading.Lock()
         self._said = False
