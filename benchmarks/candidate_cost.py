@@ -15,6 +15,12 @@ phase is timed apart (median seconds per candidate):
 recognizer-size model, an int8 candidate at most 3x an fp16 one. Models: the detector (fp16; int8
 in both placements), and a Llama-style decoder of 8 blocks of width 1024 (222 MB).
 
+The "switched" row is how ``checker=compare checker.backend=fp16_emulation`` runs the detector's fp16
+candidates on CPU (``runner.graph.switchboard``): the same kept sets as feeds of one switched model in
+one session (built once, timed apart). Its build is making the feeds; its run is the switched model's;
+its overhead is the feeds plus what the switched run costs over the candidate's own run (the fp16
+row's run, measured again here on the same kept sets).
+
 Usage: python benchmarks/candidate_cost.py [--candidates 5] [--size 96]
 """
 
@@ -45,6 +51,7 @@ from runner.graph.qdq import quantized_nodes  # noqa: E402
 from runner.graph.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
 from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
+from runner.graph.switchboard import build_switchboard  # noqa: E402
 from runner.graph.validate import Validator  # noqa: E402
 
 
@@ -96,6 +103,41 @@ def _measure(
     }
 
 
+def _measure_switched(
+    label: str, model: onnx.ModelProto, converter: Converter, feeds: Dict[str, np.ndarray], count: int
+) -> Dict[str, object]:
+    """The fp16 row's kept sets as feeds of the switchboard; the switched run against the built one."""
+    board, made = _timed(build_switchboard, model, converter, "benchmark")
+    assert board is not None, "the detector has a switchboard"
+    emulation = EmulationBackend(graph_optimization_level="disable")
+    _, first = _timed(emulation.run_as_rounded, board.model, {**feeds, **board.feeds(frozenset())}, "board")
+    print(f"{label}: switchboard built in {made:.3f} s, its session and first run {first:.3f} s (once per run)")
+    layers = float_nodes(model)
+    index = {model.graph.node[i].name: i for i in layers}
+    rng = random.Random(0)  # the fp16 row's kept sets
+    times: Dict[str, List[float]] = {k: [] for k in ("build", "run", "built run")}
+    for _ in range(count):
+        kept = frozenset(index[n] for n in rng.sample(list(index), len(index) // 2))
+        switches, t = _timed(board.feeds, kept)
+        times["build"].append(t)
+        _, t = _timed(emulation.run_as_rounded, board.model, {**feeds, **switches}, "board")
+        times["run"].append(t)
+        prepared, _, _ = emulation.prepare(converter.convert([model.graph.node[i].name for i in kept]), None)
+        sess = session_for(prepared, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        _, t = _timed(sess.run, None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+        times["built run"].append(t)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    overhead = median["build"] + max(0.0, median["run"] - median["built run"])
+    return {
+        "candidate": label,
+        "build": f"{median['build']:.3f}",
+        **{k: "0" for k in ("validate", "prepare", "session")},
+        "run": f"{median['run']:.3f}",
+        "overhead": f"{overhead:.3f}",
+        "total": f"{median['build'] + median['run']:.3f}",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidates", type=int, default=5)
@@ -110,6 +152,7 @@ def main() -> None:
     names = [fp16.graph.node[i].name for i in float_nodes(fp16)]
     converter = Converter(fp16, FLOAT16)
     rows.append(_measure("detector fp16", converter.convert, names, Validator(fp16), pixels, True, args.candidates))
+    rows.append(_measure_switched("detector fp16, switched", fp16, converter, pixels, args.candidates))
 
     int8 = prepare_int8(detector)
     samples = [{"x": (rng.random((1, 3, args.size, args.size))).astype(np.float32)} for _ in range(4)]

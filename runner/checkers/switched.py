@@ -51,6 +51,14 @@ class SwitchedRuns:
         #: checks run switched (for the log)
         self.count = 0
 
+    def __getstate__(self) -> Dict[str, object]:
+        """Pickled (a checker sent to a worker process) without its lock."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: Dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def takes(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""
         return self.on and candidate.switched is not None and not candidate.as_reference

@@ -130,3 +130,14 @@ def test_a_switched_precision_run_writes_no_iteration_artifacts(run, tmp_path):
     # only the first gate (the model as given, no switchboard) is written
     assert onnx.load(str(artifact)).graph.node[0].op_type != "Cast"
     assert json.loads((r.run_dir / "summary.json").read_text())["kept"] == 4
+
+
+def test_a_checker_with_switched_runs_pickles():
+    """A checker is sent to worker processes (executor=processes, dask, checker.isolate)."""
+    import pickle
+
+    checker = pickle.loads(pickle.dumps(CompareChecker(backend="fp16_emulation")))
+    model, _, _ = two_branches()
+    prepared = prepare(model, FLOAT16)
+    candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
+    assert checker.runs_switched(candidate)
