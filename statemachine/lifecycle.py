@@ -136,6 +136,7 @@ class Lifecycle:
         self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
         self.passes = 0
         self.errors = 0
+        self.switched_checks = 0  # checks run here as feeds of a switched model (``runner.checkers.switched``)
         self.failure_codes: set = set()
         self.round: List[Pending] = []
         self.verdict: Optional[Verdict] = None
@@ -227,6 +228,7 @@ class Lifecycle:
             ahead = sum(p.candidate.key in self._built_ahead for p in todo)
             if ahead:
                 log.info("Round %d: %d of %d candidates were built ahead", self.rounds + 1, ahead, len(todo))
+            switched = any(self._switched(p.candidate) for p in todo)  # the search needs nothing built ahead
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
@@ -241,7 +243,7 @@ class Lifecycle:
                 todo,
                 lambda: self.strategy.settled([p.verdict for p in self.round]),
                 self._progress if parallel else None,
-                self._lookahead() if parallel and self.executor.lookahead else None,
+                self._lookahead() if parallel and self.executor.lookahead and not switched else None,
             )
         except BaseException:
             self._salvage(todo)
@@ -276,15 +278,13 @@ class Lifecycle:
             yield True
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
-        """Write the candidate's artifact here (unless its check writes it, or a serial check runs it
-        switched: ``Checker.runs_switched``); with several workers, build an in-process checker's model
-        here too, where the strategy lives."""
+        """Write the candidate's artifact here (unless its check writes it, or runs it switched:
+        ``_switched``); with several workers, build an in-process checker's model here too, where the
+        strategy lives."""
         candidate = pending.candidate
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
-        # a serial check run as feeds of a switched model needs neither its file nor its model
-        assert self.checker is not None
-        if not parallel and not self.sorter.keep_intermediate and self.checker.runs_switched(candidate):
+        if self._switched(candidate):
             return
         if candidate.write is not None and not candidate.write_in_check:
             try:
@@ -300,6 +300,14 @@ class Lifecycle:
                 raise
         if parallel and candidate.payload is not None and self.checker is not None and self.checker.uses_payload:
             candidate.payload()
+
+    def _switched(self, candidate: Candidate) -> bool:
+        """Whether ``candidate``'s check runs it in this process as feeds of a switched model
+        (``Checker.runs_switched``): it needs neither its file (unless every one is kept) nor its model."""
+        assert self.checker is not None
+        if self.executor.elsewhere or self.sorter.keep_intermediate:
+            return False
+        return self.checker.runs_switched(candidate)
 
     def _salvage(self, todo: List[Pending]) -> None:
         """When the run stops mid-round: sort and record the checks that ended (a resumed run reuses them)."""
@@ -375,6 +383,8 @@ class Lifecycle:
             self.crashed.add(candidate.twin or candidate.key)
         if verdict.error:
             self.errors += 1
+        if verdict.details.get("switched") and not verdict.reused:
+            self.switched_checks += 1
         if verdict.passed:
             self.passes += 1
         else:

@@ -293,6 +293,8 @@ class CompareChecker(Checker):
             passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
             problems = [self._decision_hint(p) for p in problems]
             found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
+            if switched is not None:
+                found["switched"] = True  # ran as feeds of the switchboard (counted in summary.json)
             if judged is not None and not judged[0]:
                 passed, problems = False, [f"detections: {judged[2]}", *problems]
             if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):

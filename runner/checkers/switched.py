@@ -48,8 +48,6 @@ class SwitchedRuns:
         self._left = CROSS_CHECKS
         self._lock = threading.Lock()
         self._said = False
-        #: checks run switched (for the log)
-        self.count = 0
 
     def __getstate__(self) -> Dict[str, object]:
         """Pickled (a checker sent to a worker process) without its lock."""
@@ -95,8 +93,6 @@ class SwitchedRuns:
             ModelError: ONNX Runtime cannot load or run it.
         """
         assert self.backend is not None
-        with self._lock:
-            self.count += 1
         return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key)
 
     def agrees(self, candidate: Candidate, got: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]) -> bool:

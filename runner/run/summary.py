@@ -27,7 +27,7 @@ class Summary:
         answer_verified: the check of the written answer, when it did not give the search's verdict.
         check_output_tail: the last check's output (a check that never passed).
         counters: the lifecycle's counters (``check_s``, ``errors``, ``crashes``, ``rounds``, ``workers``,
-            ``executor``, ``cancelled``) and the executor's facts, once a lifecycle was built.
+            ``executor``, ``cancelled``, ``switched_checks``) and the executor's facts, once a lifecycle was built.
         reused_from_other_identity: verdicts reused from a replay of another identity.
         wall_s: seconds from ``started`` to ``finish``.
         started: ``time.monotonic()`` at the run's start (not written).

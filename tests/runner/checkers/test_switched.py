@@ -118,6 +118,9 @@ def test_a_switched_precision_run_gives_the_verdicts_and_answer_of_built_candida
     assert verdicts == [(i["key"], i["passed"], i["details"]["outputs"]) for i in built.replay["iterations"]]
     assert switched.summary["kept_nodes"] == built.summary["kept_nodes"] and switched.summary["kept"] == 4
     assert switched.summary["answer_verified"]["check_passed"]
+    # every check but the model as given and the written answer ran switched; the built run none
+    assert switched.summary["switched_checks"] == switched.summary["checks"] - 2
+    assert "switched_checks" not in built.summary
     kept = sorted((switched.run_dir / "artifacts" / "intermediate").iterdir())
     assert len(kept) == switched.summary["checks"], "keep_intermediate: every iteration's model, switched or not"
     onnx.checker.check_model(str(kept[3]))
@@ -141,3 +144,14 @@ def test_a_checker_with_switched_runs_pickles():
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
     assert checker.runs_switched(candidate)
+
+
+def test_threads_run_switched_checks_and_give_the_serial_answer(run, tmp_path):
+    """executor=local: checks in threads of this process share the switchboard's session; no model is
+    built for them, ahead or not."""
+    serial = _precision(run, tmp_path, "serial")
+    threads = _precision(run, tmp_path, "threads", "executor=local", "executor.workers=2")
+    assert threads.returncode == 0, threads.stderr[-2000:]
+    assert threads.summary["kept_nodes"] == serial.summary["kept_nodes"]
+    assert threads.summary["switched_checks"] == threads.summary["checks"] - 2
+    assert "built ahead" not in (threads.run_dir / "runner.log").read_text()
