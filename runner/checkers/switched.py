@@ -63,11 +63,7 @@ class SwitchedRuns:
 
     def board(self, candidate: Candidate) -> Optional[Tuple[Switchboard, Dict[str, np.ndarray]]]:
         """The switchboard and the switch feeds of ``candidate``, or None: it runs as itself (switched
-        runs are off, or its search has no switchboard).
-
-        Raises:
-            ModelError: the converter fails on the model (building the switchboard).
-        """
+        runs are off, or its search has no switchboard)."""
         if not self.takes(candidate):
             return None
         assert candidate.switched is not None

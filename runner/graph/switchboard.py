@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from runner.errors import first_line
 from runner.graph.convert import Converter
 from runner.graph.emulate import tensor_types
 from runner.graph.precisions import FLOAT16
@@ -88,8 +89,8 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
 
     Returns:
         The switchboard; None (with a debug line) for a model with If/Loop/Scan bodies, a bfloat16
-        conversion, weights past ``MAP_BYTES``, or a switched node whose output has no known type
-        or is an optional output left out before a present one.
+        conversion, weights past ``MAP_BYTES``, no node the conversion changes, or a switched node
+        whose output has no known type or is an optional output left out before a present one.
 
     Raises:
         ModelError: the converter fails on the model.
@@ -169,6 +170,9 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
                 else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
             )
         )
+    if not switches:
+        log.debug("No switchboard: the conversion changes no node")
+        return None
     del g.node[:]
     g.node.extend(nodes)
     g.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, []) for name in switches.values())
@@ -212,14 +216,14 @@ class LazySwitchboard:
         self._board: Optional[Switchboard] = None
 
     def get(self) -> Optional[Switchboard]:
-        """The switchboard, or None where ``build_switchboard`` makes none.
-
-        Raises:
-            ModelError: the converter fails on the model.
-        """
+        """The switchboard, or None where ``build_switchboard`` makes none or fails (the candidates are
+        then built one by one, and their own builds say what fails)."""
         with self._lock:
             if not self._built:
-                self._board = build_switchboard(*self._args)
+                try:
+                    self._board = build_switchboard(*self._args)
+                except Exception as e:  # the converter or shape inference: never the run's end
+                    log.info("No switchboard (%s: %s); each candidate is built", type(e).__name__, first_line(e))
                 self._built = True
                 self._args = None  # type: ignore[assignment]
         return self._board

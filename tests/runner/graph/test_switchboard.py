@@ -92,3 +92,35 @@ def test_a_switchboard_pickles_as_none_and_builds_once():
     first = lazy.get()
     assert first is not None and lazy.get() is first
     assert pickle.loads(pickle.dumps(lazy)).get() is None
+
+
+def test_a_switchboard_that_cannot_be_built_is_none(caplog):
+    """A converter that fails on the model: no switchboard, a log line, and the run goes on (each
+    candidate's own build then says what fails)."""
+    import logging
+
+    from runner.errors import ModelError
+
+    class Failing(Converter):
+        def convert(self, keep):
+            raise ModelError("planted")
+
+    model, _, _ = one_sensitive()
+    prepared = prepare(model, FLOAT16)
+    with caplog.at_level(logging.INFO):
+        assert LazySwitchboard(prepared, Failing(prepared, FLOAT16), "k").get() is None
+    assert "No switchboard (ModelError: planted)" in caplog.text
+
+
+def test_a_model_the_conversion_leaves_as_it_is_has_no_switchboard():
+    """Only integer arithmetic: no node to switch."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["b"], name="add")],
+        "ints",
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("b", TensorProto.INT64, [2])],
+    )
+    model = prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), FLOAT16)
+    assert build_switchboard(model, Converter(model, FLOAT16), "k") is None
