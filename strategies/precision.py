@@ -47,7 +47,7 @@ from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
-from strategies.precision_space import search_space
+from strategies.precision_space import OutputErrorOrder, search_space
 from strategies.prefix_search import PrefixSearch
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         converter: the fp16/bf16 converter the ranking made (``precision_space.SearchSpace.converter``), so
             that each weight's low-precision form is made once per run; None: one of its own.
         reorder: ranks the nodes again for a ranked set search that finds them many
-            (``precision_space.SearchSpace.reorder``: int8's output-error ranking); None: never.
+            (``precision_space.OutputErrorOrder``: int8's output-error ranking); None: never.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -130,9 +130,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         scoped: bool = False,
         original: Optional[onnx.ModelProto] = None,
         converter: Optional[Converter] = None,
-        reorder: Optional[Callable[[List[int]], List[int]]] = None,
+        reorder: Optional[OutputErrorOrder] = None,
     ):
         self.forced: Units = frozenset(forced)
+        self.reorder = reorder
         self.scoped = scoped
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
@@ -364,7 +365,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
     # -- results --------------------------------------------------------------------------
 
     def result(self) -> Dict[str, Any]:
-        """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json."""
+        """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json; int8's
+        ``calibration``, and ``ranked_again`` (nodes, seconds) when the nodes were ranked again."""
         assert self.final is not None
         return {
             "kept_nodes": self.describe(self.final),
@@ -376,6 +378,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "direction": self.direction,
             "low_precision": self.low.name,
             **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
+            **({"ranked_again": self.reorder.facts} if self.reorder is not None and self.reorder.facts else {}),
             **self.answer_outputs(),
             **self.answer_verified(),
         }

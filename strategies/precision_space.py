@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, FrozenSet, List, Optional
 
 import onnx
 
@@ -62,7 +62,57 @@ class SearchSpace:
     quantizer: Optional[Quantizer]
     ranking: Optional[List[int] | Callable[[], List[int]]]
     converter: Optional[Converter] = None
-    reorder: Optional[Callable[[List[int]], List[int]]] = None
+    reorder: Optional[OutputErrorOrder] = None
+
+
+class OutputErrorOrder:
+    """int8's second ranking, for a set search that finds the needed nodes many
+    (``strategies.group_search``'s ``reorder``): the nodes ordered by the error each makes at the
+    outputs quantized alone (``runner.layerwise.output_ranking``: one candidate built and run per node).
+
+    Args:
+        ctx: the run context (its samples).
+        model: the prepared fp32 model.
+        everything: indices of every node the candidates may keep (searched and forced).
+        quantizer: builds the "this node alone quantized" candidates.
+        checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
+
+    Attributes:
+        facts: ``{"nodes": how many were ranked, "seconds": how long it took}`` once it ran, for
+            ``summary.json``'s ``ranked_again``; None before.
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        model: onnx.ModelProto,
+        everything: FrozenSet[int],
+        quantizer: Quantizer,
+        checker: Optional[Checker],
+    ):
+        self.ctx, self.model, self.everything, self.quantizer, self.checker = ctx, model, everything, quantizer, checker
+        self.facts: Optional[Dict[str, float]] = None
+
+    def __call__(self, nodes: List[int]) -> List[int]:
+        """``nodes`` ordered by output error, largest first."""
+        started = time.monotonic()
+        log.info(
+            "A ranked prefix of %d or more nodes fails: ranking the %d nodes again by the output error each makes "
+            "alone in int8 (one run each), then galloping again",
+            REORDER_FROM,
+            len(nodes),
+        )
+        builds = [(i, functools.partial(self._alone, i)) for i in nodes]
+        order = output_error_ranking(builds, self.model, self.ctx.samples, ranking_backend(self.checker))
+        seconds = time.monotonic() - started
+        self.facts = {"nodes": len(nodes), "seconds": round(seconds, 3)}
+        first = ", ".join(self.model.graph.node[i].name for i in order[:5])
+        log.info("Ranked again in %.1f s; first: %s", seconds, first)
+        return order
+
+    def _alone(self, index: int) -> onnx.ModelProto:
+        """The model with node ``index`` alone quantized."""
+        return self.quantizer.convert(sorted(self.model.graph.node[k].name for k in self.everything - {index}))
 
 
 def search_space(
@@ -129,33 +179,12 @@ def search_space(
         )
         return order
 
-    def by_output_error(nodes: List[int]) -> List[int]:
-        assert quantizer is not None
-        everything, started = frozenset(layers) | frozenset(forced), time.monotonic()
-        log.info(
-            "A ranked prefix of %d or more nodes fails: ranking the %d nodes again by the output error each makes "
-            "alone in %s (one run each), then galloping again",
-            REORDER_FROM,
-            len(nodes),
-            low,
-        )
-
-        def alone(i: int) -> onnx.ModelProto:
-            return quantizer.convert(sorted(model.graph.node[k].name for k in everything - {i}))
-
-        builds = [(i, functools.partial(alone, i)) for i in nodes]
-        order = output_error_ranking(builds, model, ctx.samples, ranking_backend(checker))
-        log.info(
-            "Ranked again in %.1f s; first: %s",
-            time.monotonic() - started,
-            ", ".join(model.graph.node[i].name for i in order[:5]),
-        )
-        return order
-
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
         ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    reorder = by_output_error if quantizer is not None else None
+    reorder = (
+        OutputErrorOrder(ctx, model, frozenset(layers) | frozenset(forced), quantizer, checker) if quantizer else None
+    )
     converter = converters[0] if converters else None
     return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder)
 

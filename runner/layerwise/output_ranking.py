@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
@@ -24,6 +25,9 @@ from runner.backends.base import Backend, make_backend
 from runner.errors import ModelError
 
 log = logging.getLogger(__name__)
+
+#: seconds between the ranking's progress lines
+PROGRESS_S = 15.0
 
 T = TypeVar("T", bound=Hashable)
 
@@ -72,7 +76,11 @@ def output_error_ranking(
     try:
         wanted: List[Dict[str, np.ndarray]] = [backend.run(reference, feeds, key="rank:reference") for feeds in samples]
         errors: Dict[int, float] = {}
+        started = said = time.monotonic()
         for position, (item, build) in enumerate(candidates):
+            if time.monotonic() - said >= PROGRESS_S:
+                said = time.monotonic()
+                log.info("Ranking by output error: %d of %d, %.0f s", position, len(candidates), said - started)
             try:
                 model = build()
                 errors[position] = max(

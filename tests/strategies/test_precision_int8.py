@@ -162,6 +162,7 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["kept"] == 0 and r.summary["checks"] <= 3
     assert "Nodes ranked by" not in (r.run_dir / "runner.log").read_text()
+    assert "ranked_again" not in r.summary
     assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
 
 
@@ -237,4 +238,5 @@ def test_many_needed_nodes_are_ranked_again_by_the_error_each_makes_at_the_outpu
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["answer_verified"]["check_passed"] is True
     assert "ranking the 64 nodes again by the output error" in (r.run_dir / "runner.log").read_text()
+    assert r.summary["ranked_again"]["nodes"] == 64 and r.summary["ranked_again"]["seconds"] > 0
     assert r.summary["kept"] > 32 and r.summary["checks"] <= r.summary["kept"] + 30  # two gallops, a few drops

@@ -53,3 +53,16 @@ def test_output_error(got, want, expected):
 def test_output_error_is_relative_over_every_output_together():
     want = {"a": np.array([3.0]), "b": np.array([4.0])}
     assert output_error({"a": np.array([3.0]), "b": np.array([4.5])}, want) == pytest.approx(0.5 / 5.0)
+
+
+def test_a_long_ranking_says_how_far_it_is(monkeypatch, caplog):
+    """A line every ``PROGRESS_S`` seconds (here: every candidate) while the candidates run."""
+    import logging
+
+    import runner.layerwise.output_ranking as output_ranking
+
+    monkeypatch.setattr(output_ranking, "PROGRESS_S", 0.0)
+    builds = [(k, lambda k=k: _scaled(1.0 + k, 1.0)) for k in range(3)]
+    with caplog.at_level(logging.INFO):
+        assert output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}]) == [2, 1, 0]
+    assert "Ranking by output error: 2 of 3" in caplog.text
