@@ -84,11 +84,15 @@ class EmulationBackend(Backend):
         }
 
     def run_as_rounded(
-        self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], key: Optional[str] = None
+        self,
+        model: onnx.ModelProto,
+        feeds: Mapping[str, np.ndarray],
+        key: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
     ) -> Dict[str, np.ndarray]:
         """Run an fp32 model that rounds its fp16 tensors itself (``runner.graph.switchboard``'s) as it
         is, in this backend's sessions: ``run``'s arguments and result, with no rewrite."""
-        return self.ort.run(model, feeds, key=key)
+        return self.ort.run(model, feeds, key=key, outputs=outputs)
 
     def close(self) -> None:
         """Drop cached sessions and rewritten models."""

@@ -155,11 +155,11 @@ class CompareChecker(Checker):
         #: graph outputs whose shape depends on the data, and what decides it (bind)
         self.decisions: Dict[str, Decision] = {}
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
-        named = bool(self.outputs or self.exclude_outputs or self.detections)
+        named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
         # a bf16 emulation's candidates are built
         fp16 = self.backend if backend == "fp16_emulation" and isinstance(self.backend, EmulationBackend) else None
-        self.switched = SwitchedRuns(fp16, switchboard, only_cpu, graph_optimization_level, not named)
+        self.switched = SwitchedRuns(fp16, switchboard, only_cpu, graph_optimization_level, named)
 
     uses_payload = True
 
@@ -184,6 +184,7 @@ class CompareChecker(Checker):
                 f"checker.outputs/exclude_outputs/detections name {missing}, which are no tensors of the model "
                 f"(its outputs: {[o.name for o in model.graph.output]}); name node outputs of the model"
             )
+        self.switched.bind(model)
         self.decisions = data_dependent_outputs(model)
         for name, decision in self.decisions.items():
             log.info("Output %s has a data-dependent shape: %s", name, decision.hint())
@@ -265,7 +266,7 @@ class CompareChecker(Checker):
         if not wanted:
             return Verdict(True, reason="the candidate computes none of the compared tensors (checker.outputs)")
         run_model, run_key = model, candidate.key
-        if wanted != [o.name for o in model.graph.output]:
+        if switched is None and wanted != [o.name for o in model.graph.output]:
             run_model, run_key = marked(model, wanted), f"{candidate.key}:outputs:{','.join(wanted)}"
         several = len(self.samples) > 1
         for index, values in enumerate(self.samples):
@@ -275,7 +276,7 @@ class CompareChecker(Checker):
                     # the model the golden values came from, run as they were made: it gives them back
                     got = run_tensors(model, feeds, wanted)
                 elif switched is not None:
-                    got = self.switched.run(switched[0], switches, feeds)
+                    got = self.switched.run(switched[0], switches, feeds, wanted)
                     if index == 0 and not self.switched.agrees(candidate, got, feeds):
                         return self.check(artifact, iteration, candidate, slot)  # switched runs are off now
                 else:

@@ -4,7 +4,9 @@ A candidate carrying ``Candidate.switched`` is run as one feed set of ``runner.g
 model, in one cached session, instead of being converted, rewritten for the emulation and loaded in
 a session of its own. That gives the candidate's own values only where the emulation runs its
 rounding Casts as written: ``checker.backend=fp16_emulation`` on ONNX Runtime's CPU provider with
-graph optimizations off (the default for the emulations), comparing the graph outputs. The first
+graph optimizations off (the default for the emulations), comparing graph outputs (all of them, those
+``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors that are graph
+outputs: the switched model marks no intermediate tensor). The first
 ``CROSS_CHECKS`` switched candidates are also built and run as themselves; an output that differs by
 one bit turns switched runs off for the rest of the run, with a warning.
 """
@@ -13,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
+import onnx
 
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate
@@ -36,15 +39,16 @@ class SwitchedRuns:
         enabled: ``checker.switchboard``.
         cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
         level: the backend's graph optimization level (switched runs need "disable").
-        graph_outputs: the checker compares each candidate's graph outputs (no ``checker.outputs``
-            or detection tensors of its own choosing).
+        named: the tensors the checker names to compare (``checker.outputs``, detection tensors):
+            switched runs stay on only if each is a graph output of the model (``bind``).
     """
 
     def __init__(
-        self, backend: Optional[EmulationBackend], enabled: bool, cpu_only: bool, level: str, graph_outputs: bool
+        self, backend: Optional[EmulationBackend], enabled: bool, cpu_only: bool, level: str, named: Sequence[str]
     ):
         self.backend = backend
-        self.on = bool(enabled and backend is not None and cpu_only and level == "disable" and graph_outputs)
+        self.on = bool(enabled and backend is not None and cpu_only and level == "disable")
+        self.named = set(named)
         self._left = CROSS_CHECKS
         self._lock = threading.Lock()
         self._said = False
@@ -56,6 +60,11 @@ class SwitchedRuns:
     def __setstate__(self, state: Dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def bind(self, model: onnx.ModelProto) -> None:
+        """Turn switched runs off when the checker compares a tensor that is no graph output of ``model``."""
+        if not self.named <= {o.name for o in model.graph.output}:
+            self.on = False
 
     def takes(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""
@@ -81,15 +90,19 @@ class SwitchedRuns:
         return board, board.feeds(candidate.switched.kept)
 
     def run(
-        self, board: Switchboard, switches: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]
+        self,
+        board: Switchboard,
+        switches: Dict[str, np.ndarray],
+        feeds: Dict[str, np.ndarray],
+        outputs: Sequence[str],
     ) -> Dict[str, np.ndarray]:
-        """One run of the switched model: the candidate's graph outputs.
+        """One run of the switched model: the candidate's graph outputs named in ``outputs``.
 
         Raises:
             ModelError: ONNX Runtime cannot load or run it.
         """
         assert self.backend is not None
-        return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key)
+        return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
 
     def agrees(self, candidate: Candidate, got: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]) -> bool:
         """For the first ``CROSS_CHECKS`` candidates: whether ``candidate`` built and run as itself gives

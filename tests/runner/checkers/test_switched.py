@@ -26,7 +26,9 @@ from runner.graph.switchboard import LazySwitchboard, Switched
         ({"backend": "fp16_emulation"}, True),
         ({"backend": "fp16_emulation", "switchboard": False}, False),
         ({"backend": "fp16_emulation", "graph_optimization_level": "all"}, False),  # fused: other bits
-        ({"backend": "fp16_emulation", "outputs": ["y"]}, False),  # marked outputs: the switched model has none
+        ({"backend": "fp16_emulation", "outputs": ["y"]}, True),  # a graph output
+        ({"backend": "fp16_emulation", "exclude_outputs": ["y"]}, True),
+        ({"backend": "fp16_emulation", "outputs": ["pa"]}, False),  # intermediate: the switched model marks none
         ({"backend": "bf16_emulation"}, False),
         ({"backend": "onnxruntime", "low_precision": "float16"}, False),  # fp16 kernels, not the emulation
     ],
@@ -34,6 +36,7 @@ from runner.graph.switchboard import LazySwitchboard, Switched
 def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
     checker = CompareChecker(**options)
     model, _, _ = two_branches()
+    checker.switched.bind(model)
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
     assert checker.runs_switched(candidate) is (on and options["backend"] == "fp16_emulation")
@@ -45,7 +48,7 @@ def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
     prepared = prepare(model, FLOAT16)
     converter = Converter(prepared, FLOAT16)
     names = [n.name for n in prepared.graph.node]
-    runs = SwitchedRuns(EmulationBackend(), True, True, "disable", True)
+    runs = SwitchedRuns(EmulationBackend(), True, True, "disable", [])
     runs._left = left
     built = converter.convert([names[i] for i in kept_built])
     candidate = Candidate(
@@ -56,7 +59,7 @@ def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
     )
     feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
     board, switches = runs.board(candidate)
-    return runs, candidate, runs.run(board, switches, feeds), feeds
+    return runs, candidate, runs.run(board, switches, feeds, ["y"]), feeds
 
 
 def test_a_cross_check_that_agrees_keeps_switched_runs_on():
@@ -105,6 +108,7 @@ def _precision(run, tmp_path, name, *extra):
     )
 
 
+@pytest.mark.slow
 def test_a_switched_precision_run_gives_the_verdicts_and_answer_of_built_candidates(run, tmp_path):
     """The RMSNorm decoder's four nodes, the same verdict for every iteration, the answer verified as
     written; the switched run writes no iteration artifact unless asked to keep them all."""
@@ -155,3 +159,22 @@ def test_threads_run_switched_checks_and_give_the_serial_answer(run, tmp_path):
     assert threads.summary["kept_nodes"] == serial.summary["kept_nodes"]
     assert threads.summary["switched_checks"] == threads.summary["checks"] - 2
     assert "built ahead" not in (threads.run_dir / "runner.log").read_text()
+
+
+@pytest.mark.slow
+def test_detections_on_graph_outputs_run_switched(run, tmp_path):
+    """A detector whose outputs are decisions, judged by its detections (graph outputs): the same
+    verdicts switched as built, with rows that depend on the data."""
+    from examples.planted import threshold_detector
+
+    model, x = threshold_detector()
+    onnx.save(model, tmp_path / "det.onnx")
+    np.savez(tmp_path / "x.npz", x=x * 3e4)  # past fp16's range: some candidates lose boxes
+    argv = ["mode=precision", "marker=minimal", f"model={tmp_path / 'det.onnx'}", f"inputs={tmp_path / 'x.npz'}"]
+    argv += ["checker=compare", "checker.backend=fp16_emulation", "checker.detections={boxes: boxes, scores: scores}"]
+    switched = run(*argv, f"output={tmp_path / 'a.onnx'}")
+    built = run(*argv, f"output={tmp_path / 'b.onnx'}", "checker.switchboard=false")
+    assert switched.returncode == built.returncode == 0, switched.stderr[-2000:]
+    assert switched.summary["switched_checks"] > 0 and "switched_checks" not in built.summary
+    assert [i["passed"] for i in switched.replay["iterations"]] == [i["passed"] for i in built.replay["iterations"]]
+    assert switched.summary["kept_nodes"] == built.summary["kept_nodes"]
