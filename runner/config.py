@@ -141,7 +141,7 @@ class CompareCheckerConf:
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
     # null: all, but disable for fp16/bf16 emulation, whose rounding Casts then run as written
     graph_optimization_level: Optional[GraphOptimization] = None
-    # fp16 emulation on CPU: precision's fp16 candidates run on one switched model (runner.graph.switchboard)
+    # fp16/bf16 emulation on CPU: precision's candidates run on one switched model (runner.graph.switchboard)
     switchboard: bool = True
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
     outputs: List[str] = field(

@@ -158,10 +158,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
-        #: fp16 candidates as feeds of one switched model (built when a checker first runs one)
+        #: fp16/bf16 candidates as feeds of one switched model (built when a checker first runs one)
         self.switchboard: Optional[LazySwitchboard] = (
-            LazySwitchboard(model, self.converter, f"switchboard:{self.fingerprint}")
-            if isinstance(self.converter, Converter) and str(low) == FLOAT16.name
+            LazySwitchboard(model, self.converter, f"switchboard:{self.fingerprint}:{low}")
+            if isinstance(self.converter, Converter)
             else None
         )
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
@@ -280,7 +280,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         )
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """The candidate of ``units``; an fp16 one also as feeds of the search's switchboard."""
+        """The candidate of ``units``; an fp16 or bf16 one also as feeds of the search's switchboard."""
         made = super().candidate(units, label)
         if self.switchboard is None or made.units is None:
             return made

@@ -85,8 +85,9 @@ class CompareChecker(Checker):
             reduction order and pass it if it shows only fp32 re-association noise, which the
             reference itself cannot tell from a fault (``runner.checkers.noise``). Candidates in a
             low precision are never judged so.
-        switchboard: with ``fp16_emulation`` on CPU, run precision's fp16 candidates as feeds of one
-            switched model (``runner.checkers.switched``) where that gives their own values.
+        switchboard: with ``fp16_emulation`` or ``bf16_emulation`` on CPU, run precision's fp16 and bf16
+            candidates as feeds of one switched model (``runner.checkers.switched``) where that gives
+            their own values.
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
@@ -157,9 +158,8 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
-        # a bf16 emulation's candidates are built
-        fp16 = self.backend if backend == "fp16_emulation" and isinstance(self.backend, EmulationBackend) else None
-        self.switched = SwitchedRuns(fp16, switchboard, only_cpu, graph_optimization_level, named)
+        emulation = self.backend if isinstance(self.backend, EmulationBackend) else None
+        self.switched = SwitchedRuns(emulation, switchboard, only_cpu, graph_optimization_level, named)
 
     uses_payload = True
 

@@ -1,12 +1,12 @@
-"""The compare checker's switched runs: precision's fp16 candidates on their search's switchboard.
+"""The compare checker's switched runs: precision's fp16 and bf16 candidates on their search's switchboard.
 
 A candidate carrying ``Candidate.switched`` is run as one feed set of ``runner.graph.switchboard``'s
 model, in one cached session, instead of being converted, rewritten for the emulation and loaded in
 a session of its own. That gives the candidate's own values only where the emulation runs its
-rounding Casts as written: ``checker.backend=fp16_emulation`` on ONNX Runtime's CPU provider with
-graph optimizations off (the default for the emulations), comparing graph outputs (all of them, those
-``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors that are graph
-outputs: the switched model marks no intermediate tensor). The first
+rounding Casts as written: ``checker.backend=fp16_emulation`` or ``bf16_emulation`` on ONNX Runtime's
+CPU provider with graph optimizations off (the default for the emulations), comparing graph outputs
+(all of them, those ``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors
+that are graph outputs: the switched model marks no intermediate tensor). The first
 ``CROSS_CHECKS`` switched candidates are also built and run as themselves; an output that differs by
 one bit turns switched runs off for the rest of the run, with a warning.
 """
@@ -35,7 +35,7 @@ class SwitchedRuns:
     """Whether and how the compare checker runs a candidate on its switchboard.
 
     Args:
-        backend: the checker's candidate backend when it is ``fp16_emulation`` (else None: off).
+        backend: the checker's candidate backend when it is an emulation (else None: off).
         enabled: ``checker.switchboard``.
         cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
         level: the backend's graph optimization level (switched runs need "disable").
@@ -83,7 +83,7 @@ class SwitchedRuns:
         if not self._said:
             self._said = True
             log.info(
-                "fp16 candidates run on one switched model (%d nodes switched, runner.graph.switchboard); "
+                "Candidates run on one switched model (%d nodes switched, runner.graph.switchboard); "
                 "their iteration artifacts are written only with artifacts.keep_intermediate=true",
                 len(board.switches),
             )

@@ -1,7 +1,7 @@
-"""One fp32 model that emulates every fp16 candidate of a conversion, each node switched by a feed.
+"""One fp32 model that emulates every fp16 (or bf16) candidate of a conversion, each node switched by a feed.
 
-A precision search checks many candidates of one model, each the float16 conversion keeping a set of
-nodes in fp32 (``runner.graph.convert.Converter``), each run through the fp16 emulation
+A precision search checks many candidates of one model, each the float16 (bfloat16) conversion keeping
+a set of nodes in fp32 (``runner.graph.convert.Converter``), each run through the emulation
 (``runner.graph.emulate``: fp32 arithmetic, every fp16 tensor rounded through ``Cast``). Converting,
 rewriting and loading each candidate in a new ONNX Runtime session costs several times its run on a
 model of a few hundred nodes. The switchboard is built once: every node the conversion changes is
@@ -17,8 +17,9 @@ reading a converted node rounds again what is rounded already (rounding is idemp
 candidate computes the same values as its emulated conversion; ``runner.checkers.compare`` checks
 that on its first candidates and stops using the switchboard when any output differs by a bit.
 
-Only models without If/Loop/Scan bodies, converted to float16, with less than ``MAP_BYTES`` of
-weights get one (``switchboard_for``): each converted weight is held again in its fp16 values.
+Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
+(``build_switchboard``): each converted weight is held again in its low-precision values. fp16 reads
+"the low precision" below where the conversion is to bfloat16.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from onnx import TensorProto, helper, numpy_helper
 from runner.errors import first_line
 from runner.graph.convert import Converter
 from runner.graph.emulate import tensor_types
-from runner.graph.precisions import FLOAT16
 from runner.graph.stubs import weightless
 from runner.graph.weight_file import maps, weight_bytes
 
@@ -70,11 +70,11 @@ class Switchboard:
         return {name: OFF if i in kept else ON for i, name in self.switches.items()}
 
 
-def _cast_twice(x: str, out: str) -> List[onnx.NodeProto]:
-    """``x`` rounded to fp16 and back into ``out``: the emulation's rounding."""
+def _cast_twice(x: str, out: str, low: int) -> List[onnx.NodeProto]:
+    """``x`` rounded to the ONNX type ``low`` and back into ``out``: the emulation's rounding."""
     return [
-        helper.make_node("Cast", [x], [out + "_fp16"], to=TensorProto.FLOAT16),
-        helper.make_node("Cast", [out + "_fp16"], [out], to=TensorProto.FLOAT),
+        helper.make_node("Cast", [x], [out + "_low"], to=low),
+        helper.make_node("Cast", [out + "_low"], [out], to=TensorProto.FLOAT),
     ]
 
 
@@ -84,12 +84,12 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     Args:
         model: the prepared fp32 model the converter converts (``runner.graph.convert.prepare``);
             not modified. Node indices of the switches are this model's.
-        converter: its float16 converter.
+        converter: its float16 or bfloat16 converter.
         key: the session key of the switched model.
 
     Returns:
-        The switchboard; None (with a debug line) for a model with If/Loop/Scan bodies, a bfloat16
-        conversion, weights past ``MAP_BYTES``, no node the conversion changes, or a switched node
+        The switchboard; None (with a debug line) for a model with If/Loop/Scan bodies, weights past
+        ``MAP_BYTES``, no node the conversion changes, or a switched node
         whose output has no known type or is an optional output left out before a present one.
 
     Raises:
@@ -102,7 +102,8 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     converted = converter.convert([])
     typed = onnx.shape_inference.infer_shapes(weightless(converted)[0], strict_mode=False)
     low = tensor_types(typed)
-    fp16_weights = {t.name: t for t in converted.graph.initializer if t.data_type == TensorProto.FLOAT16}
+    elem = converter.low.elem_type
+    low_weights = {t.name: t for t in converted.graph.initializer if t.data_type == elem}
     as_converted = {n.name: n for n in typed.graph.node}
     types = tensor_types(converter.typed)
     board = onnx.ModelProto()
@@ -118,8 +119,8 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
         if twin is None:
             nodes.append(node)
             continue
-        rounds_in = [low.get(x) == TensorProto.FLOAT16 for x in twin.input]
-        rounds_out = [low.get(x) == TensorProto.FLOAT16 for x in twin.output]
+        rounds_in = [low.get(x) == elem for x in twin.input]
+        rounds_out = [low.get(x) == elem for x in twin.output]
         if not any(rounds_in) and not any(rounds_out):
             nodes.append(node)  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
             continue
@@ -133,27 +134,27 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
         converted_node, as_is = onnx.NodeProto(), onnx.NodeProto()
         converted_node.CopyFrom(node)
         as_is.CopyFrom(node)
-        converted_node.name, as_is.name = f"{node.name}__fp16", f"{node.name}__fp32"
+        converted_node.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
         then: List[onnx.NodeProto] = []
         for slot, x in enumerate(node.input):
             if not x or slot >= len(rounds_in) or not rounds_in[slot]:
                 continue
-            if x in fp16_weights:  # as the converter stores it (clipped), widened
+            if x in low_weights:  # as the converter stores it (fp16: clipped), widened
                 if x not in rounded_weights:
-                    rounded_weights[x] = _fresh(f"{x}__fp16_values", taken)
-                    values = numpy_helper.to_array(fp16_weights[x]).astype(np.float32)
+                    rounded_weights[x] = _fresh(f"{x}__low_values", taken)
+                    values = numpy_helper.to_array(low_weights[x]).astype(np.float32)
                     extra.append(numpy_helper.from_array(values, rounded_weights[x]))
                 converted_node.input[slot] = rounded_weights[x]
             else:
                 converted_node.input[slot] = _fresh(f"{x}__rounded_{i}_{slot}", taken)
-                then.extend(_cast_twice(x, converted_node.input[slot]))
+                then.extend(_cast_twice(x, converted_node.input[slot], elem))
         then.append(converted_node)
         then_out, else_out = [], []
         for j, out in enumerate(outputs):
-            result = _fresh(f"{out}__switched_fp16", taken)
+            result = _fresh(f"{out}__switched_low", taken)
             if j < len(rounds_out) and rounds_out[j]:
                 converted_node.output[j] = _fresh(f"{out}__switched_fp32", taken)
-                then.extend(_cast_twice(converted_node.output[j], result))
+                then.extend(_cast_twice(converted_node.output[j], result, elem))
             else:
                 converted_node.output[j] = result
             as_is.output[j] = _fresh(f"{out}__switched_as_is", taken)
@@ -185,10 +186,8 @@ def _unsupported(model: onnx.ModelProto, converter: Converter) -> str:
     """Why ``model`` gets no switchboard ("" when it does)."""
     if converter.flow:
         return "the model has If/Loop/Scan bodies"
-    if str(converter.low) != FLOAT16.name:
-        return f"{converter.low} candidates are emulated one by one"
     if maps(weight_bytes(model)):
-        return "its weights would be held again in fp16 values"
+        return "its weights would be held again in low-precision values"
     return ""
 
 

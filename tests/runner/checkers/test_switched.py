@@ -29,7 +29,7 @@ from runner.graph.switchboard import LazySwitchboard, Switched
         ({"backend": "fp16_emulation", "outputs": ["y"]}, True),  # a graph output
         ({"backend": "fp16_emulation", "exclude_outputs": ["y"]}, True),
         ({"backend": "fp16_emulation", "outputs": ["pa"]}, False),  # intermediate: the switched model marks none
-        ({"backend": "bf16_emulation"}, False),
+        ({"backend": "bf16_emulation"}, True),  # the same emulation: each type rounds to itself
         ({"backend": "onnxruntime", "low_precision": "float16"}, False),  # fp16 kernels, not the emulation
     ],
 )
@@ -39,7 +39,7 @@ def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
     checker.switched.bind(model)
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
-    assert checker.runs_switched(candidate) is (on and options["backend"] == "fp16_emulation")
+    assert checker.runs_switched(candidate) is on
     assert not checker.runs_switched(Candidate("k", "c")), "a candidate with no switchboard runs as itself"
 
 

@@ -21,11 +21,11 @@ from tests.helpers.models import need
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "models"
 
 
-def _agree(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], trials: int) -> int:
+def _agree(model: onnx.ModelProto, feeds: Dict[str, np.ndarray], trials: int, low=FLOAT16) -> int:
     """Run random kept sets (and none, and all) both ways; assert equal bits; the number of Inf/NaN
     outputs seen (the cases where rounding showed)."""
-    prepared = prepare(model, FLOAT16)
-    converter = Converter(prepared, FLOAT16)
+    prepared = prepare(model, low)
+    converter = Converter(prepared, low)
     board = build_switchboard(prepared, converter, "test")
     assert board is not None
     layers = float_nodes(prepared)
@@ -76,10 +76,18 @@ def test_transformer_exports_give_the_built_candidates_bits(name):
     _agree(model, {k: v for k, v in feeds.items() if k in inputs}, 3)
 
 
-def test_no_switchboard_for_bodies_bf16_or_a_large_model():
-    model, _, _ = one_sensitive()
-    bf16 = prepare(model, BFLOAT16)
-    assert build_switchboard(bf16, Converter(bf16, BFLOAT16), "k") is None
+def test_bf16_candidates_give_the_built_candidates_bits():
+    """bfloat16: the same rounding through Casts to bf16, weights as the converter re-makes them."""
+    feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
+    _agree(one_sensitive()[0], feeds, 4, BFLOAT16)
+    model, _, ids = rmsnorm_decoder(layers=2)
+    _agree(model, {"ids": ids}, 4, BFLOAT16)
+    bert = onnx.load(str(need(SHARED / "zoo" / "bert_tiny.onnx")))
+    inputs = {i.name for i in bert.graph.input}
+    _agree(bert, {k: v for k, v in np.load(SHARED / "zoo" / "bert_tiny.npz").items() if k in inputs}, 2, BFLOAT16)
+
+
+def test_no_switchboard_for_bodies_or_a_large_model():
     vad = prepare(onnx.load(str(need(SHARED / "silero_vad.onnx"))), FLOAT16)
     assert any(n.op_type == "If" for n in vad.graph.node)
     assert build_switchboard(vad, Converter(vad, FLOAT16), "k") is None
