@@ -99,87 +99,118 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     if why:
         log.debug("No switchboard: %s", why)
         return None
-    converted = converter.convert([])
-    typed = onnx.shape_inference.infer_shapes(weightless(converted)[0], strict_mode=False)
-    low = tensor_types(typed)
-    elem = converter.low.elem_type
-    low_weights = {t.name: t for t in converted.graph.initializer if t.data_type == elem}
-    as_converted = {n.name: n for n in typed.graph.node}
-    types = tensor_types(converter.typed)
     board = onnx.ModelProto()
     board.CopyFrom(model)
     g = board.graph
-    taken = {t for n in g.node for t in n.output} | {t.name for t in list(g.input) + list(g.initializer)}
-    rounded_weights: Dict[str, str] = {}
-    extra: List[TensorProto] = []
-    switches: Dict[int, str] = {}
+    wrapper = _Wrapper(converter, g)
     nodes: List[onnx.NodeProto] = []
     for i, node in enumerate(g.node):
-        twin = as_converted.get(node.name)
-        if twin is None:
-            nodes.append(node)
-            continue
-        rounds_in = [low.get(x) == elem for x in twin.input]
-        rounds_out = [low.get(x) == elem for x in twin.output]
-        if not any(rounds_in) and not any(rounds_out):
-            nodes.append(node)  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
-            continue
-        outputs = list(node.output)
-        while outputs and not outputs[-1]:
-            outputs.pop()
-        if "" in outputs or any(types.get(o) is None for o in outputs):
+        wrapped = wrapper.wrap(i, node)
+        if wrapped is None:
             log.debug("No switchboard: node %s has an output of unknown type", node.name)
             return None
-        switch = _fresh(f"switch__{i}", taken)
-        converted_node, as_is = onnx.NodeProto(), onnx.NodeProto()
-        converted_node.CopyFrom(node)
-        as_is.CopyFrom(node)
-        converted_node.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
-        then: List[onnx.NodeProto] = []
-        for slot, x in enumerate(node.input):
-            if not x or slot >= len(rounds_in) or not rounds_in[slot]:
-                continue
-            if x in low_weights:  # as the converter stores it (fp16: clipped), widened
-                if x not in rounded_weights:
-                    rounded_weights[x] = _fresh(f"{x}__low_values", taken)
-                    values = numpy_helper.to_array(low_weights[x]).astype(np.float32)
-                    extra.append(numpy_helper.from_array(values, rounded_weights[x]))
-                converted_node.input[slot] = rounded_weights[x]
-            else:
-                converted_node.input[slot] = _fresh(f"{x}__rounded_{i}_{slot}", taken)
-                then.extend(_cast_twice(x, converted_node.input[slot], elem))
-        then.append(converted_node)
-        then_out, else_out = [], []
-        for j, out in enumerate(outputs):
-            result = _fresh(f"{out}__switched_low", taken)
-            if j < len(rounds_out) and rounds_out[j]:
-                converted_node.output[j] = _fresh(f"{out}__switched_fp32", taken)
-                then.extend(_cast_twice(converted_node.output[j], result, elem))
-            else:
-                converted_node.output[j] = result
-            as_is.output[j] = _fresh(f"{out}__switched_as_is", taken)
-            then_out.append(helper.make_tensor_value_info(result, types[out], None))
-            else_out.append(helper.make_tensor_value_info(as_is.output[j], types[out], None))
-        switches[i] = switch
-        nodes.append(
-            helper.make_node(
-                "If",
-                [switch],
-                outputs,
-                name=_fresh(f"{node.name}__switch", taken),
-                then_branch=helper.make_graph(then, f"{node.name}__converted", [], then_out),
-                else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
-            )
-        )
-    if not switches:
+        nodes.append(wrapped)
+    if not wrapper.switches:
         log.debug("No switchboard: the conversion changes no node")
         return None
     del g.node[:]
     g.node.extend(nodes)
-    g.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, []) for name in switches.values())
-    g.initializer.extend(extra)
+    g.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, []) for name in wrapper.switches.values())
+    g.initializer.extend(wrapper.weights)
     del g.value_info[:]  # the session infers them; the branches renamed what some describe
-    return Switchboard(board, switches, key)
+    return Switchboard(board, wrapper.switches, key)
+
+
+class _Wrapper:
+    """Wraps each node the conversion changes in its ``If`` (``wrap``), learning what it rounds from
+    the converter's output with no node kept.
+
+    Attributes:
+        switches: ``{node index: its switch's input name}`` of the nodes wrapped so far.
+        weights: the low-precision values of the weights converted nodes read (fp32 initializers).
+    """
+
+    def __init__(self, converter: Converter, graph: onnx.GraphProto):
+        converted = converter.convert([])
+        typed = onnx.shape_inference.infer_shapes(weightless(converted)[0], strict_mode=False)
+        self.converted_types = tensor_types(typed)
+        self.twins = {n.name: n for n in typed.graph.node}
+        self.elem = converter.low.elem_type
+        self.low_weights = {t.name: t for t in converted.graph.initializer if t.data_type == self.elem}
+        self.types = tensor_types(converter.typed)  # the fp32 model's
+        self.taken = {t for n in graph.node for t in n.output} | {
+            t.name for t in list(graph.input) + list(graph.initializer)
+        }
+        self.switches: Dict[int, str] = {}
+        self.weights: List[TensorProto] = []
+        self._rounded_weights: Dict[str, str] = {}
+
+    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
+        """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
+        an output has no known type or an optional output is left out before a present one."""
+        twin = self.twins.get(node.name)
+        if twin is None:
+            return node
+        rounds_in = [self.converted_types.get(x) == self.elem for x in twin.input]
+        rounds_out = [self.converted_types.get(x) == self.elem for x in twin.output]
+        if not any(rounds_in) and not any(rounds_out):
+            return node  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
+        outputs = list(node.output)
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        if "" in outputs or any(self.types.get(o) is None for o in outputs):
+            return None
+        converted, as_is = onnx.NodeProto(), onnx.NodeProto()
+        converted.CopyFrom(node)
+        as_is.CopyFrom(node)
+        converted.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
+        then: List[onnx.NodeProto] = []
+        for slot, x in enumerate(node.input):
+            if x and slot < len(rounds_in) and rounds_in[slot]:
+                converted.input[slot] = self._rounded_input(x, f"{x}__rounded_{i}_{slot}", then)
+        then.append(converted)
+        then_out, else_out = [], []
+        for j, out in enumerate(outputs):
+            result = self._fresh(f"{out}__switched_low")
+            if j < len(rounds_out) and rounds_out[j]:
+                converted.output[j] = self._fresh(f"{out}__switched_fp32")
+                then.extend(_cast_twice(converted.output[j], result, self.elem))
+            else:
+                converted.output[j] = result
+            as_is.output[j] = self._fresh(f"{out}__switched_as_is")
+            then_out.append(helper.make_tensor_value_info(result, self.types[out], None))
+            else_out.append(helper.make_tensor_value_info(as_is.output[j], self.types[out], None))
+        self.switches[i] = self._fresh(f"switch__{i}")
+        return helper.make_node(
+            "If",
+            [self.switches[i]],
+            outputs,
+            name=self._fresh(f"{node.name}__switch"),
+            then_branch=helper.make_graph(then, f"{node.name}__converted", [], then_out),
+            else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
+        )
+
+    def _rounded_input(self, x: str, name: str, then: List[onnx.NodeProto]) -> str:
+        """What a converted node reads for ``x``: a weight as the converter stores it (fp16: clipped),
+        widened, else ``x`` rounded in the branch (its Casts appended to ``then``)."""
+        if x in self.low_weights:
+            if x not in self._rounded_weights:
+                self._rounded_weights[x] = self._fresh(f"{x}__low_values")
+                values = numpy_helper.to_array(self.low_weights[x]).astype(np.float32)
+                self.weights.append(numpy_helper.from_array(values, self._rounded_weights[x]))
+            return self._rounded_weights[x]
+        rounded = self._fresh(name)
+        then.extend(_cast_twice(x, rounded, self.elem))
+        return rounded
+
+    def _fresh(self, name: str) -> str:
+        """``name``, or it with a number, not yet taken in the model (then taken)."""
+        out, k = name, 0
+        while out in self.taken:
+            k += 1
+            out = f"{name}_{k}"
+        self.taken.add(out)
+        return out
 
 
 def _unsupported(model: onnx.ModelProto, converter: Converter) -> str:
@@ -189,16 +220,6 @@ def _unsupported(model: onnx.ModelProto, converter: Converter) -> str:
     if maps(weight_bytes(model)):
         return "its weights would be held again in low-precision values"
     return ""
-
-
-def _fresh(name: str, taken: set) -> str:
-    """``name``, or it with a number, not yet in ``taken`` (then taken)."""
-    out, k = name, 0
-    while out in taken:
-        k += 1
-        out = f"{name}_{k}"
-    taken.add(out)
-    return out
 
 
 class LazySwitchboard:

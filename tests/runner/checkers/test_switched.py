@@ -150,6 +150,7 @@ def test_a_checker_with_switched_runs_pickles():
     assert checker.runs_switched(candidate)
 
 
+@pytest.mark.slow
 def test_threads_run_switched_checks_and_give_the_serial_answer(run, tmp_path):
     """executor=local: checks in threads of this process share the switchboard's session; no model is
     built for them, ahead or not."""
