@@ -14,7 +14,7 @@ What each node's conversion rounds is read from the converter's own output (the 
 kept, typed by shape inference), not assumed: an input the converter keeps fp32 (Resize's scales), an
 op it never converts (its block list), a weight's clipped fp16 form all come from there. A node
 reading a converted node rounds again what is rounded already (rounding is idempotent), so every
-candidate computes the same values as its emulated conversion; ``runner.checkers.compare`` checks
+candidate computes the same values as its emulated conversion; ``runner.checkers.switched`` checks
 that on its first candidates and stops using the switchboard when any output differs by a bit.
 
 Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
@@ -88,7 +88,7 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
         key: the session key of the switched model.
 
     Returns:
-        The switchboard; None (with a debug line) for a model with If/Loop/Scan bodies, weights past
+        The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, weights past
         ``MAP_BYTES``, no node the conversion changes, or a switched node
         whose output has no known type or is an optional output left out before a present one.
 
@@ -97,7 +97,7 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     """
     why = _unsupported(model, converter)
     if why:
-        log.debug("No switchboard: %s", why)
+        log.info("No switched model: %s; each candidate is built", why)
         return None
     board = onnx.ModelProto()
     board.CopyFrom(model)
@@ -107,11 +107,11 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     for i, node in enumerate(g.node):
         wrapped = wrapper.wrap(i, node)
         if wrapped is None:
-            log.debug("No switchboard: node %s has an output of unknown type", node.name)
+            log.info("No switched model: node %s has an output of unknown type; each candidate is built", node.name)
             return None
         nodes.append(wrapped)
     if not wrapper.switches:
-        log.debug("No switchboard: the conversion changes no node")
+        log.info("No switched model: the conversion changes no node")
         return None
     del g.node[:]
     g.node.extend(nodes)
@@ -243,7 +243,7 @@ class LazySwitchboard:
                 try:
                     self._board = build_switchboard(*self._args)
                 except Exception as e:  # the converter or shape inference: never the run's end
-                    log.info("No switchboard (%s: %s); each candidate is built", type(e).__name__, first_line(e))
+                    log.info("No switched model (%s: %s); each candidate is built", type(e).__name__, first_line(e))
                 self._built = True
                 self._args = None  # type: ignore[assignment]
         return self._board

@@ -117,7 +117,7 @@ def test_a_switchboard_that_cannot_be_built_is_none(caplog):
     prepared = prepare(model, FLOAT16)
     with caplog.at_level(logging.INFO):
         assert LazySwitchboard(prepared, Failing(prepared, FLOAT16), "k").get() is None
-    assert "No switchboard (ModelError: planted)" in caplog.text
+    assert "No switched model (ModelError: planted)" in caplog.text
 
 
 def test_a_model_the_conversion_leaves_as_it_is_has_no_switchboard():
