@@ -1,7 +1,8 @@
 """The vocabulary every layer shares: a candidate to check and the verdict a check gives it.
 
 They sit at the bottom of the import graph (checkers, executors, the replay, the lifecycle and the
-strategies all use them; they use nothing of the project).
+strategies all use them; they use nothing of the project at run time: ``Switched`` is named for
+type checking only).
 """
 
 from __future__ import annotations
