@@ -90,16 +90,18 @@ def _flat(values: np.ndarray, width: int) -> np.ndarray:
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of ``a`` ``[N, 4]`` with every box of ``b`` ``[M, 4]`` (x1, y1, x2, y2): ``[N, M]``."""
-    x1 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y1 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x2 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y2 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-    area = lambda z: np.clip(z[:, 2] - z[:, 0], 0, None) * np.clip(z[:, 3] - z[:, 1], 0, None)  # noqa: E731
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / union, 0.0)
+    """IoU of every box of ``a`` ``[N, 4]`` with every box of ``b`` ``[M, 4]`` (x1, y1, x2, y2): ``[N, M]``.
+    A box with a coordinate that is not finite (an fp16 overflow) has IoU 0 with every box."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # inf - inf: NaN, then IoU 0
+        x1 = np.maximum(a[:, None, 0], b[None, :, 0])
+        y1 = np.maximum(a[:, None, 1], b[None, :, 1])
+        x2 = np.minimum(a[:, None, 2], b[None, :, 2])
+        y2 = np.minimum(a[:, None, 3], b[None, :, 3])
+        inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+        area = lambda z: np.clip(z[:, 2] - z[:, 0], 0, None) * np.clip(z[:, 3] - z[:, 1], 0, None)  # noqa: E731
+        union = area(a)[:, None] + area(b)[None, :] - inter
+        iou = np.where(union > 0, inter / union, 0.0)
+    return np.where(np.isfinite(iou), iou, 0.0)
 
 
 def judge(

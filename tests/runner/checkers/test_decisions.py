@@ -112,3 +112,17 @@ def test_the_all_fp32_gate_runs_the_model_as_its_golden_values_were_made(run, tm
     assert first["details"]["detections"]["max_score_diff"] == 0 and first["details"]["detections"]["min_iou"] == 1
     assert r.summary["answer_verified"]["passed"]
     assert json.dumps(r.summary)  # the detection facts are JSON
+
+
+def test_a_box_that_overflowed_matches_nothing_and_warns_nothing():
+    """fp16 overflow makes a box's coordinates inf (inf - inf is NaN): IoU 0, no RuntimeWarning."""
+    import warnings
+
+    from runner.checkers.detections import iou_matrix
+
+    golden = np.array([[0.0, 0.0, 10.0, 10.0]])
+    got = np.array([[np.inf, 0.0, np.inf, 10.0], [0.0, 0.0, np.inf, 10.0], [0.0, 0.0, 10.0, 10.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ious = iou_matrix(golden, got)
+    assert ious.tolist() == [[0.0, 0.0, 1.0]]
