@@ -41,15 +41,22 @@ class SwitchedRuns:
         level: the backend's graph optimization level (switched runs need "disable").
         named: the tensors the checker names to compare (``checker.outputs``, detection tensors):
             switched runs stay on only if each is a graph output of the model (``bind``).
+        cross_checks: how many switched candidates are also built and run as themselves.
     """
 
     def __init__(
-        self, backend: Optional[EmulationBackend], enabled: bool, cpu_only: bool, level: str, named: Sequence[str]
+        self,
+        backend: Optional[EmulationBackend],
+        enabled: bool,
+        cpu_only: bool,
+        level: str,
+        named: Sequence[str],
+        cross_checks: int = CROSS_CHECKS,
     ):
         self.backend = backend
         self.on = bool(enabled and backend is not None and cpu_only and level == "disable")
         self.named = set(named)
-        self._left = CROSS_CHECKS
+        self._left = cross_checks
         self._lock = threading.Lock()
         self._said = False
 

@@ -48,8 +48,7 @@ def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
     prepared = prepare(model, FLOAT16)
     converter = Converter(prepared, FLOAT16)
     names = [n.name for n in prepared.graph.node]
-    runs = SwitchedRuns(EmulationBackend(), True, True, "disable", [])
-    runs._left = left
+    runs = SwitchedRuns(EmulationBackend(), True, True, "disable", [], cross_checks=left)
     built = converter.convert([names[i] for i in kept_built])
     candidate = Candidate(
         "k",
