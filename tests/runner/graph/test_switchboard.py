@@ -67,7 +67,7 @@ def test_the_detector_gives_the_built_candidates_bits():
     _agree(model, {"x": pixels}, 2)
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny"])
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny", "vit_tiny"])
 def test_transformer_exports_give_the_built_candidates_bits(name):
     """LayerNormalization or its pieces, Softmax, Gather, shape arithmetic left unswitched."""
     model = onnx.load(str(need(SHARED / "zoo" / f"{name}.onnx")))
