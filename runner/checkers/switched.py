@@ -112,7 +112,7 @@ class SwitchedRuns:
         return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
 
     def agrees(self, candidate: Candidate, got: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]) -> bool:
-        """For the first ``CROSS_CHECKS`` candidates: whether ``candidate`` built and run as itself gives
+        """For the first ``cross_checks`` candidates: whether ``candidate`` built and run as itself gives
         ``got`` (the switched run's outputs on ``feeds``) bit for bit; True for the others. A
         disagreement turns switched runs off, with a warning."""
         with self._lock:
