@@ -22,11 +22,12 @@ from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
 from runner.checkers.lowering import as_run, lowered
 from runner.checkers.noise import NoiseFloor
+from runner.checkers.on_error import OnError
 from runner.checkers.switched import SwitchedRuns
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
-from runner.errors import CheckError, ConfigError, ModelError
+from runner.errors import ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.files.samples import check_golden, save_golden_samples
 from runner.graph.activations import marked, run_all_tensors, run_tensors
@@ -120,12 +121,9 @@ class CompareChecker(Checker):
         self.low: Optional[LowPrecision] = any_low_precision(low_precision, "checker.low_precision") or implied
         self._said_converting = False
         # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
-        on_error, check_error_stat = plain(on_error), plain(check_error_stat)
+        check_error_stat = plain(check_error_stat)
         graph_optimization_level = plain(graph_optimization_level) or ("disable" if implied else "all")
-        if on_error not in ("fail", "pass", "stop"):
-            raise ConfigError(f"checker.on_error={on_error!r}; use fail, pass or stop")
-        self.on_error = on_error
-        self._warned_error = False
+        self.on_error = OnError(on_error)
         self.rule = Tolerances(plain(atol), plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
         options = onnxruntime_options(
             backend,
@@ -282,7 +280,15 @@ class CompareChecker(Checker):
                 else:
                     got = self.backend.run(run_model, feeds, key=run_key)
             except ModelError as e:
-                return self._backend_error(iteration, str(e))
+                return self.on_error.verdict(
+                    iteration,
+                    f"{self.backend_name} cannot run the candidate ({e})",
+                    f"{self.backend_name} cannot run the candidate of iteration {iteration}: {e}; "
+                    "checker.on_error=fail counts such candidates as failures, on_error=pass as passes",
+                    f"{self.backend_name} failed: {e}",
+                    str(e),
+                    {"error": str(e)},
+                )
             unknown = [n for n in got if n not in values]
             if unknown:
                 raise ConfigError(
@@ -372,35 +378,6 @@ class CompareChecker(Checker):
                 self.low,
             )
         return lowered(model, self.low, f"iteration {iteration}'s candidate")
-
-    def _backend_error(self, iteration: int, message: str) -> Verdict:
-        """The verdict for a candidate the backend cannot run, as ``on_error`` says.
-
-        Raises:
-            CheckError: with ``on_error="stop"``.
-        """
-        if self.on_error == "stop":
-            raise CheckError(
-                f"{self.backend_name} cannot run the candidate of iteration {iteration}: {message}; "
-                "checker.on_error=fail counts such candidates as failures, on_error=pass as passes"
-            )
-        if not self._warned_error:
-            self._warned_error = True
-            log.warning(
-                "Iteration %d: %s cannot run the candidate (%s); counted as %s (checker.on_error=%s), and "
-                "counted apart as errors in the summary",
-                iteration,
-                self.backend_name,
-                message,
-                "a pass" if self.on_error == "pass" else "a failure",
-                self.on_error,
-            )
-        return Verdict(
-            self.on_error == "pass",
-            reason=f"{self.backend_name} failed: {message}",
-            details={"error": message},
-            error=message,
-        )
 
     def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
         """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""

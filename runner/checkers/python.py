@@ -11,7 +11,8 @@ from hydra.utils import get_method
 from runner.callables import TARGET, lookup
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.errors import CheckError, CheckStartError, ConfigError, first_line
+from runner.checkers.on_error import OnError
+from runner.errors import CheckStartError, first_line
 from runner.executors.slot import Slot
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,7 @@ class PythonChecker(Checker):
                 raise CheckStartError(
                     f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH"
                 ) from None
-        self.on_error = str(getattr(on_error, "value", on_error))
-        if self.on_error not in ("stop", "fail", "pass"):
-            raise ConfigError(f"checker.on_error={self.on_error}: use stop, fail or pass")
-        self._warned = False
+        self.on_error = OnError(on_error)
 
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
@@ -85,19 +83,11 @@ class PythonChecker(Checker):
         Raises:
             CheckError: with ``on_error="stop"``.
         """
-        if self.on_error == "stop":
-            raise CheckError(
-                f"{self.target} {what} on iteration {iteration}: a check that raises has not judged the candidate; "
-                "fix the function, or set checker.on_error=fail (or pass) to count such candidates so"
-            )
-        if not self._warned:
-            self._warned = True
-            log.warning(
-                "Iteration %d: %s %s; counted as %s (checker.on_error=%s), and apart as errors in the summary",
-                iteration,
-                self.target,
-                what,
-                "a pass" if self.on_error == "pass" else "a failure",
-                self.on_error,
-            )
-        return Verdict(self.on_error == "pass", reason=f"{self.target} {what}", error=what)
+        return self.on_error.verdict(
+            iteration,
+            f"{self.target} {what}",
+            f"{self.target} {what} on iteration {iteration}: a check that raises has not judged the candidate; "
+            "fix the function, or set checker.on_error=fail (or pass) to count such candidates so",
+            f"{self.target} {what}",
+            what,
+        )

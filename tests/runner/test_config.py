@@ -201,7 +201,7 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
     assert choices in str(refused.value.__cause__ or refused.value)
     cfg = compose("config", overrides=["checker=compare", "checker.on_error=pass", "checker.check_error_stat=rel_l2"])
     checker = _build_checker(checker_plan(cfg))
-    assert isinstance(checker, CompareChecker) and checker.on_error == "pass" and checker.rule.stat == "rel_l2"
+    assert isinstance(checker, CompareChecker) and checker.on_error.value == "pass" and checker.rule.stat == "rel_l2"
 
 
 def test_help_lists_every_mode_from_its_yaml():

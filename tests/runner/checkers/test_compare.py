@@ -332,3 +332,17 @@ def test_recorded_values_that_do_not_fit_the_model(run, tmp_path):
     r = run("mode=reduce", f"model={path}", "checker=compare", f"golden={golden}")
     one_line_error(r, "golden=", "has shape [2, 3]", code=2)
     assert r.summary["checks"] == 0
+
+
+def test_an_unknown_on_error_is_one_line_for_both_checkers_that_take_it():
+    """``runner.checkers.on_error.OnError`` serves the compare and the python checker."""
+    import re
+
+    from runner.checkers.python import PythonChecker
+    from runner.errors import ConfigError
+
+    line = re.escape("checker.on_error='maybe'; use fail, pass or stop")
+    with pytest.raises(ConfigError, match=line):
+        CompareChecker(on_error="maybe")
+    with pytest.raises(ConfigError, match=line):
+        PythonChecker("os.path.exists", on_error="maybe")
