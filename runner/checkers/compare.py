@@ -243,10 +243,9 @@ class CompareChecker(Checker):
         InvalidCandidateError: converting the candidate to ``low_precision`` failed or made an
             invalid model (the tool's defect: no verdict).
         """
-        switched = self.switched.board(candidate)
-        switches: Dict[str, np.ndarray] = switched[1] if switched is not None else {}
-        if switched is not None:
-            model = switched[0].model
+        board, switches = self.switched.board(candidate) or (None, {})
+        if board is not None:
+            model = board.model
         else:
             model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
             if self.low is not None and not candidate.as_typed and not has_low_precision(model) and not has_qdq(model):
@@ -264,7 +263,7 @@ class CompareChecker(Checker):
         if not wanted:
             return Verdict(True, reason="the candidate computes none of the compared tensors (checker.outputs)")
         run_model, run_key = model, candidate.key
-        if switched is None and wanted != [o.name for o in model.graph.output]:
+        if board is None and wanted != [o.name for o in model.graph.output]:
             run_model, run_key = marked(model, wanted), f"{candidate.key}:outputs:{','.join(wanted)}"
         several = len(self.samples) > 1
         for index, values in enumerate(self.samples):
@@ -273,8 +272,8 @@ class CompareChecker(Checker):
                 if candidate.as_reference and self._golden_made_here:
                     # the model the golden values came from, run as they were made: it gives them back
                     got = run_tensors(model, feeds, wanted)
-                elif switched is not None:
-                    got = self.switched.run(switched[0], switches, feeds, wanted)
+                elif board is not None:
+                    got = self.switched.run(board, switches, feeds, wanted)
                     if index == 0 and not self.switched.agrees(candidate, got, feeds):
                         return self.check(artifact, iteration, candidate, slot)  # switched runs are off now
                 else:
@@ -300,7 +299,7 @@ class CompareChecker(Checker):
             passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
             problems = [self._decision_hint(p) for p in problems]
             found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
-            if switched is not None:
+            if board is not None:
                 found["switched"] = True  # ran as feeds of the switchboard (counted in summary.json)
             if judged is not None and not judged[0]:
                 passed, problems = False, [f"detections: {judged[2]}", *problems]
