@@ -46,12 +46,12 @@ from examples.planted import rmsnorm_decoder  # noqa: E402
 from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
 from runner.graph.calibration import calibrate  # noqa: E402
 from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
+from runner.graph.fp16_switchboard import build_switchboard  # noqa: E402
 from runner.graph.precisions import FLOAT16  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
 from runner.graph.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
 from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
-from runner.graph.switchboard import build_switchboard  # noqa: E402
 from runner.graph.validate import Validator  # noqa: E402
 
 

@@ -47,7 +47,7 @@ from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
-from strategies.precision_space import OutputErrorOrder, search_space
+from strategies.precision_space import OutputErrorOrder, search_space, switchboard_of
 from strategies.prefix_search import PrefixSearch
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             that each weight's low-precision form is made once per run; None: one of its own.
         reorder: ranks the nodes again for a ranked set search that finds them many
             (``precision_space.OutputErrorOrder``: int8's output-error ranking); None: never.
+        switchboard: the candidates' switchboard the search space made (int8's, which the second
+            ranking runs on too); None: one of the converter's or quantizer's own (``switchboard_of``).
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -131,6 +133,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         original: Optional[onnx.ModelProto] = None,
         converter: Optional[Converter] = None,
         reorder: Optional[OutputErrorOrder] = None,
+        switchboard: Optional[LazySwitchboard] = None,
     ):
         self.forced: Units = frozenset(forced)
         self.reorder = reorder
@@ -158,12 +161,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
-        #: fp16/bf16 candidates as feeds of one switched model (built when a checker first runs one)
-        self.switchboard: Optional[LazySwitchboard] = (
-            LazySwitchboard(model, self.converter, f"switchboard:{self.fingerprint}:{low}")
-            if isinstance(self.converter, Converter)
-            else None
-        )
+        #: the candidates as feeds of one switched model (built when a checker first runs one)
+        self.switchboard = switchboard or switchboard_of(self.converter, f"switchboard:{self.fingerprint}:{low}")
         self.calibration: Optional[Calibration] = quantizer.calibration if quantizer is not None else None
         self.verify_answer = not weak_typing  # an engine built with layer precisions is no model to load back
         self.answer_cpu_load = True  # a model the tool converted
@@ -256,6 +255,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             ctx.model,
             space.converter,
             space.reorder,
+            space.switchboard,
         )
 
     # -- candidates -----------------------------------------------------------------------

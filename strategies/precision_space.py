@@ -15,21 +15,27 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import onnx
 
+from runner.backends.base import make_backend
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.graph.calibration import calibrate
 from runner.graph.convert import Converter, float_nodes, prepare
+from runner.graph.fp16_switchboard import build_switchboard
+from runner.graph.load import fingerprint
+from runner.graph.placement import PlacedQuantizer
 from runner.graph.precisions import LowPrecision
 from runner.graph.qdq import quantized_nodes
+from runner.graph.qdq_switchboard import build_qdq_switchboard
 from runner.graph.quant_options import QuantOptions
 from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
-from runner.layerwise.output_ranking import output_error_ranking
+from runner.graph.switchboard import LazySwitchboard, RunsOn, Switchboard
+from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from strategies.group_search import REORDER_FROM
 
@@ -53,6 +59,8 @@ class SearchSpace:
         reorder: for int8, ranks the nodes again by the error each makes at the outputs quantized
             alone (``runner.layerwise.output_ranking``), for a set search that finds them many
             (``strategies.group_search.REORDER_FROM``); else None.
+        switchboard: for int8 with TensorRT's placement, its candidates' switchboard (the search's
+            and ``reorder``'s); else None (the strategy makes fp16's and bf16's from the converter).
     """
 
     model: onnx.ModelProto
@@ -63,6 +71,21 @@ class SearchSpace:
     ranking: Optional[List[int] | Callable[[], List[int]]]
     converter: Optional[Converter] = None
     reorder: Optional[OutputErrorOrder] = None
+    switchboard: Optional[LazySwitchboard] = None
+
+
+def switchboard_of(builder: Any, key: str) -> Optional[LazySwitchboard]:
+    """The switchboard of the candidates ``builder`` makes, built on first use: an fp16/bf16
+    ``Converter``'s (``runner.graph.fp16_switchboard``), a ``PlacedQuantizer``'s (int8 as TensorRT
+    places it: ``runner.graph.qdq_switchboard``); None for any other (ONNX Runtime's quantizer,
+    whose candidates are no sums of node choices; engines built with layer precisions)."""
+    if isinstance(builder, Converter):
+        converter: Converter = builder
+        return LazySwitchboard(lambda: build_switchboard(converter.model, converter, key))
+    if isinstance(builder, PlacedQuantizer):
+        quantizer: PlacedQuantizer = builder
+        return LazySwitchboard(lambda: build_qdq_switchboard(quantizer, key), RunsOn.ONNXRUNTIME)
+    return None
 
 
 class OutputErrorOrder:
@@ -76,9 +99,13 @@ class OutputErrorOrder:
         everything: indices of every node the candidates may keep (searched and forced).
         quantizer: builds the "this node alone quantized" candidates.
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
+        switchboard: the candidates' switchboard (TensorRT's placement): on CPU each candidate runs
+            as its feeds, in one session with graph optimizations off (as the checks run), instead
+            of being built; None, or where it cannot be built: each candidate is built.
 
     Attributes:
-        facts: ``{"nodes": how many were ranked, "seconds": how long it took}`` once it ran, for
+        facts: ``{"nodes": how many were ranked, "seconds": how long it took, "switched": whether
+            they ran as feeds of the switchboard}`` once it ran, for
             ``summary.json``'s ``ranked_again``; None before.
     """
 
@@ -89,8 +116,10 @@ class OutputErrorOrder:
         everything: FrozenSet[int],
         quantizer: Quantizer,
         checker: Optional[Checker],
+        switchboard: Optional[LazySwitchboard] = None,
     ):
         self.ctx, self.model, self.everything, self.quantizer, self.checker = ctx, model, everything, quantizer, checker
+        self.switchboard = switchboard
         self.facts: Optional[Dict[str, float]] = None
 
     def __call__(self, nodes: List[int]) -> List[int]:
@@ -102,13 +131,24 @@ class OutputErrorOrder:
             REORDER_FROM,
             len(nodes),
         )
-        builds = [(i, functools.partial(self._alone, i)) for i in nodes]
-        order = output_error_ranking(builds, self.model, self.ctx.samples, ranking_backend(self.checker))
+        backend = ranking_backend(self.checker)
+        board = self.switchboard.get() if self.switchboard is not None and backend is None else None
+        builds: List[Tuple[int, Callable[[], Made]]]
+        if board is not None:
+            backend = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
+            builds = [(i, functools.partial(self._switched, board, i)) for i in nodes]
+        else:
+            builds = [(i, functools.partial(self._alone, i)) for i in nodes]
+        order = output_error_ranking(builds, self.model, self.ctx.samples, backend)
         seconds = time.monotonic() - started
-        self.facts = {"nodes": len(nodes), "seconds": round(seconds, 3)}
+        self.facts = {"nodes": len(nodes), "seconds": round(seconds, 3), "switched": board is not None}
         first = ", ".join(self.model.graph.node[i].name for i in order[:5])
         log.info("Ranked again in %.1f s; first: %s", seconds, first)
         return order
+
+    def _switched(self, board: Switchboard, index: int) -> Made:
+        """The switch feeds of the candidate with node ``index`` alone quantized."""
+        return board, board.feeds(self.everything - {index})
 
     def _alone(self, index: int) -> onnx.ModelProto:
         """The model with node ``index`` alone quantized."""
@@ -182,11 +222,11 @@ def search_space(
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
         ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    reorder = (
-        OutputErrorOrder(ctx, model, frozenset(layers) | frozenset(forced), quantizer, checker) if quantizer else None
-    )
+    switchboard = switchboard_of(quantizer, f"switchboard:{fingerprint(model)}:int8") if quantizer else None
+    everything = frozenset(layers) | frozenset(forced)
+    reorder = OutputErrorOrder(ctx, model, everything, quantizer, checker, switchboard) if quantizer else None
     converter = converters[0] if converters else None
-    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder)
+    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder, switchboard)
 
 
 def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:

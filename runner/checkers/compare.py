@@ -156,8 +156,7 @@ class CompareChecker(Checker):
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
-        emulation = self.backend if isinstance(self.backend, EmulationBackend) else None
-        self.switched = SwitchedRuns(emulation, switchboard, only_cpu, graph_optimization_level, named)
+        self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, named)
 
     uses_payload = True
 

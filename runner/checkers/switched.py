@@ -1,14 +1,18 @@
-"""The compare checker's switched runs: precision's fp16 and bf16 candidates on their search's switchboard.
+"""The compare checker's switched runs: precision's candidates on their search's switchboard.
 
-A candidate carrying ``Candidate.switched`` is run as one feed set of ``runner.graph.switchboard``'s
-model, in one cached session, instead of being converted, rewritten for the emulation and loaded in
-a session of its own. That gives the candidate's own values only where the emulation runs its
-rounding Casts as written: ``checker.backend=fp16_emulation`` or ``bf16_emulation`` on ONNX Runtime's
-CPU provider with graph optimizations off (the default for the emulations), comparing graph outputs
-(all of them, those ``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors
-that are graph outputs: the switched model marks no intermediate tensor). The first
-``CROSS_CHECKS`` switched candidates are also built and run as themselves; an output that differs by
-one bit turns switched runs off for the rest of the run, with a warning.
+A candidate carrying ``Candidate.switched`` is run as one feed set of its search's switched model
+(``runner.graph.switchboard``), in one cached session, instead of being built, validated and loaded
+in a session of its own. That gives the candidate's own values only where the checker's backend runs
+the candidate as written on ONNX Runtime's CPU provider with graph optimizations off: fp16 and bf16
+candidates (``runner.graph.fp16_switchboard``) under ``checker.backend=fp16_emulation`` or
+``bf16_emulation``, whose rounding Casts the switched model holds; int8 candidates with TensorRT's
+placement (``runner.graph.qdq_switchboard``) under ``checker.backend=onnxruntime``, whose Q/DQ it
+holds (``Switchboard``'s ``RunsOn`` says which). Graph optimizations are off by default for both
+(``checker.graph_optimization_level``). The checker must compare graph outputs (all of them, those
+``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors that are graph
+outputs: the switched model marks no intermediate tensor). The first ``CROSS_CHECKS`` switched
+candidates are also built and run as themselves; an output that differs by one bit turns switched
+runs off for the rest of the run, with a warning.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
+from runner.backends.base import Backend
 from runner.backends.fp16_emulation import EmulationBackend
+from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.candidates import Candidate
 from runner.errors import ModelError
-from runner.graph.switchboard import Switchboard
+from runner.graph.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +41,8 @@ class SwitchedRuns:
     """Whether and how the compare checker runs a candidate on its switchboard.
 
     Args:
-        backend: the checker's candidate backend when it is an emulation (else None: off).
+        backend: the checker's candidate backend: an emulation runs fp16/bf16 switchboards, ONNX
+            Runtime int8 ones, any other none.
         enabled: ``checker.switchboard``.
         cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
         level: the backend's graph optimization level (switched runs need "disable").
@@ -46,7 +53,7 @@ class SwitchedRuns:
 
     def __init__(
         self,
-        backend: Optional[EmulationBackend],
+        backend: Backend,
         enabled: bool,
         cpu_only: bool,
         level: str,
@@ -54,7 +61,9 @@ class SwitchedRuns:
         cross_checks: int = CROSS_CHECKS,
     ):
         self.backend = backend
-        self.on = bool(enabled and backend is not None and cpu_only and level == "disable")
+        #: the switchboards whose candidates ``backend`` runs as themselves
+        self.runs: Optional[RunsOn] = _runs_on(backend)
+        self.on = bool(enabled and self.runs is not None and cpu_only and level == "disable")
         self.named = set(named)
         self._left = cross_checks
         self._lock = threading.Lock()
@@ -75,7 +84,8 @@ class SwitchedRuns:
 
     def takes(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""
-        return self.on and candidate.switched is not None and not candidate.as_reference
+        switched = candidate.switched
+        return self.on and switched is not None and switched.board.runs_on is self.runs and not candidate.as_reference
 
     def board(self, candidate: Candidate) -> Optional[Tuple[Switchboard, Dict[str, np.ndarray]]]:
         """The switchboard and the switch feeds of ``candidate``, or None: it runs as itself (switched
@@ -108,8 +118,9 @@ class SwitchedRuns:
         Raises:
             ModelError: ONNX Runtime cannot load or run it.
         """
-        assert self.backend is not None
-        return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
+        if isinstance(self.backend, EmulationBackend):  # the model rounds itself: no emulation rewrite
+            return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
+        return self.backend.run(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
 
     def agrees(self, candidate: Candidate, got: Dict[str, np.ndarray], feeds: Dict[str, np.ndarray]) -> bool:
         """For the first ``cross_checks`` candidates: whether ``candidate`` built and run as itself gives
@@ -119,7 +130,7 @@ class SwitchedRuns:
             if self._left <= 0:
                 return True
             self._left -= 1
-        assert self.backend is not None and candidate.payload is not None
+        assert candidate.payload is not None
         try:
             built = self.backend.run(candidate.payload(), feeds, key=candidate.key)
         except ModelError as e:  # the candidate as built cannot run: its own check says so
@@ -136,3 +147,12 @@ class SwitchedRuns:
                 why,
             )
         return not why
+
+
+def _runs_on(backend: Backend) -> Optional[RunsOn]:
+    """The switchboards whose candidates ``backend`` runs as themselves, or None."""
+    if isinstance(backend, EmulationBackend):
+        return RunsOn.EMULATION
+    if isinstance(backend, OnnxRuntimeBackend):
+        return RunsOn.ONNXRUNTIME
+    return None

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -213,7 +213,7 @@ class PlacedQuantizer:
                 name = node.input[site.index]
                 key = (name, site.axis, site.weight)
                 if key not in made:
-                    made[key] = self._qdq(name, site, nodes, new_inits)
+                    made[key] = self.qdq(name, site, nodes, new_inits)
                 node.input[site.index] = made[key]
             nodes.append(node)
         del g.node[:]
@@ -226,9 +226,25 @@ class PlacedQuantizer:
         fill(out, lambda stub: raw_bytes(self.weights[stub.name]), [s.name for s in stubs if s.name in self.weights])
         return out
 
-    def _qdq(self, name: str, site: Site, nodes: List[onnx.NodeProto], inits: List[TensorProto]) -> str:
+    def qdq(
+        self,
+        name: str,
+        site: Site,
+        nodes: List[onnx.NodeProto],
+        inits: List[TensorProto],
+        rename: Callable[[str], str] = str,
+    ) -> str:
         """Append the Q/DQ (activation) or DQ (weight) nodes of ``name`` to ``nodes`` and their
-        scales to ``inits``; return the DequantizeLinear's output."""
+        scales (and a weight's int8 values) to ``inits``; return the DequantizeLinear's output.
+
+        Args:
+            name: the tensor read at ``site``.
+            rename: maps each new node's name and output name (``runner.graph.qdq_switchboard``:
+                fresh names in each switched node's branch); initializer names stay as made.
+
+        Raises:
+            ModelError: a weight cannot be quantized (a weight of an unexpected rank for its axis).
+        """
         if site.weight:
             data, scales = self._weight(name, site.axis)
             suffix = "" if site.axis is None else f"_axis{site.axis}"
@@ -237,9 +253,9 @@ class PlacedQuantizer:
             scale = numpy_helper.from_array(scales.astype(np.float32), f"{name}_scale{suffix}")
             zero = numpy_helper.from_array(np.zeros(scales.shape, np.int8), f"{name}_zero_point{suffix}")
             inits.extend([q, scale, zero])
-            out = f"{name}_DequantizeLinear_Output{suffix}"
+            out = rename(f"{name}_DequantizeLinear_Output{suffix}")
             inputs = [q.name, scale.name, zero.name]
-            dq = helper.make_node("DequantizeLinear", inputs, [out], name=f"{name}_DequantizeLinear")
+            dq = helper.make_node("DequantizeLinear", inputs, [out], name=rename(f"{name}_DequantizeLinear"))
             if site.axis is not None:
                 dq.attribute.append(helper.make_attribute("axis", site.axis))
             nodes.append(dq)
@@ -248,15 +264,15 @@ class PlacedQuantizer:
         scale = numpy_helper.from_array(np.array(amax / QMAX if amax > 0 else 1.0, np.float32), f"{name}_scale")
         zero = numpy_helper.from_array(np.array(0, np.int8), f"{name}_zero_point")
         inits.extend([scale, zero])
-        quantized, out = f"{name}_QuantizeLinear_Output", f"{name}_DequantizeLinear_Output"
+        quantized, out = rename(f"{name}_QuantizeLinear_Output"), rename(f"{name}_DequantizeLinear_Output")
         nodes.append(
             helper.make_node(
-                "QuantizeLinear", [name, scale.name, zero.name], [quantized], name=f"{name}_QuantizeLinear"
+                "QuantizeLinear", [name, scale.name, zero.name], [quantized], name=rename(f"{name}_QuantizeLinear")
             )
         )
         nodes.append(
             helper.make_node(
-                "DequantizeLinear", [quantized, scale.name, zero.name], [out], name=f"{name}_DequantizeLinear"
+                "DequantizeLinear", [quantized, scale.name, zero.name], [out], name=rename(f"{name}_DequantizeLinear")
             )
         )
         return out

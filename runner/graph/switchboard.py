@@ -1,25 +1,22 @@
-"""One fp32 model that emulates every fp16 (or bf16) candidate of a conversion, each node switched by a feed.
+"""One fp32 model that runs every candidate of a precision search, each node switched by a feed.
 
-A precision search checks many candidates of one model, each the float16 (bfloat16) conversion keeping
-a set of nodes in fp32 (``runner.graph.convert.Converter``), each run through the emulation
-(``runner.graph.emulate``: fp32 arithmetic, every fp16 tensor rounded through ``Cast``). Converting,
-rewriting and loading each candidate in a new ONNX Runtime session costs several times its run on a
-model of a few hundred nodes. The switchboard is built once: every node the conversion changes is
-wrapped in an ``If`` on a bool scalar input of its own, whose ``then`` branch is the node converted
-(its inputs that the conversion makes fp16 rounded to fp16, weights as the converter stores them; its
-fp16 outputs rounded) and whose ``else`` branch is the node as it is. One session then runs any
-candidate by its feeds: ``True`` for a converted node, ``False`` for a kept one.
+A precision search checks many candidates of one model, each the model in a low precision except a
+kept set of nodes. Building, validating and loading each candidate in a new ONNX Runtime session
+costs several times its run on a model of a few hundred nodes. A switchboard is built once: every
+node the low precision changes is wrapped in an ``If`` on a bool scalar input of its own, whose
+``then`` branch is the node as the low precision computes it and whose ``else`` branch is the node
+as it is. One session then runs any candidate by its feeds: ``True`` for a converted node, ``False``
+for a kept one (``Switchboard.feeds``).
 
-What each node's conversion rounds is read from the converter's own output (the model with no node
-kept, typed by shape inference), not assumed: an input the converter keeps fp32 (Resize's scales), an
-op it never converts (its block list), a weight's clipped fp16 form all come from there. A node
-reading a converted node rounds again what is rounded already (rounding is idempotent), so every
-candidate computes the same values as its emulated conversion; ``runner.checkers.switched`` checks
-that on its first candidates and stops using the switchboard when any output differs by a bit.
+This module holds what every switchboard shares: the switched model (``Switchboard``), the wiring of
+its ``If`` nodes (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
+(``Switched``). ``runner.graph.fp16_switchboard`` builds fp16's and bf16's (the emulation's rounding
+written into each branch); ``runner.graph.qdq_switchboard`` builds int8's (each node TensorRT's
+placement quantizes reading its Q/DQ). ``runner.checkers.switched`` runs them and checks that they
+give the candidates' own bits.
 
-Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
-(``build_switchboard``): each converted weight is held again in its low-precision values. fp16 reads
-"the low precision" below where the conversion is to bfloat16.
+Only models without If/Loop/Scan bodies and with less than ``MAP_BYTES`` of weights get one
+(``unsupported``): each switched weight is held again in its low-precision form.
 """
 
 from __future__ import annotations
@@ -27,22 +24,30 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional
+from enum import Enum
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from runner.errors import first_line
-from runner.graph.convert import Converter
-from runner.graph.emulate import tensor_types
-from runner.graph.stubs import weightless
+from runner.graph.isolate import has_body
 from runner.graph.weight_file import maps, weight_bytes
 
 log = logging.getLogger(__name__)
 
 #: the feeds of a switch: the node converted, the node kept in fp32
 ON, OFF = np.array(True), np.array(False)
+
+
+class RunsOn(Enum):
+    """The checker backend that gives each candidate's own values when it runs a switched model as written."""
+
+    #: fp16/bf16: an emulation backend (``runner.backends.fp16_emulation``), whose rounding the model holds
+    EMULATION = "emulation"
+    #: int8 QDQ: ONNX Runtime (``runner.backends.onnxruntime``), which runs the candidates' Q/DQ as written
+    ONNXRUNTIME = "onnxruntime"
 
 
 class Switchboard:
@@ -70,7 +75,7 @@ class Switchboard:
         return {name: OFF if i in kept else ON for i, name in self.switches.items()}
 
 
-def _cast_twice(x: str, out: str, low: int) -> List[onnx.NodeProto]:
+def cast_twice(x: str, out: str, low: int) -> List[onnx.NodeProto]:
     """``x`` rounded to the ONNX type ``low`` and back into ``out``: the emulation's rounding."""
     return [
         helper.make_node("Cast", [x], [out + "_low"], to=low),
@@ -78,132 +83,25 @@ def _cast_twice(x: str, out: str, low: int) -> List[onnx.NodeProto]:
     ]
 
 
-def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) -> Optional[Switchboard]:
-    """The switchboard of ``converter``'s candidates of ``model``, or None where it cannot be made.
+class Wiring:
+    """The switches of one switched model: fresh tensor names, and the ``If`` of each switched node.
 
     Args:
-        model: the prepared fp32 model the converter converts (``runner.graph.convert.prepare``);
-            not modified. Node indices of the switches are this model's.
-        converter: its float16 or bfloat16 converter.
-        key: the session key of the switched model.
-
-    Returns:
-        The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, weights past
-        ``MAP_BYTES``, no node the conversion changes, or a switched node
-        whose output has no known type or is an optional output left out before a present one.
-
-    Raises:
-        ModelError: the converter fails on the model.
-    """
-    why = _unsupported(model, converter)
-    if why:
-        log.info("No switched model: %s; each candidate is built", why)
-        return None
-    board = onnx.ModelProto()
-    board.CopyFrom(model)
-    g = board.graph
-    wrapper = _Wrapper(converter, g)
-    nodes: List[onnx.NodeProto] = []
-    for i, node in enumerate(g.node):
-        wrapped = wrapper.wrap(i, node)
-        if wrapped is None:
-            log.info("No switched model: node %s has an output of unknown type; each candidate is built", node.name)
-            return None
-        nodes.append(wrapped)
-    if not wrapper.switches:
-        log.info("No switched model: the conversion changes no node")
-        return None
-    del g.node[:]
-    g.node.extend(nodes)
-    g.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, []) for name in wrapper.switches.values())
-    g.initializer.extend(wrapper.weights)
-    del g.value_info[:]  # the session infers them; the branches renamed what some describe
-    return Switchboard(board, wrapper.switches, key)
-
-
-class _Wrapper:
-    """Wraps each node the conversion changes in its ``If`` (``wrap``), learning what it rounds from
-    the converter's output with no node kept.
+        graph: the source model's graph (its names are taken).
+        types: the element type of each tensor of the source model (``runner.graph.emulate.tensor_types``).
 
     Attributes:
-        switches: ``{node index: its switch's input name}`` of the nodes wrapped so far.
-        weights: the low-precision values of the weights converted nodes read (fp32 initializers).
+        switches: ``{node index: its switch's input name}`` of the nodes switched so far.
     """
 
-    def __init__(self, converter: Converter, graph: onnx.GraphProto):
-        converted = converter.convert([])
-        typed = onnx.shape_inference.infer_shapes(weightless(converted)[0], strict_mode=False)
-        self.converted_types = tensor_types(typed)
-        self.twins = {n.name: n for n in typed.graph.node}
-        self.elem = converter.low.elem_type
-        self.low_weights = {t.name: t for t in converted.graph.initializer if t.data_type == self.elem}
-        self.types = tensor_types(converter.typed)  # the fp32 model's
+    def __init__(self, graph: onnx.GraphProto, types: Dict[str, int]):
+        self.types = types
         self.taken = {t for n in graph.node for t in n.output} | {
             t.name for t in list(graph.input) + list(graph.initializer)
         }
         self.switches: Dict[int, str] = {}
-        self.weights: List[TensorProto] = []
-        self._rounded_weights: Dict[str, str] = {}
 
-    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
-        """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
-        an output has no known type or an optional output is left out before a present one."""
-        twin = self.twins.get(node.name)
-        if twin is None:
-            return node
-        rounds_in = [self.converted_types.get(x) == self.elem for x in twin.input]
-        rounds_out = [self.converted_types.get(x) == self.elem for x in twin.output]
-        if not any(rounds_in) and not any(rounds_out):
-            return node  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
-        outputs = list(node.output)
-        while outputs and not outputs[-1]:
-            outputs.pop()
-        if "" in outputs or any(self.types.get(o) is None for o in outputs):
-            return None
-        converted, as_is = onnx.NodeProto(), onnx.NodeProto()
-        converted.CopyFrom(node)
-        as_is.CopyFrom(node)
-        converted.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
-        then: List[onnx.NodeProto] = []
-        for slot, x in enumerate(node.input):
-            if x and slot < len(rounds_in) and rounds_in[slot]:
-                converted.input[slot] = self._rounded_input(x, f"{x}__rounded_{i}_{slot}", then)
-        then.append(converted)
-        then_out, else_out = [], []
-        for j, out in enumerate(outputs):
-            result = self._fresh(f"{out}__switched_low")
-            if j < len(rounds_out) and rounds_out[j]:
-                converted.output[j] = self._fresh(f"{out}__switched_fp32")
-                then.extend(_cast_twice(converted.output[j], result, self.elem))
-            else:
-                converted.output[j] = result
-            as_is.output[j] = self._fresh(f"{out}__switched_as_is")
-            then_out.append(helper.make_tensor_value_info(result, self.types[out], None))
-            else_out.append(helper.make_tensor_value_info(as_is.output[j], self.types[out], None))
-        self.switches[i] = self._fresh(f"switch__{i}")
-        return helper.make_node(
-            "If",
-            [self.switches[i]],
-            outputs,
-            name=self._fresh(f"{node.name}__switch"),
-            then_branch=helper.make_graph(then, f"{node.name}__converted", [], then_out),
-            else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
-        )
-
-    def _rounded_input(self, x: str, name: str, then: List[onnx.NodeProto]) -> str:
-        """What a converted node reads for ``x``: a weight as the converter stores it (fp16: clipped),
-        widened, else ``x`` rounded in the branch (its Casts appended to ``then``)."""
-        if x in self.low_weights:
-            if x not in self._rounded_weights:
-                self._rounded_weights[x] = self._fresh(f"{x}__low_values")
-                values = numpy_helper.to_array(self.low_weights[x]).astype(np.float32)
-                self.weights.append(numpy_helper.from_array(values, self._rounded_weights[x]))
-            return self._rounded_weights[x]
-        rounded = self._fresh(name)
-        then.extend(_cast_twice(x, rounded, self.elem))
-        return rounded
-
-    def _fresh(self, name: str) -> str:
+    def fresh(self, name: str) -> str:
         """``name``, or it with a number, not yet taken in the model (then taken)."""
         out, k = name, 0
         while out in self.taken:
@@ -212,13 +110,89 @@ class _Wrapper:
         self.taken.add(out)
         return out
 
+    def can_switch(self, node: onnx.NodeProto) -> bool:
+        """Whether ``node``'s outputs can be an ``If``'s: each of known type, no optional output left
+        out before a present one."""
+        outputs = _present(node)
+        return "" not in outputs and all(self.types.get(o) is not None for o in outputs)
 
-def _unsupported(model: onnx.ModelProto, converter: Converter) -> str:
-    """Why ``model`` gets no switchboard ("" when it does)."""
-    if converter.flow:
+    def switch(
+        self,
+        i: int,
+        node: onnx.NodeProto,
+        then: List[onnx.NodeProto],
+        inputs: Dict[int, str],
+        rounds_out: Sequence[bool] = (),
+        low: int = TensorProto.FLOAT16,
+    ) -> onnx.NodeProto:
+        """The ``If`` switching ``node`` (index ``i``; ``can_switch``) between its ``then`` form and itself.
+
+        Args:
+            then: nodes the converted form computes first (its inputs' rounding or Q/DQ), reading
+                the outer graph's tensors.
+            inputs: ``{input position: the tensor the converted form reads there}``.
+            rounds_out: per output, whether the converted form rounds it to ``low`` (an ONNX type).
+
+        Returns:
+            The ``If`` node, with ``node``'s outputs and a new bool scalar input (``switches[i]``).
+        """
+        outputs = _present(node)
+        converted, as_is = onnx.NodeProto(), onnx.NodeProto()
+        converted.CopyFrom(node)
+        as_is.CopyFrom(node)
+        converted.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
+        for slot, name in inputs.items():
+            converted.input[slot] = name
+        then = [*then, converted]
+        then_out, else_out = [], []
+        for j, out in enumerate(outputs):
+            result = self.fresh(f"{out}__switched_low")
+            if j < len(rounds_out) and rounds_out[j]:
+                converted.output[j] = self.fresh(f"{out}__switched_fp32")
+                then.extend(cast_twice(converted.output[j], result, low))
+            else:
+                converted.output[j] = result
+            as_is.output[j] = self.fresh(f"{out}__switched_as_is")
+            then_out.append(helper.make_tensor_value_info(result, self.types[out], None))
+            else_out.append(helper.make_tensor_value_info(as_is.output[j], self.types[out], None))
+        self.switches[i] = self.fresh(f"switch__{i}")
+        return helper.make_node(
+            "If",
+            [self.switches[i]],
+            outputs,
+            name=self.fresh(f"{node.name}__switch"),
+            then_branch=helper.make_graph(then, f"{node.name}__converted", [], then_out),
+            else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
+        )
+
+    def finish(
+        self, board: onnx.ModelProto, nodes: List[onnx.NodeProto], weights: Sequence[TensorProto], key: str
+    ) -> Switchboard:
+        """``board`` (a copy of the source model) with ``nodes`` as its nodes, the switches as inputs
+        and ``weights`` (what the converted forms read) as initializers: the switchboard keyed ``key``."""
+        g = board.graph
+        del g.node[:]
+        g.node.extend(nodes)
+        g.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, []) for name in self.switches.values())
+        g.initializer.extend(weights)
+        del g.value_info[:]  # the session infers them; the branches renamed what some describe
+        return Switchboard(board, self.switches, key)
+
+
+def _present(node: onnx.NodeProto) -> List[str]:
+    """``node``'s outputs, optional ones left out at the end dropped."""
+    outputs = list(node.output)
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    return outputs
+
+
+def unsupported(model: onnx.ModelProto) -> str:
+    """Why ``model`` gets no switchboard ("" when it does): bodies, or weights past ``MAP_BYTES``."""
+    if any(has_body(n) for n in model.graph.node):
         return "the model has If/Loop/Scan bodies"
     if maps(weight_bytes(model)):
-        return "its weights would be held again in low-precision values"
+        return "its weights would be held again in their low-precision form"
     return ""
 
 
@@ -226,31 +200,34 @@ class LazySwitchboard:
     """A switchboard built on first use, once, by whichever thread asks first.
 
     Args:
-        model, converter, key: as ``build_switchboard``'s.
+        build: makes the switchboard (``build_switchboard``, ``runner.graph.qdq_switchboard``), or None.
+        runs_on: the checker backend that runs its candidates as themselves.
     """
 
-    def __init__(self, model: onnx.ModelProto, converter: Converter, key: str):
-        self._args = (model, converter, key)
+    def __init__(self, build: Callable[[], Optional[Switchboard]], runs_on: RunsOn = RunsOn.EMULATION):
+        self._build: Optional[Callable[[], Optional[Switchboard]]] = build
+        self.runs_on = runs_on
         self._lock = threading.Lock()
         self._built = False
         self._board: Optional[Switchboard] = None
 
     def get(self) -> Optional[Switchboard]:
-        """The switchboard, or None where ``build_switchboard`` makes none or fails (the candidates are
-        then built one by one, and their own builds say what fails)."""
+        """The switchboard, or None where its build makes none or fails (the candidates are then
+        built one by one, and their own builds say what fails)."""
         with self._lock:
             if not self._built:
+                assert self._build is not None
                 try:
-                    self._board = build_switchboard(*self._args)
+                    self._board = self._build()
                 except Exception as e:  # the converter or shape inference: never the run's end
                     log.info("No switched model (%s: %s); each candidate is built", type(e).__name__, first_line(e))
                 self._built = True
-                self._args = None  # type: ignore[assignment]
+                self._build = None
         return self._board
 
     def __getstate__(self) -> Dict[str, object]:
         """Pickled as one that makes none: the switched model stays in the process of its search."""
-        return {"_args": None, "_built": True, "_board": None}
+        return {"_build": None, "runs_on": self.runs_on, "_built": True, "_board": None}
 
     def __setstate__(self, state: Dict[str, object]) -> None:
         self.__dict__.update(state)

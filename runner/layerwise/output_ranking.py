@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend
 from runner.errors import ModelError
+from runner.graph.switchboard import Switchboard
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,13 @@ def output_error(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) 
     return math.sqrt(diff / norm) if norm > 0 else math.sqrt(diff)
 
 
+#: what ranks one item: the model with it alone in the low precision, or a switchboard and that
+#: candidate's switch feeds (``runner.graph.switchboard``: one session for every item)
+Made = Union[onnx.ModelProto, Tuple[Switchboard, Mapping[str, np.ndarray]]]
+
+
 def output_error_ranking(
-    candidates: Sequence[Tuple[T, Callable[[], onnx.ModelProto]]],
+    candidates: Sequence[Tuple[T, Callable[[], Made]]],
     reference: onnx.ModelProto,
     samples: Sequence[Mapping[str, np.ndarray]],
     backend: Optional[Backend] = None,
@@ -60,7 +66,7 @@ def output_error_ranking(
 
     Args:
         candidates: ``(item, build)`` pairs; ``build()`` makes the model with the item alone in the
-            low precision.
+            low precision, or gives a switchboard and the feeds of that candidate's switches.
         reference: the fp32 model whose outputs the candidates are compared with.
         samples: input feed dicts (each candidate runs on all of them).
         backend: runs the models (the checker's device backend, ``ranking_backend``); None: ONNX Runtime
@@ -70,7 +76,8 @@ def output_error_ranking(
         The items, most output error first. A candidate that cannot be built or run ranks first (its
         node cannot be in the low precision alone).
 
-    Cost: one model build and ``len(samples)`` runs per candidate, plus the reference's runs.
+    Cost: one model build (none when switched) and ``len(samples)`` runs per candidate, plus the
+    reference's runs.
     """
     backend = backend or make_backend("onnxruntime", cpu_arena=False)
     try:
@@ -82,9 +89,13 @@ def output_error_ranking(
                 said = time.monotonic()
                 log.info("Ranking by output error: %d of %d, %.0f s", position, len(candidates), said - started)
             try:
-                model = build()
+                made = build()
+                if isinstance(made, onnx.ModelProto):
+                    model, switches, key = made, {}, f"rank:{item}"
+                else:
+                    model, switches, key = made[0].model, dict(made[1]), made[0].key
                 errors[position] = max(
-                    output_error(backend.run(model, feeds, key=f"rank:{item}"), want)
+                    output_error(backend.run(model, {**feeds, **switches}, key=key), want)
                     for feeds, want in zip(samples, wanted)
                 )
             except ModelError as e:

@@ -162,12 +162,17 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
 
 
 def checker_plan(config: DictConfig) -> CheckerPlan:
-    """The checker group's plan (``config.checker``).
+    """The checker group's plan (``config.checker``). ``checker.graph_optimization_level`` left null
+    is "disable" for an int8 precision search with TensorRT's placement: its candidates run as
+    written, and so as feeds of one switched model (``runner.checkers.switched``).
 
     Raises:
         ConfigError: ``checker.timeout_s`` without ``checker.isolate``, or not above 0.
     """
     options = plain(config.checker)
+    if "graph_optimization_level" in options and options["graph_optimization_level"] is None and _placed_int8(config):
+        # its candidates' Q/DQ run as written, so that they run switched (runner.graph.qdq_switchboard)
+        options["graph_optimization_level"] = "disable"
     if "isolate" not in options:  # a checker that runs a program: its timeout_s is its own
         return CheckerPlan(options)
     isolate = bool(options.pop("isolate"))
@@ -180,6 +185,14 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     if timeout_s is not None and float(timeout_s) <= 0:
         raise ConfigError(f"checker.timeout_s={timeout_s}: give a number of seconds above 0")
     return CheckerPlan(options, isolate, None if timeout_s is None else float(timeout_s))
+
+
+def _placed_int8(config: DictConfig) -> bool:
+    """Whether the run is an int8 precision search placed as TensorRT deploys it (``low_precision=int8``,
+    ``quantization.placement=tensorrt``), whose checks default to ONNX Runtime's optimizations off."""
+    if str(config.mode.name) != "precision" or str(plain(OmegaConf.select(config, "low_precision"))) != "int8":
+        return False
+    return str(OmegaConf.select(config, "quantization.placement", default="tensorrt")) == "tensorrt"
 
 
 @functools.cache

@@ -77,19 +77,21 @@ def conv_outlier_model() -> onnx.ModelProto:
     return _image_model(nodes, "conv_outlier", inits, 8, 13)
 
 
-def dense_model(layers: int = 64, seed: int = 0) -> onnx.ModelProto:
-    """``layers`` 1x1 Convs of 3 channels in a chain, each near the identity with a spread of scales, so
-    each one's int8 rounding adds a little error to the output: the needed set is dense (most nodes),
-    with some nodes' error reaching the output far more than others'."""
+def dense_model(layers: int = 64, seed: int = 0, channels: int = 3) -> onnx.ModelProto:
+    """``layers`` 1x1 Convs of ``channels`` channels (the first from the 3 of ``x``) in a chain, each
+    near the identity with a spread of scales, so each one's int8 rounding adds a little error to the
+    output: the needed set is dense (most nodes), with some nodes' error reaching the output far more
+    than others'. TensorRT's placement quantizes Convs of 8 channels, not of 3."""
     rng = np.random.default_rng(seed)
     nodes, inits, prev = [], [], "x"
     for i in range(layers):
-        w = np.eye(3) + 0.2 * rng.standard_normal((3, 3)) * rng.choice([0.1, 1.0, 3.0])
-        inits.append(numpy_helper.from_array(w.reshape(3, 3, 1, 1).astype(np.float32), f"w{i}"))
+        c_in = 3 if i == 0 else channels
+        w = np.eye(channels, c_in) + 0.2 * rng.standard_normal((channels, c_in)) * rng.choice([0.1, 1.0, 3.0])
+        inits.append(numpy_helper.from_array(w.reshape(channels, c_in, 1, 1).astype(np.float32), f"w{i}"))
         out = "y" if i == layers - 1 else f"t{i}"
         nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [out], name=f"conv{i}"))
         prev = out
-    return _image_model(nodes, "dense", inits, 3, 13)
+    return _image_model(nodes, "dense", inits, channels, 13)
 
 
 def integer_model() -> onnx.ModelProto:

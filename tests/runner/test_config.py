@@ -242,3 +242,21 @@ def test_help_lists_every_key_of_every_group():
             assert f"{key}=" in text, key
     for key in [*names(config.ExecutorConf, "executor."), *names(config.CommonKeys)]:
         assert f"{key}=" in text, key
+
+
+@pytest.mark.parametrize(
+    "overrides, level",
+    [
+        (["mode=precision", "low_precision=int8"], "disable"),  # TensorRT's placement: switched runs
+        (["mode=precision", "low_precision=int8", "quantization.placement=onnxruntime"], None),
+        (["mode=precision", "low_precision=int8", "checker.graph_optimization_level=all"], "all"),  # as given
+        (["mode=precision"], None),  # fp16: the checker decides by its backend
+        (["mode=layerwise"], None),
+    ],
+)
+def test_int8_precision_checks_with_tensorrts_placement_run_their_qdq_as_written(overrides, level):
+    from runner.run.plan import checker_plan
+
+    ensure_hydra()
+    cfg = compose("config", overrides=["checker=compare", *overrides])
+    assert checker_plan(cfg).options["graph_optimization_level"] == level

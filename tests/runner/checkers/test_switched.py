@@ -16,8 +16,13 @@ from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.checkers.switched import CROSS_CHECKS, SwitchedRuns
 from runner.graph.convert import Converter, prepare
+from runner.graph.fp16_switchboard import build_switchboard
 from runner.graph.precisions import FLOAT16
-from runner.graph.switchboard import LazySwitchboard, Switched
+from runner.graph.switchboard import LazySwitchboard, RunsOn, Switched
+
+
+def _lazy(model, converter):
+    return LazySwitchboard(lambda: build_switchboard(model, converter, "b"))
 
 
 @pytest.mark.parametrize(
@@ -38,7 +43,7 @@ def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
     model, _, _ = two_branches()
     checker.switched.bind(model)
     prepared = prepare(model, FLOAT16)
-    candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
+    candidate = Candidate("k", "c", switched=Switched(_lazy(prepared, Converter(prepared)), frozenset()))
     assert checker.runs_switched(candidate) is on
     assert not checker.runs_switched(Candidate("k", "c")), "a candidate with no switchboard runs as itself"
 
@@ -54,7 +59,7 @@ def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
         "k",
         "the candidate",
         payload=lambda: built,
-        switched=Switched(LazySwitchboard(prepared, converter, "b"), frozenset(kept_switched)),
+        switched=Switched(_lazy(prepared, converter), frozenset(kept_switched)),
     )
     feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
     board, switches = runs.board(candidate)
@@ -145,7 +150,7 @@ def test_a_checker_with_switched_runs_pickles():
     checker = pickle.loads(pickle.dumps(CompareChecker(backend="fp16_emulation")))
     model, _, _ = two_branches()
     prepared = prepare(model, FLOAT16)
-    candidate = Candidate("k", "c", switched=Switched(LazySwitchboard(prepared, Converter(prepared), "b"), frozenset()))
+    candidate = Candidate("k", "c", switched=Switched(_lazy(prepared, Converter(prepared)), frozenset()))
     assert checker.runs_switched(candidate)
 
 
@@ -178,3 +183,48 @@ def test_detections_on_graph_outputs_run_switched(run, tmp_path):
     assert switched.summary["switched_checks"] > 0 and "switched_checks" not in built.summary
     assert [i["passed"] for i in switched.replay["iterations"]] == [i["passed"] for i in built.replay["iterations"]]
     assert switched.summary["kept_nodes"] == built.summary["kept_nodes"]
+
+
+@pytest.mark.parametrize(
+    "options, on",
+    [
+        ({"graph_optimization_level": "disable"}, True),  # as int8 precision with TensorRT's placement plans it
+        ({"graph_optimization_level": "all"}, False),  # fused: other bits
+        ({"graph_optimization_level": "disable", "switchboard": False}, False),
+        ({"backend": "fp16_emulation"}, False),  # an fp16 board's runner, not an int8 one's
+    ],
+)
+def test_int8_switchboards_run_on_onnxruntime_with_optimizations_off(options, on):
+    checker = CompareChecker(**options)
+    qdq = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.ONNXRUNTIME), frozenset()))
+    assert checker.runs_switched(qdq) is on
+    fp16 = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.EMULATION), frozenset()))
+    assert checker.runs_switched(fp16) is (options.get("backend") == "fp16_emulation")
+
+
+def _int8(run, tmp_path, int8_feeds, name, *extra):
+    from tests.helpers.int8 import dense_model
+
+    model = tmp_path / "dense.onnx"
+    if not model.exists():
+        onnx.save(dense_model(channels=8), model)
+    argv = ["mode=precision", "low_precision=int8", "marker=minimal", f"model={model}"]
+    argv += [f"data_loader={int8_feeds}.pages", "checker=compare", "checker.check_error_stat=rel_l2"]
+    return run(*argv, "checker.atol=0", "checker.rtol=0.02", f"output={tmp_path / name}.onnx", *extra)
+
+
+@pytest.mark.slow
+def test_an_int8_run_with_tensorrts_placement_runs_switched_and_gives_the_built_answer(run, tmp_path, int8_feeds):
+    """64 Convs of 8 channels, each one's int8 rounding adding error (many needed): the checks run as feeds
+    of the switchboard and so does the second ranking; every verdict and the answer are the built run's."""
+    switched = _int8(run, tmp_path, int8_feeds, "switched")
+    built = _int8(run, tmp_path, int8_feeds, "built", "checker.switchboard=false")
+    assert switched.returncode == built.returncode == 0, switched.stderr[-2000:] + built.stderr[-2000:]
+    s = switched.summary
+    assert s["switched_checks"] == s["checks"] - 2 and "switched_checks" not in built.summary
+    assert s["ranked_again"]["switched"] is True and s["ranked_again"]["nodes"] == 64
+    verdicts = [(i["key"], i["passed"], i["details"]["outputs"]) for i in switched.replay["iterations"]]
+    assert verdicts == [(i["key"], i["passed"], i["details"]["outputs"]) for i in built.replay["iterations"]]
+    assert s["kept_nodes"] == built.summary["kept_nodes"] and s["kept"] > 32
+    assert s["answer_verified"]["check_passed"] is True
+    assert "disagree" not in (switched.run_dir / "runner.log").read_text()

@@ -14,8 +14,9 @@ import pytest
 from examples.planted import one_sensitive, rmsnorm_decoder, two_branches
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.graph.convert import Converter, float_nodes, prepare
+from runner.graph.fp16_switchboard import build_switchboard
 from runner.graph.precisions import BFLOAT16, FLOAT16
-from runner.graph.switchboard import LazySwitchboard, build_switchboard
+from runner.graph.switchboard import LazySwitchboard
 from tests.helpers.models import need
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "models"
@@ -96,7 +97,7 @@ def test_no_switchboard_for_bodies_or_a_large_model():
 def test_a_switchboard_pickles_as_none_and_builds_once():
     model, _, _ = one_sensitive()
     prepared = prepare(model, FLOAT16)
-    lazy = LazySwitchboard(prepared, Converter(prepared, FLOAT16), "k")
+    lazy = LazySwitchboard(lambda: build_switchboard(prepared, Converter(prepared, FLOAT16), "k"))
     first = lazy.get()
     assert first is not None and lazy.get() is first
     assert pickle.loads(pickle.dumps(lazy)).get() is None
@@ -116,7 +117,7 @@ def test_a_switchboard_that_cannot_be_built_is_none(caplog):
     model, _, _ = one_sensitive()
     prepared = prepare(model, FLOAT16)
     with caplog.at_level(logging.INFO):
-        assert LazySwitchboard(prepared, Failing(prepared, FLOAT16), "k").get() is None
+        assert LazySwitchboard(lambda: build_switchboard(prepared, Failing(prepared, FLOAT16), "k")).get() is None
     assert "No switched model (ModelError: planted)" in caplog.text
 
 

@@ -1,0 +1,131 @@
+"""The switchboard of fp16 and bf16 candidates: one fp32 model that emulates each, node by node.
+
+A precision search checks many candidates of one model, each the float16 (bfloat16) conversion keeping
+a set of nodes in fp32 (``runner.graph.convert.Converter``), each run through the emulation
+(``runner.graph.emulate``: fp32 arithmetic, every fp16 tensor rounded through ``Cast``). Converting,
+rewriting and loading each candidate in a new ONNX Runtime session costs several times its run on a
+model of a few hundred nodes. The switchboard is built once: every node the conversion changes is
+wrapped in an ``If`` on a bool scalar input of its own, whose ``then`` branch is the node converted
+(its inputs that the conversion makes fp16 rounded to fp16, weights as the converter stores them; its
+fp16 outputs rounded) and whose ``else`` branch is the node as it is. One session then runs any
+candidate by its feeds: ``True`` for a converted node, ``False`` for a kept one.
+
+What each node's conversion rounds is read from the converter's own output (the model with no node
+kept, typed by shape inference), not assumed: an input the converter keeps fp32 (Resize's scales), an
+op it never converts (its block list), a weight's clipped fp16 form all come from there. A node
+reading a converted node rounds again what is rounded already (rounding is idempotent), so every
+candidate computes the same values as its emulated conversion; ``runner.checkers.switched`` checks
+that on its first candidates and stops using the switchboard when any output differs by a bit.
+
+Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
+(``runner.graph.switchboard.unsupported``): each converted weight is held again in its low-precision
+values. fp16 reads "the low precision" below where the conversion is to bfloat16.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from runner.graph.convert import Converter
+from runner.graph.emulate import tensor_types
+from runner.graph.stubs import weightless
+from runner.graph.switchboard import Switchboard, Wiring, cast_twice, unsupported
+
+log = logging.getLogger(__name__)
+
+
+def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) -> Optional[Switchboard]:
+    """The switchboard of ``converter``'s candidates of ``model``, or None where it cannot be made.
+
+    Args:
+        model: the prepared fp32 model the converter converts (``runner.graph.convert.prepare``);
+            not modified. Node indices of the switches are this model's.
+        converter: its float16 or bfloat16 converter.
+        key: the session key of the switched model.
+
+    Returns:
+        The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, weights past
+        ``MAP_BYTES``, no node the conversion changes, or a switched node
+        whose output has no known type or is an optional output left out before a present one.
+
+    Raises:
+        ModelError: the converter fails on the model.
+    """
+    why = unsupported(model)
+    if why:
+        log.info("No switched model: %s; each candidate is built", why)
+        return None
+    board = onnx.ModelProto()
+    board.CopyFrom(model)
+    g = board.graph
+    wiring = Wiring(g, tensor_types(converter.typed))
+    rounding = _Rounding(converter, wiring)
+    nodes: List[onnx.NodeProto] = []
+    for i, node in enumerate(g.node):
+        wrapped = rounding.wrap(i, node)
+        if wrapped is None:
+            log.info("No switched model: node %s has an output of unknown type; each candidate is built", node.name)
+            return None
+        nodes.append(wrapped)
+    if not wiring.switches:
+        log.info("No switched model: the conversion changes no node")
+        return None
+    return wiring.finish(board, nodes, rounding.weights, key)
+
+
+class _Rounding:
+    """Wraps each node the conversion changes in its ``If`` (``wrap``), learning what it rounds from
+    the converter's output with no node kept.
+
+    Attributes:
+        weights: the low-precision values of the weights converted nodes read (fp32 initializers).
+    """
+
+    def __init__(self, converter: Converter, wiring: Wiring):
+        converted = converter.convert([])
+        typed = onnx.shape_inference.infer_shapes(weightless(converted)[0], strict_mode=False)
+        self.converted_types = tensor_types(typed)
+        self.twins = {n.name: n for n in typed.graph.node}
+        self.elem = converter.low.elem_type
+        self.low_weights = {t.name: t for t in converted.graph.initializer if t.data_type == self.elem}
+        self.wiring = wiring
+        self.weights: List[TensorProto] = []
+        self._rounded_weights: Dict[str, str] = {}
+
+    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
+        """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
+        it cannot be switched (``Wiring.can_switch``)."""
+        twin = self.twins.get(node.name)
+        if twin is None:
+            return node
+        rounds_in = [self.converted_types.get(x) == self.elem for x in twin.input]
+        rounds_out = [self.converted_types.get(x) == self.elem for x in twin.output]
+        if not any(rounds_in) and not any(rounds_out):
+            return node  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
+        if not self.wiring.can_switch(node):
+            return None
+        then: List[onnx.NodeProto] = []
+        inputs = {
+            slot: self._rounded_input(x, f"{x}__rounded_{i}_{slot}", then)
+            for slot, x in enumerate(node.input)
+            if x and slot < len(rounds_in) and rounds_in[slot]
+        }
+        return self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)
+
+    def _rounded_input(self, x: str, name: str, then: List[onnx.NodeProto]) -> str:
+        """What a converted node reads for ``x``: a weight as the converter stores it (fp16: clipped),
+        widened, else ``x`` rounded in the branch (its Casts appended to ``then``)."""
+        if x in self.low_weights:
+            if x not in self._rounded_weights:
+                self._rounded_weights[x] = self.wiring.fresh(f"{x}__low_values")
+                values = numpy_helper.to_array(self.low_weights[x]).astype(np.float32)
+                self.weights.append(numpy_helper.from_array(values, self._rounded_weights[x]))
+            return self._rounded_weights[x]
+        rounded = self.wiring.fresh(name)
+        then.extend(cast_twice(x, rounded, self.elem))
+        return rounded

@@ -1,0 +1,37 @@
+"""What a precision search runs over: int8's second ranking on the switchboard, against candidates built one by one."""
+
+from __future__ import annotations
+
+import functools
+
+import onnx
+
+from runner.backends.base import make_backend
+from runner.context import RunContext
+from runner.graph.calibration import calibrate
+from runner.graph.quant_options import QuantOptions
+from runner.graph.quantize import make_quantizer, prepare_int8
+from runner.layerwise.output_ranking import output_error_ranking
+from strategies.precision_space import OutputErrorOrder, switchboard_of
+from tests.helpers.int8 import dense_model, samples
+
+
+def test_the_second_ranking_on_the_switchboard_is_the_built_candidates_order(tmp_path, int8_feeds):
+    """TensorRT's placement: each "node alone quantized" candidate as switch feeds gives the order its
+    built model gives (both with ONNX Runtime's optimizations off, as the checks run)."""
+    model = prepare_int8(dense_model(24, channels=8))
+    path = tmp_path / "dense.onnx"
+    onnx.save(model, path)
+    feeds = list(samples())  # the loader's
+    ctx = RunContext(mode="precision", run_dir=tmp_path, model_path=path, data_loader=f"{int8_feeds}.pages")
+    quantizer = make_quantizer(model, calibrate(model, feeds, QuantOptions()), QuantOptions())
+    nodes = [i for i, n in enumerate(model.graph.node) if n.name in quantizer.sites]
+    assert len(nodes) == 24
+    switched = OutputErrorOrder(ctx, model, frozenset(nodes), quantizer, None, switchboard_of(quantizer, "k"))
+    order = switched(nodes)
+    assert switched.facts is not None and switched.facts["switched"] is True
+    built = OutputErrorOrder(ctx, model, frozenset(nodes), quantizer, None)
+    backend = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
+    builds = [(i, functools.partial(built._alone, i)) for i in nodes]
+    assert order == output_error_ranking(builds, model, ctx.samples, backend)
+    assert order != nodes, "a spread of scales: not the topological order"
