@@ -8,17 +8,20 @@ phase is timed apart (median seconds per candidate):
 - build: the conversion (fp16) or quantization (int8) of the kept set;
 - validate: ``runner.graph.validate`` (onnx.checker and strict type inference);
 - prepare: what the checker's backend does before a session (fp16_emulation's rewrite; none for int8);
-- session: an ONNX Runtime session on the prepared model;
+- session: an ONNX Runtime session on the prepared model (graph optimizations off, as the checks run
+  them, but "all" for int8 with ONNX Runtime's placement, which runs its int8 kernels);
 - run: one inference on the model's sample.
 
 ``overhead`` is everything but the run; issue 34's targets: overhead at most the run on a
 recognizer-size model, an int8 candidate at most 3x an fp16 one. Models: the detector (fp16; int8
 in both placements), and a Llama-style decoder of 8 blocks of width 1024 (222 MB).
 
-The "switched" row is how ``checker=compare checker.backend=fp16_emulation`` runs the detector's fp16
-candidates on CPU (``runner.graph.switchboard``): the same kept sets as feeds of one switched model in
-one session (built once, timed apart). Its build is making the feeds; its run is the switched model's;
-its overhead is the feeds plus what the switched run costs over the candidate's own run (the fp16
+The "switched" rows are how ``checker=compare`` runs the detector's candidates on CPU
+(``runner.graph.switchboard``): fp16's under ``checker.backend=fp16_emulation``
+(``runner.graph.fp16_switchboard``), int8's with TensorRT's placement under ``checker.backend=onnxruntime``
+(``runner.graph.qdq_switchboard``): the same kept sets as feeds of one switched model in one session
+(built once, timed apart). Its build is making the feeds; its run is the switched model's; its
+overhead is the feeds plus what the switched run costs over the candidate's own run (the built
 row's run, measured again here on the same kept sets).
 
 Usage: python benchmarks/candidate_cost.py [--candidates 5] [--size 96]
@@ -27,12 +30,13 @@ Usage: python benchmarks/candidate_cost.py [--candidates 5] [--size 96]
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -44,11 +48,14 @@ sys.path.insert(0, str(ROOT))
 
 from examples.planted import rmsnorm_decoder  # noqa: E402
 from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
+from runner.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from runner.graph.calibration import calibrate  # noqa: E402
 from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
 from runner.graph.fp16_switchboard import build_switchboard  # noqa: E402
+from runner.graph.placement import PlacedQuantizer  # noqa: E402
 from runner.graph.precisions import FLOAT16  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
+from runner.graph.qdq_switchboard import build_qdq_switchboard  # noqa: E402
 from runner.graph.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
 from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
@@ -70,6 +77,7 @@ def _measure(
     feeds: Dict[str, np.ndarray],
     emulate: bool,
     count: int,
+    optimized: bool = False,
 ) -> Dict[str, object]:
     rng = random.Random(0)
     times: Dict[str, List[float]] = {k: [] for k in ("build", "validate", "prepare", "session", "run")}
@@ -86,8 +94,8 @@ def _measure(
         else:
             prepared, t = model, 0.0
         times["prepare"].append(t)
-        # the sessions the checker's backends make: fp16_emulation's unoptimized, onnxruntime's "all"
-        level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if emulate else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # the sessions the checks make: unoptimized but for int8 with ONNX Runtime's placement ("all")
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         sess, t = _timed(session_for, prepared, level=level)
         times["session"].append(t)
         fed = {i.name: feeds[i.name] for i in sess.get_inputs()}
@@ -103,28 +111,43 @@ def _measure(
     }
 
 
+def _named(
+    build: Callable[[List[str]], onnx.ModelProto], model: onnx.ModelProto, kept: FrozenSet[int]
+) -> onnx.ModelProto:
+    """``build`` of the names of ``model``'s nodes of indices ``kept``."""
+    return build([model.graph.node[i].name for i in kept])
+
+
 def _measure_switched(
-    label: str, model: onnx.ModelProto, converter: Converter, feeds: Dict[str, np.ndarray], count: int
+    label: str,
+    build: Callable[[], Any],
+    backend: Any,
+    built: Callable[[FrozenSet[int]], onnx.ModelProto],
+    layers: List[int],
+    feeds: Dict[str, np.ndarray],
+    count: int,
 ) -> Dict[str, object]:
-    """The fp16 row's kept sets as feeds of the switchboard; the switched run against the built one."""
-    board, made = _timed(build_switchboard, model, converter, "benchmark")
-    assert board is not None, "the detector has a switchboard"
-    emulation = EmulationBackend(graph_optimization_level="disable")
-    _, first = _timed(emulation.run_as_rounded, board.model, {**feeds, **board.feeds(frozenset())}, "board")
+    """The built row's kept sets (random halves of ``layers``) as feeds of the switchboard ``build()``
+    makes, run by ``backend`` (``run_as_rounded`` for the emulation); the switched run against the
+    candidate's own (``built(kept)``, run unoptimized as the checks run it)."""
+    board, made = _timed(build)
+    assert board is not None, f"{label}: a switchboard"
+    emulated = isinstance(backend, EmulationBackend)
+    run = backend.run_as_rounded if emulated else backend.run  # the model rounds itself: no rewrite
+    _, first = _timed(run, board.model, {**feeds, **board.feeds(frozenset())}, "board")
     print(f"{label}: switchboard built in {made:.3f} s, its session and first run {first:.3f} s (once per run)")
-    layers = float_nodes(model)
-    index = {model.graph.node[i].name: i for i in layers}
-    rng = random.Random(0)  # the fp16 row's kept sets
+    rng = random.Random(0)  # the built row's kept sets
     times: Dict[str, List[float]] = {k: [] for k in ("build", "run", "built run")}
-    sets = [frozenset(index[n] for n in rng.sample(list(index), len(index) // 2)) for _ in range(count)]
+    sets = [frozenset(rng.sample(layers, len(layers) // 2)) for _ in range(count)]
     for kept in sets:  # as a run makes them: one session, no other session's threads about
         switches, t = _timed(board.feeds, kept)
         times["build"].append(t)
-        _, t = _timed(emulation.run_as_rounded, board.model, {**feeds, **switches}, "board")
+        _, t = _timed(run, board.model, {**feeds, **switches}, "board")
         times["run"].append(t)
-    emulation.close()
+    backend.close()
     for kept in sets:
-        prepared, _, _ = emulation.prepare(converter.convert([model.graph.node[i].name for i in kept]), None)
+        model = built(kept)
+        prepared = backend.prepare(model, None)[0] if emulated else model
         sess = session_for(prepared, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         _, t = _timed(sess.run, None, {i.name: feeds[i.name] for i in sess.get_inputs()})
         times["built run"].append(t)
@@ -155,7 +178,18 @@ def main() -> None:
     names = [fp16.graph.node[i].name for i in float_nodes(fp16)]
     converter = Converter(fp16, FLOAT16)
     rows.append(_measure("detector fp16", converter.convert, names, Validator(fp16), pixels, True, args.candidates))
-    rows.append(_measure_switched("detector fp16, switched", fp16, converter, pixels, args.candidates))
+    layers = float_nodes(fp16)
+    rows.append(
+        _measure_switched(
+            "detector fp16, switched",
+            functools.partial(build_switchboard, fp16, converter, "benchmark"),
+            EmulationBackend(graph_optimization_level="disable"),
+            functools.partial(_named, converter.convert, fp16),
+            [i for i in layers if fp16.graph.node[i].name in set(names)],
+            pixels,
+            args.candidates,
+        )
+    )
 
     int8 = prepare_int8(detector)
     samples = [{"x": (rng.random((1, 3, args.size, args.size))).astype(np.float32)} for _ in range(4)]
@@ -165,7 +199,24 @@ def main() -> None:
         quantizer = make_quantizer(int8, calibration, options)
         quantized = sorted(quantized_nodes(quantizer.convert([])))
         label = f"detector int8 ({placement} placement)"
-        rows.append(_measure(label, quantizer.convert, quantized, Validator(int8), samples[0], False, args.candidates))
+        optimized = placement == "onnxruntime"  # runner.run.plan: TensorRT's placement runs its Q/DQ as written
+        validator = Validator(int8)
+        rows.append(
+            _measure(label, quantizer.convert, quantized, validator, samples[0], False, args.candidates, optimized)
+        )
+        if isinstance(quantizer, PlacedQuantizer):  # ONNX Runtime's placement has none (qdq_switchboard)
+            placed: PlacedQuantizer = quantizer
+            rows.append(
+                _measure_switched(
+                    f"detector int8 ({placement} placement), switched",
+                    functools.partial(build_qdq_switchboard, placed, "benchmark"),
+                    OnnxRuntimeBackend(graph_optimization_level="disable"),
+                    functools.partial(_named, placed.convert, int8),
+                    [i for i, n in enumerate(int8.graph.node) if n.name in quantized],
+                    samples[0],
+                    args.candidates,
+                )
+            )
 
     decoder, _, ids = rmsnorm_decoder(layers=8, dim=1024, vocab=2048, seq=16)
     big = prepare(decoder, FLOAT16)
