@@ -20,9 +20,10 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
 from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
-from runner.checkers.lowering import as_run, lowered
+from runner.checkers.lowering import as_run, lowered, warn_fp16_on_cpu
 from runner.checkers.noise import NoiseFloor
 from runner.checkers.on_error import OnError
+from runner.checkers.reference import reference_run
 from runner.checkers.switched import SwitchedRuns
 from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.config import plain
@@ -30,7 +31,7 @@ from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.files.samples import check_golden, save_golden_samples
-from runner.graph.activations import marked, run_all_tensors, run_tensors
+from runner.graph.activations import marked, run_tensors
 from runner.graph.convert import has_low_precision
 from runner.graph.decisions import Decision, data_dependent_outputs
 from runner.graph.feeds import as_declared, graph_inputs
@@ -214,22 +215,11 @@ class CompareChecker(Checker):
     def reference_values(
         self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray], ctx: Optional[RunContext] = None
     ) -> Dict[str, np.ndarray]:
-        """Every tensor's value from one reference run (ONNX Runtime keeps intermediates too); the
-        run's shared fp32 values (``ctx.activations``) when ``ctx`` is given and the reference is
-        ONNX Runtime on its feeds."""
-        if self.reference_name == "onnxruntime":
-            return ctx.activations if ctx is not None else run_all_tensors(model, feeds)
-        ort = onnxruntime_options(self.reference_name, providers=self.providers, provider_options=self.provider_options)
-        reference = make_backend(self.reference_name, **ort)
-        try:
-            names = (
-                [o for n in model.graph.node for o in n.output if o]
-                if self.reference_name == "onnx_reference"
-                else None
-            )
-            return reference.run(model, feeds, outputs=names)
-        finally:
-            reference.close()
+        """Every tensor's value from one reference run (``runner.checkers.reference``); the run's shared
+        fp32 values (``ctx.activations``) when ``ctx`` is given and the reference is ONNX Runtime on its feeds."""
+        if self.reference_name == "onnxruntime" and ctx is not None:
+            return ctx.activations
+        return reference_run(self.reference_name, model, feeds, self.providers, self.provider_options)
 
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None
@@ -379,17 +369,8 @@ class CompareChecker(Checker):
 
     def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
         """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""
-        if self._warned or self.backend_name != "onnxruntime" or self.providers != ["CPUExecutionProvider"]:
-            return
-        if any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer) or any(
-            v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
-            for v in list(model.graph.input) + list(model.graph.output)
-        ):
-            self._warned = True
-            log.warning(
-                "ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
-                "overflows; checker.backend=fp16_emulation shows them"
-            )
+        if not self._warned and self.backend_name == "onnxruntime" and self.providers == ["CPUExecutionProvider"]:
+            self._warned = warn_fp16_on_cpu(model)
 
     def runs_switched(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs on its search's switchboard (``runner.checkers.switched``)."""

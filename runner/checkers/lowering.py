@@ -3,6 +3,7 @@ through Casts where the backend emulates the precision."""
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Tuple
 
 import onnx
@@ -13,6 +14,8 @@ from runner.graph.emulate import emulate_low_precision
 from runner.graph.precisions import LowPrecision, is_quantized
 from runner.graph.qdq import has_qdq
 from runner.graph.validate import converted
+
+log = logging.getLogger(__name__)
 
 
 def lowered(model: onnx.ModelProto, low: LowPrecision, what: str) -> onnx.ModelProto:
@@ -48,3 +51,18 @@ def as_run(
     if emulating:
         return emulate_low_precision(converted_model)[0], f"{low}_emulated"
     return converted_model, low.name
+
+
+def warn_fp16_on_cpu(model: onnx.ModelProto) -> bool:
+    """Warn (and return True) when ``model`` holds fp16 weights, inputs or outputs: ONNX Runtime on CPU
+    computes them in fp32 where it lacks fp16 kernels, and can hide overflows; False, silent, otherwise."""
+    fp16 = onnx.TensorProto.FLOAT16
+    if not any(t.data_type == fp16 for t in model.graph.initializer) and not any(
+        v.type.tensor_type.elem_type == fp16 for v in list(model.graph.input) + list(model.graph.output)
+    ):
+        return False
+    log.warning(
+        "ONNX Runtime on CPU computes fp16 models in fp32 where it lacks fp16 kernels and can hide "
+        "overflows; checker.backend=fp16_emulation shows them"
+    )
+    return True
