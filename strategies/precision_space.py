@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 import onnx
 
 from runner.backends.base import make_backend
+from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
@@ -99,9 +100,11 @@ class OutputErrorOrder:
         everything: indices of every node the candidates may keep (searched and forced).
         quantizer: builds the "this node alone quantized" candidates.
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
-        switchboard: the candidates' switchboard (TensorRT's placement): on CPU each candidate runs
-            as its feeds, in one session with graph optimizations off (as the checks run), instead
-            of being built; None, or where it cannot be built: each candidate is built.
+        switchboard: the candidates' switchboard (TensorRT's placement): each candidate runs as its
+            feeds in one session, instead of being built: on CPU with graph optimizations off (as
+            the checks run), on the checker's device when it judges on ONNX Runtime's CUDA provider
+            (an order, not a verdict: its bits need not be the built candidates'); None, where it
+            cannot be built, or for a TensorRT checker: each candidate is built.
 
     Attributes:
         facts: ``{"nodes": how many were ranked, "seconds": how long it took, "switched": whether
@@ -131,11 +134,12 @@ class OutputErrorOrder:
             REORDER_FROM,
             len(nodes),
         )
-        backend = ranking_backend(self.checker)
-        board = self.switchboard.get() if self.switchboard is not None and backend is None else None
+        backend = ranking_backend(self.checker, cpu_arena=self.switchboard is not None)
+        on_onnxruntime = backend is None or isinstance(backend, OnnxRuntimeBackend)  # not TensorRT's
+        board = self.switchboard.get() if self.switchboard is not None and on_onnxruntime else None
         builds: List[Tuple[int, Callable[[], Made]]]
         if board is not None:
-            backend = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
+            backend = backend or make_backend("onnxruntime", graph_optimization_level="disable")
             builds = [(i, functools.partial(self._switched, board, i)) for i in nodes]
         else:
             builds = [(i, functools.partial(self._alone, i)) for i in nodes]
