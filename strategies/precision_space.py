@@ -123,7 +123,7 @@ class OutputErrorOrder:
     ):
         self.ctx, self.model, self.everything, self.quantizer, self.checker = ctx, model, everything, quantizer, checker
         self.switchboard = switchboard
-        self.facts: Optional[Dict[str, float]] = None
+        self.facts: Optional[Dict[str, float | bool]] = None
 
     def __call__(self, nodes: List[int]) -> List[int]:
         """``nodes`` ordered by output error, largest first."""

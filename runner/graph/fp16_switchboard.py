@@ -1,14 +1,11 @@
-"""The switchboard of fp16 and bf16 candidates: one fp32 model that emulates each, node by node.
+"""The switchboard of fp16 and bf16 candidates (``runner.graph.switchboard``): one fp32 model that emulates each.
 
-A precision search checks many candidates of one model, each the float16 (bfloat16) conversion keeping
-a set of nodes in fp32 (``runner.graph.convert.Converter``), each run through the emulation
-(``runner.graph.emulate``: fp32 arithmetic, every fp16 tensor rounded through ``Cast``). Converting,
-rewriting and loading each candidate in a new ONNX Runtime session costs several times its run on a
-model of a few hundred nodes. The switchboard is built once: every node the conversion changes is
-wrapped in an ``If`` on a bool scalar input of its own, whose ``then`` branch is the node converted
-(its inputs that the conversion makes fp16 rounded to fp16, weights as the converter stores them; its
-fp16 outputs rounded) and whose ``else`` branch is the node as it is. One session then runs any
-candidate by its feeds: ``True`` for a converted node, ``False`` for a kept one.
+A candidate is the float16 (bfloat16) conversion keeping a set of nodes in fp32
+(``runner.graph.convert.Converter``), run through the emulation (``runner.graph.emulate``: fp32
+arithmetic, every fp16 tensor rounded through ``Cast``). In the switchboard every node the conversion
+changes is an ``If`` whose ``then`` branch is the node converted (its inputs that the conversion makes
+fp16 rounded to fp16, weights as the converter stores them; its fp16 outputs rounded) and whose
+``else`` branch is the node as it is.
 
 What each node's conversion rounds is read from the converter's own output (the model with no node
 kept, typed by shape inference), not assumed: an input the converter keeps fp32 (Resize's scales), an
