@@ -206,15 +206,12 @@ class PlacedQuantizer:
         out.CopyFrom(self.bare)
         g = out.graph
         nodes: List[onnx.NodeProto] = []
-        made: Dict[Tuple[str, Optional[int], bool], str] = {}  # (tensor, axis, weight) -> its DequantizeLinear's output
+        made: Dict[Tuple[str, Optional[int], bool], str] = {}  # shared by every reader of a tensor
         new_inits: List[TensorProto] = []
         for node in g.node:
-            for site in self.sites.get(node.name, []) if node.name not in keep else []:
-                name = node.input[site.index]
-                key = (name, site.axis, site.weight)
-                if key not in made:
-                    made[key] = self.qdq(name, site, nodes, new_inits)
-                node.input[site.index] = made[key]
+            if node.name not in keep:
+                for slot, tensor in self.qdq_inputs(node, made, nodes, new_inits).items():
+                    node.input[slot] = tensor
             nodes.append(node)
         del g.node[:]
         g.node.extend(nodes)
@@ -225,6 +222,33 @@ class PlacedQuantizer:
         g.initializer.extend(new_inits)
         fill(out, lambda stub: raw_bytes(self.weights[stub.name]), [s.name for s in stubs if s.name in self.weights])
         return out
+
+    def qdq_inputs(
+        self,
+        node: onnx.NodeProto,
+        made: Dict[Tuple[str, Optional[int], bool], str],
+        nodes: List[onnx.NodeProto],
+        inits: List[TensorProto],
+        rename: Callable[[str], str] = str,
+    ) -> Dict[int, str]:
+        """What ``node`` reads at each of its sites: ``{input position: a DequantizeLinear's output}``,
+        the Q/DQ made with ``qdq`` (appended to ``nodes`` and ``inits``) unless ``made`` holds them.
+
+        Args:
+            made: ``{(tensor, axis, weight): its DequantizeLinear's output}`` made so far; updated.
+            rename: as ``qdq``'s.
+
+        Raises:
+            ModelError: as ``qdq``.
+        """
+        reads: Dict[int, str] = {}
+        for site in self.sites.get(node.name, []):
+            name = node.input[site.index]
+            key = (name, site.axis, site.weight)
+            if key not in made:
+                made[key] = self.qdq(name, site, nodes, inits, rename)
+            reads[site.index] = made[key]
+        return reads
 
     def qdq(
         self,

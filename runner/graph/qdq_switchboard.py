@@ -21,7 +21,7 @@ read), so its candidates are not sums of node choices.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import onnx
 from onnx import TensorProto
@@ -69,15 +69,9 @@ def build_qdq_switchboard(quantizer: PlacedQuantizer, key: str) -> Optional[Swit
             log.info("No switched model: node %s has an output of unknown type; each candidate is built", node.name)
             return None
         then: List[onnx.NodeProto] = []
-        made: Dict[Tuple[str, Optional[int], bool], str] = {}  # as PlacedQuantizer.convert shares them
-        inputs: Dict[int, str] = {}
-        for site in sites:
-            name = node.input[site.index]
-            if (name, site.axis, site.weight) not in made:
-                scales: List[TensorProto] = []
-                made[(name, site.axis, site.weight)] = quantizer.qdq(name, site, then, scales, wiring.fresh)
-                for init in scales:
-                    inits.setdefault(init.name, init)
-            inputs[site.index] = made[(name, site.axis, site.weight)]
+        scales: List[TensorProto] = []
+        inputs = quantizer.qdq_inputs(node, {}, then, scales, wiring.fresh)  # each branch its own Q/DQ
+        for init in scales:  # shared by the branches that read the same tensor
+            inits.setdefault(init.name, init)
         nodes.append(wiring.switch(i, node, then, inputs))
     return wiring.finish(board, nodes, list(inits.values()), key)
