@@ -100,9 +100,10 @@ class Candidate:
         as_reference: the candidate is the model whose golden values the checker made: a checker
             that made them runs it exactly as it made them (same backend, same session options),
             so that it gives them back (precision's all-fp32 candidate).
-        switched: the candidate as one feed set of its search's switched model (precision's fp16
-            candidates, ``runner.graph.switchboard``), which an fp16-emulating checker may run
-            instead of building its model; None for others, and for checks in another process.
+        switched: the candidate as one feed set of its search's switched model (precision's fp16,
+            bf16 and TensorRT-placed int8 candidates, ``runner.graph.switchboard``), which a checker
+            whose backend runs it as written may run instead of building its model; None for others,
+            and for checks in another process.
     """
 
     key: str

@@ -139,9 +139,11 @@ class CompareCheckerConf:
         None  # float16/bfloat16: run fp32 candidates converted (implied by *_emulation)
     )
     providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
-    # null: all, but disable for fp16/bf16 emulation, whose rounding Casts then run as written
+    # null: all, but disable for fp16/bf16 emulation (rounding Casts as written) and int8 precision with
+    # TensorRT's placement (Q/DQ as written, runner.run.plan)
     graph_optimization_level: Optional[GraphOptimization] = None
-    # fp16/bf16 emulation on CPU: precision's candidates run on one switched model (runner.graph.switchboard)
+    # on CPU: precision's fp16/bf16 (emulated) and int8 (TensorRT's placement) candidates run on one
+    # switched model (runner.checkers.switched)
     switchboard: bool = True
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
     outputs: List[str] = field(

@@ -280,7 +280,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         )
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """The candidate of ``units``; an fp16 or bf16 one also as feeds of the search's switchboard."""
+        """The candidate of ``units``, also as feeds of the search's switchboard where it has one."""
         made = super().candidate(units, label)
         if self.switchboard is None or made.units is None:
             return made
@@ -366,7 +366,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
     def result(self) -> Dict[str, Any]:
         """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json; int8's
-        ``calibration``, and ``ranked_again`` (nodes, seconds) when the nodes were ranked again."""
+        ``calibration``, and ``ranked_again`` (nodes, seconds, switched) when the nodes were ranked again."""
         assert self.final is not None
         return {
             "kept_nodes": self.describe(self.final),

@@ -134,12 +134,12 @@ class OutputErrorOrder:
             REORDER_FROM,
             len(nodes),
         )
-        backend = ranking_backend(self.checker, cpu_arena=self.switchboard is not None)
+        backend = ranking_backend(self.checker)
         on_onnxruntime = backend is None or isinstance(backend, OnnxRuntimeBackend)  # not TensorRT's
         board = self.switchboard.get() if self.switchboard is not None and on_onnxruntime else None
         builds: List[Tuple[int, Callable[[], Made]]]
         if board is not None:
-            backend = backend or make_backend("onnxruntime", graph_optimization_level="disable")
+            backend = backend or make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
             builds = [(i, functools.partial(self._switched, board, i)) for i in nodes]
         else:
             builds = [(i, functools.partial(self._alone, i)) for i in nodes]

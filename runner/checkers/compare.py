@@ -72,7 +72,8 @@ class CompareChecker(Checker):
         providers: ONNX Runtime providers for backends that use it.
         graph_optimization_level: ONNX Runtime optimization level for the candidate backend; None:
             "all", but "disable" for fp16_emulation and bf16_emulation (their rounding Casts run as
-            written, and switched runs give each candidate's own bits).
+            written, and switched runs give each candidate's own bits; ``runner.run.plan`` gives
+            "disable" to int8 precision runs with TensorRT's placement for the same reason).
         provider_options: ``{provider: {option: value}}`` for the candidate backend's ONNX Runtime
             providers (see ``runner.backends.onnxruntime.OnnxRuntimeBackend``).
         outputs: compare these tensors instead of the candidate's graph outputs: any tensors of the
@@ -87,9 +88,9 @@ class CompareChecker(Checker):
             reduction order and pass it if it shows only fp32 re-association noise, which the
             reference itself cannot tell from a fault (``runner.checkers.noise``). Candidates in a
             low precision are never judged so.
-        switchboard: with ``fp16_emulation`` or ``bf16_emulation`` on CPU, run precision's fp16 and bf16
-            candidates as feeds of one switched model (``runner.checkers.switched``) where that gives
-            their own values.
+        switchboard: on CPU, run precision's candidates as feeds of one switched model
+            (``runner.checkers.switched``) where that gives their own values: fp16 and bf16 ones with
+            ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``.
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or

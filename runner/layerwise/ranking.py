@@ -84,29 +84,27 @@ def on_device(backend: str, providers: Sequence[str]) -> bool:
     return backend == "tensorrt" or (backend == "onnxruntime" and any(p in GPU_PROVIDERS for p in providers))
 
 
-def comparison_backend(checker: CompareChecker, cpu_arena: bool = False) -> Backend:
+def comparison_backend(checker: CompareChecker) -> Backend:
     """A new backend like ``checker``'s own (the same name and ONNX Runtime options) for a layerwise
     comparison, whose models have every tensor marked: on ONNX Runtime its sessions keep no CPU memory
-    arena (unless ``cpu_arena``), which would hold all the values of a run after it. The caller closes it.
+    arena, which would hold all the values of a run after it. The caller closes it.
 
     Raises:
         MissingExtraError: the backend is TensorRT and TensorRT is not installed.
     """
-    extra = onnxruntime_options(checker.backend_name, cpu_arena=cpu_arena)
+    extra = onnxruntime_options(checker.backend_name, cpu_arena=False)
     return make_backend(checker.backend_name, **checker.backend_options, **extra)
 
 
-def ranking_backend(checker: Optional[Checker], cpu_arena: bool = False) -> Optional[Backend]:
+def ranking_backend(checker: Optional[Checker]) -> Optional[Backend]:
     """A backend like the checker's own when it judges on a device (so precision's ranking sees the
     device's arithmetic, e.g. its fp16 kernels; ``comparison_backend``: its sessions of
-    marked models are not left in the checker's cache, and keep no CPU memory arena unless
-    ``cpu_arena``: a switched model's ``If`` nodes allocate on every run), else None:
-    ``introduced_ranking`` then runs fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes
-    many fp16 ops in fp32), or for int8 ONNX Runtime on CPU (it runs Q/DQ as written).
-    ``introduced_ranking`` closes either."""
+    marked models are not left in the checker's cache), else None: ``introduced_ranking`` then runs
+    fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8
+    ONNX Runtime on CPU (it runs Q/DQ as written). ``introduced_ranking`` closes either."""
     if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
         log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
-        return comparison_backend(checker, cpu_arena)
+        return comparison_backend(checker)
     return None
 
 
