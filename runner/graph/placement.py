@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import ModelError, first_line
+from runner.graph.emulate import tensor_types
 from runner.graph.isolate import outer_reads
 from runner.graph.meta import infer_shapes
 from runner.graph.stubs import fill, raw_bytes, weightless
@@ -84,6 +85,7 @@ class PlacedQuantizer:
 
     Attributes:
         sites: ``{node name: its quantized inputs}`` when no node is kept.
+        types: ``{tensor name: ONNX element type}`` of the model, from shape inference.
 
     Raises:
         ModelError: shape inference fails on the model.
@@ -101,6 +103,7 @@ class PlacedQuantizer:
             for v in list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)
         }
         self.shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
+        self.types = tensor_types(typed)
         self.inits = {i.name: i for i in model.graph.initializer}
         self.ranges = {name: data.range_value for name, data in calibration.ranges.data.items()}
         self._lock = threading.Lock()

@@ -26,8 +26,6 @@ from typing import Dict, List, Optional
 import onnx
 from onnx import TensorProto
 
-from runner.graph.emulate import tensor_types
-from runner.graph.meta import infer_shapes
 from runner.graph.placement import PlacedQuantizer
 from runner.graph.switchboard import Switchboard, Wiring, unsupported
 
@@ -57,7 +55,7 @@ def build_qdq_switchboard(quantizer: PlacedQuantizer, key: str) -> Optional[Swit
         return None
     board = onnx.ModelProto()
     board.CopyFrom(model)
-    wiring = Wiring(board.graph, tensor_types(infer_shapes(quantizer.bare)))
+    wiring = Wiring(board.graph, quantizer.types)
     inits: Dict[str, TensorProto] = {}
     nodes: List[onnx.NodeProto] = []
     for i, node in enumerate(board.graph.node):
