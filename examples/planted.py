@@ -193,3 +193,122 @@ def threshold_detector(threshold: float = 0.5, seed: int = 0):
     outputs.append(helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["k"]))
     model = make_model(nodes, [f32("x", [1, 3, 8, 8])], outputs, inits)
     return model, rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+def attention_decoder(
+    layers: int = 4,
+    dim: int = 128,
+    heads: int = 8,
+    vocab: int = 128,
+    seq: int = 8,
+    logit_peak: float = 1e6,
+    seed: int = 0,
+    update_gain: float = 1.0,
+):
+    """A Qwen2-style decoder whose attention logits overflow fp16 in every layer: the failure that
+    made Stable Diffusion 2.x ship ``upcast_attention`` and GPT-2 XL ``reorder_and_upcast_attn``.
+
+    Each block is torch.onnx's export of a Qwen2 layer: RMSNorm (Pow, ReduceMean, Add eps, Sqrt,
+    Reciprocal, Mul, Mul weight), q/k/v projections with biases, heads split (Reshape, Transpose),
+    rotary embedding on q and k (Slice, Slice, Neg, Concat, Mul cos, Mul sin, Add), the score MatMul,
+    its scale Mul, the causal mask Add, Softmax, the MatMul with v, heads merged, the output
+    projection, a residual Add, then RMSNorm, a gated SiLU MLP and a residual Add. Node names carry
+    the block's scope (``layers.N.self_attn.q_proj``), as the TorchScript exporter's do.
+
+    Every layer's q and k projections are scaled so that the largest raw score ``q.k`` is about
+    ``logit_peak`` (1e6 by default: past fp16's 65504 before and after the 1/sqrt(head_dim) scale),
+    so each layer's score MatMul, scale Mul, mask Add and Softmax must stay in fp32.
+
+    Returns:
+        (model, the nodes that must stay in fp32 (4 a layer), the int64 token ids to feed as ``ids``).
+    """
+    rng = np.random.default_rng(seed)
+    head = dim // heads
+    half = head // 2
+    inv_freq = 1.0 / (10000 ** (np.arange(0, half) / half))
+    angles = np.outer(np.arange(seq), inv_freq)
+    angles = np.concatenate([angles, angles], axis=-1)
+    mask = np.triu(np.full((seq, seq), np.finfo(np.float32).min, np.float32), 1)
+    inits = [
+        _const("emb", rng.standard_normal((vocab, dim))),
+        _const("two", 2.0),
+        _const("eps", 1e-6),
+        _const("cos", np.cos(angles)[None, None]),
+        _const("sin", np.sin(angles)[None, None]),
+        _const("mask", mask[None, None]),
+        _const("scale", 1.0 / np.sqrt(head)),
+        numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([1, seq, dim], np.int64), "merge_heads"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([half], np.int64), "half"),
+        numpy_helper.from_array(np.array([head], np.int64), "head"),
+        numpy_helper.from_array(np.array([3], np.int64), "last_axis"),
+    ]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"], name="embed_tokens")]
+
+    def node(op: str, inputs: List[str], name: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def rmsnorm(prefix: str, x: str) -> str:
+        inits.append(_const(f"{prefix}.weight", 1 + 0.1 * rng.standard_normal(dim)))
+        sq = node("Pow", [x, "two"], f"{prefix}.pow")
+        mean = node("ReduceMean", [sq], f"{prefix}.mean", axes=[-1])
+        inv = node(
+            "Reciprocal",
+            [node("Sqrt", [node("Add", [mean, "eps"], f"{prefix}.add_eps")], f"{prefix}.sqrt")],
+            f"{prefix}.reciprocal",
+        )
+        return node("Mul", [node("Mul", [x, inv], f"{prefix}.mul"), f"{prefix}.weight"], f"{prefix}.mul_weight")
+
+    def linear(prefix: str, x: str, rows: int, cols: int, gain: float = 1.0, bias: bool = False) -> str:
+        inits.append(_const(f"{prefix}.weight", gain * rng.standard_normal((rows, cols)) / np.sqrt(rows)))
+        y = node("MatMul", [x, f"{prefix}.weight"], f"{prefix}.matmul")
+        if bias:
+            inits.append(_const(f"{prefix}.bias", 0.02 * rng.standard_normal(cols)))
+            y = node("Add", [y, f"{prefix}.bias"], f"{prefix}.add_bias")
+        return y
+
+    def rotary(prefix: str, x: str) -> str:
+        first = node("Slice", [x, "zero", "half", "last_axis"], f"{prefix}.slice_first")
+        second = node("Slice", [x, "half", "head", "last_axis"], f"{prefix}.slice_second")
+        turned = node("Concat", [node("Neg", [second], f"{prefix}.neg"), first], f"{prefix}.rotate_half", axis=-1)
+        return node(
+            "Add",
+            [node("Mul", [x, "cos"], f"{prefix}.mul_cos"), node("Mul", [turned, "sin"], f"{prefix}.mul_sin")],
+            f"{prefix}.add",
+        )
+
+    # q.k of unit-variance rows sums head products of about sqrt(head) spread: gain**2 * sqrt(head) * ~4 sigma
+    gain = float(np.sqrt(logit_peak / (4 * np.sqrt(head))))
+    h = "h0"
+    for i in range(layers):
+        p = f"layers.{i}"
+        n = rmsnorm(f"{p}.input_layernorm", h)
+        split = {}
+        for name, g in (("q", gain), ("k", gain), ("v", 1.0)):
+            y = linear(f"{p}.self_attn.{name}_proj", n, dim, dim, g, bias=True)
+            y = node("Reshape", [y, "split_heads"], f"{p}.self_attn.{name}_split")
+            split[name] = node("Transpose", [y], f"{p}.self_attn.{name}_heads", perm=[0, 2, 1, 3])
+        q = rotary(f"{p}.self_attn.q_rotary", split["q"])
+        k = rotary(f"{p}.self_attn.k_rotary", split["k"])
+        kt = node("Transpose", [k], f"{p}.self_attn.k_transpose", perm=[0, 1, 3, 2])
+        scores = node("MatMul", [q, kt], f"{p}.self_attn.scores")
+        scaled = node("Mul", [scores, "scale"], f"{p}.self_attn.scale")
+        masked = node("Add", [scaled, "mask"], f"{p}.self_attn.mask")
+        probs = node("Softmax", [masked], f"{p}.self_attn.softmax", axis=-1)
+        ctx = node("MatMul", [probs, split["v"]], f"{p}.self_attn.context")
+        ctx = node("Transpose", [ctx], f"{p}.self_attn.merge_transpose", perm=[0, 2, 1, 3])
+        ctx = node("Reshape", [ctx, "merge_heads"], f"{p}.self_attn.merge")
+        h = node("Add", [h, linear(f"{p}.self_attn.o_proj", ctx, dim, dim, update_gain)], f"{p}.attn_residual")
+        n = rmsnorm(f"{p}.post_attention_layernorm", h)
+        gate = linear(f"{p}.mlp.gate_proj", n, dim, 2 * dim)
+        silu = node("Mul", [gate, node("Sigmoid", [gate], f"{p}.mlp.sigmoid")], f"{p}.mlp.silu")
+        act = node("Mul", [silu, linear(f"{p}.mlp.up_proj", n, dim, 2 * dim)], f"{p}.mlp.act")
+        h = node("Add", [h, linear(f"{p}.mlp.down_proj", act, 2 * dim, dim, update_gain)], f"{p}.mlp_residual")
+    logits = linear("lm_head", rmsnorm("norm", h), dim, vocab)
+    nodes.append(helper.make_node("Identity", [logits], ["logits"], name="output"))
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq])
+    model = make_model(nodes, [ids], [f32("logits", [1, seq, vocab])], inits)
+    needed = [f"layers.{i}.self_attn.{n}" for i in range(layers) for n in ("scores", "scale", "mask", "softmax")]
+    return model, needed, rng.integers(0, vocab, (1, seq)).astype(np.int64)

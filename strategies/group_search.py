@@ -166,6 +166,11 @@ class GroupSearch(RoundSearch[T]):
         return self._galloped + [self.rest[i] for i in found]
 
     @property
+    def removing(self) -> bool:
+        """Whether the gallop is over and the search drops groups (phase 2)."""
+        return self._state is not None
+
+    @property
     def rounds(self) -> int:
         """How many needed elements were found so far."""
         return len(self.required)

@@ -33,6 +33,7 @@ from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
+from runner.graph.blocks import Blocks, find_blocks
 from runner.graph.calibration import Calibration
 from runner.graph.convert import Converter
 from runner.graph.load import fingerprint, save_model
@@ -49,6 +50,7 @@ from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.precision_space import OutputErrorOrder, search_space, switchboard_of
 from strategies.prefix_search import PrefixSearch
+from strategies.tied_search import TiedSearch, Untie
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +58,20 @@ log = logging.getLogger(__name__)
 def ranked_search(
     order: List[int],
     marker: Callable[[int], BoundaryMarker],
-    reorder: Optional[Callable[[List[int]], List[int]]] = None,
+    reorder: Optional[Callable[[List[Any]], List[Any]]] = None,
+    blocks: Optional[Blocks] = None,
+    untie: Untie = Untie.auto,
 ) -> Search:
-    """The search over ``order`` (nodes ranked by the error each introduces): a set search for the
-    minimal marker (``strategies.group_search``, ranking the nodes again with ``reorder`` when its
-    gallop finds them many), else a prefix search."""
-    return GroupSearch(order, marker, reorder) if searches_sets(marker) else PrefixSearch(order, marker)
+    """The search over ``order`` (nodes ranked by the error each introduces): for the minimal marker a
+    set search, over the repeated ``blocks``' ties and the other nodes where the model repeats a block
+    (``strategies.tied_search``), else over the nodes (``strategies.group_search``), ranking them
+    again with ``reorder`` when its gallop finds them many; else a prefix search."""
+    if not searches_sets(marker):
+        return PrefixSearch(order, marker)
+    if blocks is not None:
+        ties = [(tie.label, tie.nodes) for tie in blocks.ties]
+        return TiedSearch(order, ties, marker, reorder, untie)
+    return GroupSearch(order, marker, reorder)
 
 
 @dataclass
@@ -74,6 +84,8 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     low_precision: Precision = candidate(Precision.float16)
     weak_typing: bool = candidate(False)  # TensorRT <= 10: candidates are engines with layer precisions
     ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
+    tie_blocks: bool = True  # marker=minimal on a model that repeats a block: decide each block position once first
+    untie: Untie = Untie.auto  # then search kept positions block by block: auto (where it pays), nodes (all), none
 
 
 KEYS = PrecisionKeys
@@ -105,9 +117,12 @@ class PrecisionStrategy(OnnxSearchStrategy):
         converter: the fp16/bf16 converter the ranking made (``precision_space.SearchSpace.converter``), so
             that each weight's low-precision form is made once per run; None: one of its own.
         reorder: ranks the nodes again for a ranked set search that finds them many
-            (``precision_space.OutputErrorOrder``: int8's output-error ranking); None: never.
-        switchboard: the candidates' switchboard the search space made (int8's, which the second
-            ranking runs on too); None: one of the converter's or quantizer's own (``switchboard_of``).
+            (``precision_space.OutputErrorOrder``: the output-error ranking); None: never.
+        switchboard: the candidates' switchboard the search space made (which the second ranking
+            runs on too); None: one of the converter's or quantizer's own (``switchboard_of``).
+        blocks: the model's repeated blocks (``runner.graph.blocks``): a set search decides each tied
+            block position once first (``strategies.tied_search``); None: node by node.
+        untie: how far a tied answer is searched block by block (``Untie``).
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -134,9 +149,12 @@ class PrecisionStrategy(OnnxSearchStrategy):
         converter: Optional[Converter] = None,
         reorder: Optional[OutputErrorOrder] = None,
         switchboard: Optional[LazySwitchboard] = None,
+        blocks: Optional[Blocks] = None,
+        untie: Untie = Untie.auto,
     ):
         self.forced: Units = frozenset(forced)
         self.reorder = reorder
+        self.blocks = blocks
         self.scoped = scoped
         if not layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
@@ -152,10 +170,12 @@ class PrecisionStrategy(OnnxSearchStrategy):
             rank = ranking
             search = cast(
                 Search,
-                DeferredSearch(lambda: ranked_search(rank(), marker, reorder), ranked_search(self.layers, marker)),
+                DeferredSearch(
+                    lambda: ranked_search(rank(), marker, reorder, blocks, untie), ranked_search(self.layers, marker)
+                ),
             )
         elif ranking is not None:
-            search = ranked_search(ranking, marker)
+            search = ranked_search(ranking, marker, reorder, blocks, untie)
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
@@ -239,6 +259,18 @@ class PrecisionStrategy(OnnxSearchStrategy):
             raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
         ranking_budget = None if budget is None else int(float(budget) * 2**20)
         space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
+        blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None
+        if blocks is not None:
+            families = ", ".join(f"{name} x{len(found)}" for name, found in blocks.families.items())
+            log.info(
+                "The model repeats blocks (%s, found by %s): %d of %d searched nodes in %d tied positions, "
+                "each decided once for every block first (tie_blocks=false: node by node)",
+                families,
+                blocks.how,
+                len(blocks.tied_nodes & frozenset(space.layers)),
+                len(space.layers),
+                len(blocks.ties),
+            )
         return cls(
             space.model,
             space.layers,
@@ -256,6 +288,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.converter,
             space.reorder,
             space.switchboard,
+            blocks,
+            keys.untie,
         )
 
     # -- candidates -----------------------------------------------------------------------
@@ -379,6 +413,32 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "low_precision": self.low.name,
             **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
             **({"ranked_again": self.reorder.facts} if self.reorder is not None and self.reorder.facts else {}),
+            **self._tied_facts(),
             **self.answer_outputs(),
             **self.answer_verified(),
+        }
+
+    def _tied_facts(self) -> Dict[str, Any]:
+        """``{"blocks": ...}`` for a search over repeated blocks (``runner.graph.blocks``): how they were
+        found, the units the tied phase searched, the level the answer is 1-minimal at (``minimal_at``),
+        and each kept position with the blocks that keep it (``kept_positions``: ``unit`` true where those
+        nodes are kept as one unit, false where each was shown needed); empty otherwise."""
+        if self.blocks is None:
+            return {}
+        found = getattr(self.search, "_search", self.search)  # a deferred search, once built
+        if not isinstance(found, TiedSearch):
+            return {"blocks": self.blocks.summary()}
+        block_of = {i: block for tie in self.blocks.ties for i, block in zip(tie.nodes, tie.blocks)}
+        kept = [
+            {"position": fact["position"], "blocks": [block_of[i] for i in fact["nodes"]], "unit": fact["unit"]}
+            for fact in found.facts()
+        ]
+        return {
+            "blocks": {
+                **self.blocks.summary(),
+                "units": found.units,
+                "untie": found.untie.value,
+                "minimal_at": found.level,
+                "kept_positions": kept,
+            }
         }

@@ -29,7 +29,7 @@ from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.fp16_switchboard import build_switchboard
 from runner.graph.load import fingerprint
 from runner.graph.placement import PlacedQuantizer
-from runner.graph.precisions import LowPrecision
+from runner.graph.precisions import INT8, LowPrecision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.qdq_switchboard import build_qdq_switchboard
 from runner.graph.quant_options import QuantOptions
@@ -57,11 +57,13 @@ class SearchSpace:
             search first needs it (int8), or None for topological prefixes.
         converter: for fp16 and bf16, the converter the ranking converted the whole model with, for the
             search's candidates (each weight's low-precision form is made once per run); else None.
-        reorder: for int8, ranks the nodes again by the error each makes at the outputs quantized
-            alone (``runner.layerwise.output_ranking``), for a set search that finds them many
-            (``strategies.group_search.REORDER_FROM``); else None.
-        switchboard: for int8 with TensorRT's placement, its candidates' switchboard (the search's
-            and ``reorder``'s); else None (the strategy makes fp16's and bf16's from the converter).
+        reorder: ranks the nodes again by the error each makes at the outputs alone in the low
+            precision (``runner.layerwise.output_ranking``), for a set search that finds them many
+            (``strategies.group_search.REORDER_FROM``): int8's, and fp16's and bf16's where the
+            ranking made a converter; else None.
+        switchboard: the candidates' switchboard (the search's and ``reorder``'s): int8's with
+            TensorRT's placement, fp16's and bf16's where the ranking made a converter; else None
+            (the strategy makes one from its own converter).
     """
 
     model: onnx.ModelProto
@@ -90,24 +92,27 @@ def switchboard_of(builder: Any, key: str) -> Optional[LazySwitchboard]:
 
 
 class OutputErrorOrder:
-    """int8's second ranking, for a set search that finds the needed nodes many
-    (``strategies.group_search``'s ``reorder``): the nodes ordered by the error each makes at the
-    outputs quantized alone (``runner.layerwise.output_ranking``: one candidate built and run per node).
+    """The second ranking, for a set search that finds the needed nodes many (``strategies.group_search``'s
+    ``reorder``): the items ordered by the error each makes at the outputs alone in the low precision
+    (``runner.layerwise.output_ranking``: one candidate run per item). An item is a node index, or a
+    set of node indices (a tied block position of ``strategies.tied_search``: every block's node at once).
 
     Args:
-        ctx: the run context (its samples).
+        ctx: the run context (its samples; ``lanes`` spread the runs).
         model: the prepared fp32 model.
         everything: indices of every node the candidates may keep (searched and forced).
-        quantizer: builds the "this node alone quantized" candidates.
+        builder: builds the "these nodes alone in the low precision" candidates (``convert(kept names)``):
+            int8's quantizer, or fp16's/bf16's converter.
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
-        switchboard: the candidates' switchboard (TensorRT's placement): each candidate runs as its
-            feeds in one session, instead of being built: on CPU with graph optimizations off (as
-            the checks run), on the checker's device when it judges on ONNX Runtime's CUDA provider
-            (an order, not a verdict: its bits need not be the built candidates'); None, where it
-            cannot be built, or for a TensorRT checker: each candidate is built.
+        switchboard: the candidates' switchboard: each candidate runs as its feeds in one session,
+            instead of being built: on CPU with graph optimizations off (as the checks run), on the
+            checker's device when it judges on ONNX Runtime's CUDA provider (an order, not a verdict:
+            its bits need not be the built candidates'); None, where it cannot be built, or for a
+            TensorRT checker: each candidate is built, and run on the checker's device or emulated on CPU.
+        low: the low precision (for the name of the work in the log, and fp16/bf16's emulation on CPU).
 
     Attributes:
-        facts: ``{"nodes": how many were ranked, "seconds": how long it took, "switched": whether
+        facts: ``{"nodes": how many items were ranked, "seconds": how long it took, "switched": whether
             they ran as feeds of the switchboard}`` once it ran, for
             ``summary.json``'s ``ranked_again``; None before.
     """
@@ -117,46 +122,59 @@ class OutputErrorOrder:
         ctx: RunContext,
         model: onnx.ModelProto,
         everything: FrozenSet[int],
-        quantizer: Quantizer,
+        builder: Any,
         checker: Optional[Checker],
         switchboard: Optional[LazySwitchboard] = None,
+        low: LowPrecision = INT8,
     ):
-        self.ctx, self.model, self.everything, self.quantizer, self.checker = ctx, model, everything, quantizer, checker
-        self.switchboard = switchboard
+        self.ctx, self.model, self.everything, self.builder, self.checker = ctx, model, everything, builder, checker
+        self.switchboard, self.low = switchboard, low
         self.facts: Optional[Dict[str, float | bool]] = None
 
-    def __call__(self, nodes: List[int]) -> List[int]:
-        """``nodes`` ordered by output error, largest first."""
+    def __call__(self, items: List[Any]) -> List[Any]:
+        """``items`` (node indices, or sets of them) ordered by output error, largest first."""
         started = time.monotonic()
         log.info(
-            "A ranked prefix of %d or more nodes fails: ranking the %d nodes again by the output error each makes "
-            "alone in int8 (one run each), then galloping again",
+            "A ranked prefix of %d or more fails: ranking the %d %s again by the output error each makes "
+            "alone in %s (one run each), then galloping again",
             REORDER_FROM,
-            len(nodes),
+            len(items),
+            "units" if items and isinstance(items[0], frozenset) else "nodes",
+            self.low,
         )
         backend = ranking_backend(self.checker)
         on_onnxruntime = backend is None or isinstance(backend, OnnxRuntimeBackend)  # not TensorRT's
         board = self.switchboard.get() if self.switchboard is not None and on_onnxruntime else None
-        builds: List[Tuple[int, Callable[[], Made]]]
+        builds: List[Tuple[Any, Callable[[], Made]]]
         if board is not None:
             backend = backend or make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
-            builds = [(i, functools.partial(self._switched, board, i)) for i in nodes]
+            builds = [(item, functools.partial(self._switched, board, item)) for item in items]
         else:
-            builds = [(i, functools.partial(self._alone, i)) for i in nodes]
-        order = output_error_ranking(builds, self.model, self.ctx.samples, backend)
+            backend = backend or make_backend(self.low.emulation or "onnxruntime", cpu_arena=False)
+            builds = [(item, functools.partial(self._alone, item)) for item in items]
+        order = output_error_ranking(builds, self.model, self.ctx.samples, backend, self.ctx.lanes)
         seconds = time.monotonic() - started
-        self.facts = {"nodes": len(nodes), "seconds": round(seconds, 3), "switched": board is not None}
-        first = ", ".join(self.model.graph.node[i].name for i in order[:5])
-        log.info("Ranked again in %.1f s; first: %s", seconds, first)
+        self.facts = {"nodes": len(items), "seconds": round(seconds, 3), "switched": board is not None}
+        log.info("Ranked again in %.1f s; first: %s", seconds, ", ".join(self._name(item) for item in order[:5]))
         return order
 
-    def _switched(self, board: Switchboard, index: int) -> Made:
-        """The switch feeds of the candidate with node ``index`` alone quantized."""
-        return board, board.feeds(self.everything - {index})
+    def _name(self, item: Any) -> str:
+        nodes = sorted(item) if isinstance(item, frozenset) else [item]
+        name = self.model.graph.node[nodes[0]].name
+        return name if len(nodes) == 1 else f"{name} (+{len(nodes) - 1} tied)"
 
-    def _alone(self, index: int) -> onnx.ModelProto:
-        """The model with node ``index`` alone quantized."""
-        return self.quantizer.convert(sorted(self.model.graph.node[k].name for k in self.everything - {index}))
+    @staticmethod
+    def _members(item: Any) -> FrozenSet[int]:
+        return item if isinstance(item, frozenset) else frozenset([item])
+
+    def _switched(self, board: Switchboard, item: Any) -> Made:
+        """The switch feeds of the candidate with ``item`` alone in the low precision."""
+        return board, board.feeds(self.everything - self._members(item))
+
+    def _alone(self, item: Any) -> onnx.ModelProto:
+        """The model with ``item`` alone in the low precision."""
+        kept = self.everything - self._members(item)
+        return self.builder.convert(sorted(self.model.graph.node[k].name for k in kept))
 
 
 def search_space(
@@ -226,10 +244,11 @@ def search_space(
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
         ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    switchboard = switchboard_of(quantizer, f"switchboard:{fingerprint(model)}:int8") if quantizer else None
-    everything = frozenset(layers) | frozenset(forced)
-    reorder = OutputErrorOrder(ctx, model, everything, quantizer, checker, switchboard) if quantizer else None
     converter = converters[0] if converters else None
+    builder = quantizer or converter  # what makes the candidates the second ranking runs
+    switchboard = switchboard_of(builder, f"switchboard:{fingerprint(model)}:{low}") if builder else None
+    everything = frozenset(layers) | frozenset(forced)
+    reorder = OutputErrorOrder(ctx, model, everything, builder, checker, switchboard, low) if builder else None
     return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder, switchboard)
 
 

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend
 from runner.errors import ModelError
+from runner.executors.spread import HERE, spread
 from runner.graph.switchboard import Switchboard
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ def output_error_ranking(
     reference: onnx.ModelProto,
     samples: Sequence[Mapping[str, np.ndarray]],
     backend: Optional[Backend] = None,
+    lanes: Sequence[Any] = HERE,
 ) -> List[T]:
     """The items of ``candidates`` ordered by their candidate's output error (``output_error``, the
     largest over the samples), largest first; ties keep the given order.
@@ -71,36 +74,50 @@ def output_error_ranking(
         samples: input feed dicts (each candidate runs on all of them).
         backend: runs the models (the checker's device backend, ``ranking_backend``); None: ONNX Runtime
             on CPU. Closed at the end either way.
+        lanes: where the candidates run (``Executor.lanes``, ``runner.executors.spread``): with several,
+            one thread per lane takes the next candidate as it frees up, each on its lane's GPU.
 
     Returns:
         The items, most output error first. A candidate that cannot be built or run ranks first (its
         node cannot be in the low precision alone).
 
     Cost: one model build (none when switched) and ``len(samples)`` runs per candidate, plus the
-    reference's runs.
+    reference's runs; spread over the lanes.
     """
     backend = backend or make_backend("onnxruntime", cpu_arena=False)
+    started = time.monotonic()
+    progress = {"said": started, "done": 0}
+    lock = threading.Lock()
+
+    def error(wanted: List[Dict[str, np.ndarray]], job: Tuple[T, Callable[[], Made]]) -> float:
+        item, build = job
+        with lock:
+            progress["done"] += 1
+            if time.monotonic() - progress["said"] >= PROGRESS_S:
+                progress["said"] = time.monotonic()
+                log.info(
+                    "Ranking by output error: %d of %d, %.0f s",
+                    progress["done"],
+                    len(candidates),
+                    progress["said"] - started,
+                )
+        try:
+            made = build()
+            if isinstance(made, onnx.ModelProto):
+                model, switches, key = made, {}, f"rank:{item}"
+            else:
+                model, switches, key = made[0].model, dict(made[1]), made[0].key
+            return max(
+                output_error(backend.run(model, {**feeds, **switches}, key=key), want)
+                for feeds, want in zip(samples, wanted)
+            )
+        except ModelError as e:
+            log.info("Ranking: the candidate of %s cannot run (%s); it ranks first", item, e)
+            return math.inf
+
     try:
         wanted: List[Dict[str, np.ndarray]] = [backend.run(reference, feeds, key="rank:reference") for feeds in samples]
-        errors: Dict[int, float] = {}
-        started = said = time.monotonic()
-        for position, (item, build) in enumerate(candidates):
-            if time.monotonic() - said >= PROGRESS_S:
-                said = time.monotonic()
-                log.info("Ranking by output error: %d of %d, %.0f s", position, len(candidates), said - started)
-            try:
-                made = build()
-                if isinstance(made, onnx.ModelProto):
-                    model, switches, key = made, {}, f"rank:{item}"
-                else:
-                    model, switches, key = made[0].model, dict(made[1]), made[0].key
-                errors[position] = max(
-                    output_error(backend.run(model, {**feeds, **switches}, key=key), want)
-                    for feeds, want in zip(samples, wanted)
-                )
-            except ModelError as e:
-                log.info("Ranking: the candidate of %s cannot run (%s); it ranks first", item, e)
-                errors[position] = math.inf
+        errors = spread(lanes, error, wanted, candidates)
     finally:
         backend.close()
     order = sorted(range(len(candidates)), key=lambda p: -errors[p])  # stable: ties keep the given order
