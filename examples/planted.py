@@ -4,12 +4,13 @@ the graphs its tests and benchmarks run on.
 - ``one_sensitive``, ``two_branches``, ``chain`` (``GRAPHS``): fp16 overflows; each returns (model, the nodes
   that must stay in fp32, the input scale that triggers the overflow).
 - ``rmsnorm_decoder``: a Llama/Qwen2-style decoder whose first RMSNorm overflows fp16.
+- ``attention_decoder``: a Qwen2-style decoder whose attention logits overflow fp16 in every layer.
 - ``threshold_detector``: a detector whose outputs are decisions (a score threshold).
 """
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -204,6 +205,7 @@ def attention_decoder(
     logit_peak: float = 1e6,
     seed: int = 0,
     update_gain: float = 1.0,
+    overflowing: Optional[Sequence[int]] = None,
 ):
     """A Qwen2-style decoder whose attention logits overflow fp16 in every layer: the failure that
     made Stable Diffusion 2.x ship ``upcast_attention`` and GPT-2 XL ``reorder_and_upcast_attn``.
@@ -215,13 +217,22 @@ def attention_decoder(
     projection, a residual Add, then RMSNorm, a gated SiLU MLP and a residual Add. Node names carry
     the block's scope (``layers.N.self_attn.q_proj``), as the TorchScript exporter's do.
 
-    Every layer's q and k projections are scaled so that the largest raw score ``q.k`` is about
-    ``logit_peak`` (1e6 by default: past fp16's 65504 before and after the 1/sqrt(head_dim) scale),
-    so each layer's score MatMul, scale Mul, mask Add and Softmax must stay in fp32.
+    Every layer's q and k projections (those of the layers in ``overflowing``, when given) are scaled so
+    that the largest raw score ``q.k`` is about ``logit_peak`` (1e6 by default: past fp16's 65504 before
+    and after the 1/sqrt(head_dim) scale), so each such layer's score MatMul, scale Mul, mask Add and
+    Softmax must stay in fp32. ``update_gain`` scales what the attention and the MLP add to the residual
+    stream.
+
+    How far the blocks amplify fp16 rounding depends on the shape: at the defaults (width 128, 8 heads of
+    16, 8 tokens) keeping those 4 nodes a layer passes a relative L2 error of 0.05 on the logits at 4, 12
+    and 24 layers; at width 64, 4 heads and 16 tokens the softmaxes are so sharp that rounding anywhere
+    upstream flips a near tie from 12 layers on, and blocks of the first layers need fp32 too (the
+    benchmark's "amplified" rows, ``benchmarks/depth.py``).
 
     Returns:
-        (model, the nodes that must stay in fp32 (4 a layer), the int64 token ids to feed as ``ids``).
+        (model, the nodes that must stay in fp32 (4 an overflowing layer), the int64 token ids to feed as ``ids``).
     """
+    hot = set(range(layers)) if overflowing is None else set(overflowing)
     rng = np.random.default_rng(seed)
     head = dim // heads
     half = head // 2
@@ -286,7 +297,7 @@ def attention_decoder(
         p = f"layers.{i}"
         n = rmsnorm(f"{p}.input_layernorm", h)
         split = {}
-        for name, g in (("q", gain), ("k", gain), ("v", 1.0)):
+        for name, g in (("q", gain if i in hot else 1.0), ("k", gain if i in hot else 1.0), ("v", 1.0)):
             y = linear(f"{p}.self_attn.{name}_proj", n, dim, dim, g, bias=True)
             y = node("Reshape", [y, "split_heads"], f"{p}.self_attn.{name}_split")
             split[name] = node("Transpose", [y], f"{p}.self_attn.{name}_heads", perm=[0, 2, 1, 3])
@@ -310,5 +321,5 @@ def attention_decoder(
     nodes.append(helper.make_node("Identity", [logits], ["logits"], name="output"))
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq])
     model = make_model(nodes, [ids], [f32("logits", [1, seq, vocab])], inits)
-    needed = [f"layers.{i}.self_attn.{n}" for i in range(layers) for n in ("scores", "scale", "mask", "softmax")]
+    needed = [f"layers.{i}.self_attn.{n}" for i in sorted(hot) for n in ("scores", "scale", "mask", "softmax")]
     return model, needed, rng.integers(0, vocab, (1, seq)).astype(np.int64)

@@ -13,13 +13,14 @@ Two phases, over a monotone target that holds for every element and not for none
    from every block at once, fails. Cost: the group search's over u units instead of n nodes,
    about 2 log2(b) + k log2(u/k) + O(k) tests for k needed units.
 2. **Untie** each kept tie, its nodes in block order, where it pays (``untie``):
-   - ``auto``: one probe drops the tie from the later half of its blocks. A failure leaves the tie
-     whole (a position needed in most blocks, attention in every layer: deciding each block would
-     cost a test a block). A pass drops that half, and a group search over the earlier half, first
-     block first, finds the blocks that need it (``GroupSearch``: a fault in one block, or errors
-     that the later blocks amplify) until its first failing removal, which leaves the blocks still
-     undecided with the needed ones as one unit. One test for a tie that stays whole; about
-     1 + 2 log2(b) + log2(m) for a tie needed in one block b of m.
+   - ``auto``: a probe drops the tie from the lower-ranked half of its blocks, and where that fails a
+     second drops it from the later half (errors that the blocks after them amplify are likeliest
+     needed first). Both failing leave the tie whole (a position needed in most blocks, attention in
+     every layer: deciding each block would cost a test a block). A pass drops that half, and a group
+     search over the other half, in the probe's order, finds the blocks that need it
+     (``GroupSearch``) until its first failing removal, which leaves the blocks still undecided with
+     the needed ones as one unit. Two tests for a tie that stays whole; about 2 + 2 log2(b) for a
+     tie needed in one block the ranking puts b-th.
    - ``nodes``: a group search over each kept tie's nodes (``GroupSearch``): 1-minimal at node level,
      at about one test per kept node of a tie needed in most blocks.
    - ``none``: the tied answer as it is.
@@ -114,7 +115,8 @@ class TiedSearch(RoundSearch[int]):
         self._answer: FrozenSet[int] = frozenset()  # nodes, once the tied phase is over
         self._pending: List[int] = []  # kept ties still to untie
         self._current: Optional[int] = None  # the tie being untied
-        self._probe: Optional[FrozenSet[int]] = None  # its lower-ranked half, while the probe runs
+        self._probe: Optional[FrozenSet[int]] = None  # the half of its blocks the probe drops, while it runs
+        self._probes: List[Tuple[FrozenSet[int], List[int]]] = []  # the probes left: (half dropped, order kept)
         self._blocks: Optional[GroupSearch[int]] = None  # its search over blocks
         self._round_kind = ""
         self.kept: List[Tuple[str, FrozenSet[int], bool]] = []
@@ -176,19 +178,23 @@ class TiedSearch(RoundSearch[int]):
         assert self._current is not None
         return self._fixed.members[self._current]
 
-    def _in_block_order(self) -> List[int]:
-        """The current tie's nodes, first block first (a tie's nodes are numbered in topological order)."""
-        return sorted(self._tie_nodes())
+    def _ranked(self, nodes: FrozenSet[int]) -> List[int]:
+        """``nodes`` in the ranking's order, most likely needed first."""
+        return sorted(nodes, key=lambda i: self._fixed.ranks[i])
 
     def _next_tie(self) -> bool:
         if not self._pending:
             return False
         self._current = self._pending.pop(0)
-        ordered = self._in_block_order()
+        ranked = self._ranked(self._tie_nodes())
         if self.untie is Untie.auto:
-            self._probe = frozenset(ordered[(len(ordered) + 1) // 2 :])
+            half = (len(ranked) + 1) // 2
+            in_blocks = sorted(ranked)  # a tie's nodes are numbered in topological order: first block first
+            probes = [(frozenset(ranked[half:]), ranked[:half]), (frozenset(in_blocks[half:]), in_blocks[:half])]
+            self._probes = probes[:1] if probes[0][0] == probes[1][0] else probes
+            self._probe = self._probes[0][0]
         else:
-            self._blocks = GroupSearch(ordered, self._marker_factory)
+            self._blocks = GroupSearch(ranked, self._marker_factory)
         return True
 
     def _end_tie(self, kept: FrozenSet[int], by_node: bool) -> None:
@@ -197,7 +203,7 @@ class TiedSearch(RoundSearch[int]):
         label, whole = self._fixed.labels[self._current], self._tie_nodes()
         self._answer = (self._answer - whole) | kept
         self.kept.append((label, kept, not (by_node or len(kept) == 1)))
-        self._current, self._probe, self._blocks = None, None, None
+        self._current, self._probe, self._probes, self._blocks = None, None, [], None
 
     def step_round(self, hits: Sequence[Optional[bool]]) -> None:
         """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""
@@ -208,11 +214,13 @@ class TiedSearch(RoundSearch[int]):
             if not hits or hits[0] is None:
                 return
             assert self._probe is not None
+            dropped, rest = self._probes.pop(0)
             if hits[0]:
-                rest = sorted(self._tie_nodes() - self._probe)
-                self._answer -= self._probe
-                self._probe = None
+                self._answer -= dropped
+                self._probe, self._probes = None, []
                 self._blocks = GroupSearch(rest, self._marker_factory)
+            elif self._probes:
+                self._probe = self._probes[0][0]
             else:
                 self._end_tie(self._tie_nodes(), False)
         elif self._round_kind == "blocks":
@@ -244,7 +252,7 @@ class TiedSearch(RoundSearch[int]):
         fork = copy.copy(self)
         for name in ("_tied", "_blocks"):
             setattr(fork, name, copy.deepcopy(getattr(self, name), memo))
-        fork._pending, fork.kept = list(self._pending), list(self.kept)
+        fork._pending, fork.kept, fork._probes = list(self._pending), list(self.kept), list(self._probes)
         return fork
 
     # -- what it found --------------------------------------------------------------------
@@ -294,7 +302,8 @@ class TiedSearch(RoundSearch[int]):
             return ""
         name = self._fixed.labels[self._current]
         if self._round_kind == "probe" and self._probe is not None:
-            return f"{name}: without its last {len(self._probe)} of {len(self._tie_nodes())} blocks"
+            which = "lower-ranked" if len(self._probes) == 2 else "last"
+            return f"{name}: without its {which} {len(self._probe)} of {len(self._tie_nodes())} blocks"
         assert self._blocks is not None
         return f"{name}: {self._blocks.label('block', position)}"
 

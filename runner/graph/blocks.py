@@ -7,10 +7,14 @@ Two ways to find them, the first that finds any wins:
    ``/m/encoder/layer.3/attention/self/MatMul``, the dynamo exporter's ``pkg.torch.onnx.name_scopes``
    metadata (``['', 'm', 'm.h.3', 'm.h.3.attn', ...]``), hand-built graphs' ``layers.3.self_attn.scores``.
    The outermost scope component of the form ``word.N`` (``layer.3``, ``h.3``, ``blocks.3``) names the
-   node's block; blocks of the same family (the scope before it) with two or more indices repeat.
+   node's block; the blocks of one family (the scope before it) repeat.
 2. **Isomorphic runs.** Without such names, the topological sequence of node signatures (op type,
-   input count, output rank) is searched for the period that repeats longest: three or more runs
-   of the same signatures back to back (``MIN_REPEATS``), each of ``MIN_BLOCK`` nodes or more.
+   input count, output rank) is searched for the period that repeats longest: runs of the same
+   signatures back to back, each of ``MIN_BLOCK`` nodes or more and no repeat of a shorter period
+   (a chain of one op type is no block structure).
+
+A family counts with ``MIN_REPEATS`` blocks or more: tying fewer saves little and can trade a small
+node-level answer for a larger tied one (the detector's three MobileNet stages).
 
 A node's *position* in its block is its scope relative to the block, its op type, and its ordinal
 among the block's nodes of that scope and op type in topological order (counters in node names
@@ -31,8 +35,8 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-#: an isomorphic run is a block family only with this many blocks back to back
-MIN_REPEATS = 3
+#: a family of blocks is tied only with this many blocks (named, or back to back)
+MIN_REPEATS = 4
 #: ... of this many nodes each (shorter periods are ops that merely alternate)
 MIN_BLOCK = 8
 #: ... covering this share of the searched nodes
@@ -144,7 +148,7 @@ def _by_scopes(model: onnx.ModelProto, nodes: Sequence[int]) -> Optional[Blocks]
         positions[(family, inner, node.op_type, ordinals[ordinal_key])].append((index, i))
         ordinals[ordinal_key] += 1
         indices[family].add(index)
-    repeating = {family for family, seen in indices.items() if len(seen) >= 2}
+    repeating = {family for family, seen in indices.items() if len(seen) >= MIN_REPEATS}
     ties = []
     for (family, inner, op_type, ordinal), held in positions.items():
         if family not in repeating or len(held) < 2:
@@ -199,8 +203,14 @@ def _signatures(model: onnx.ModelProto, nodes: Sequence[int]) -> List[Tuple[str,
     return signatures
 
 
+def _periodic(block: np.ndarray) -> bool:
+    """Whether ``block`` repeats a shorter period itself (a chain of one op: no block structure)."""
+    size = len(block)
+    return any(size % p == 0 and np.array_equal(block[p:], block[:-p]) for p in range(1, size // 2 + 1))
+
+
 def _by_isomorphic_runs(model: onnx.ModelProto, nodes: Sequence[int]) -> Optional[Blocks]:
-    """The period of the longest run of repeated signatures in topological order (three blocks or more)."""
+    """The period of the longest run of repeated signatures in topological order (``MIN_REPEATS`` blocks or more)."""
     count = len(nodes)
     if count < MIN_REPEATS * MIN_BLOCK:
         return None
@@ -216,7 +226,7 @@ def _by_isomorphic_runs(model: onnx.ModelProto, nodes: Sequence[int]) -> Optiona
         longest = int(np.argmax(ends - starts))
         run = int(ends[longest] - starts[longest])
         repeats = (run + period) // period
-        if repeats < MIN_REPEATS:
+        if repeats < MIN_REPEATS or _periodic(sequence[starts[longest] : starts[longest] + period]):
             continue
         covered = repeats * period
         if best is None or covered > best[0]:

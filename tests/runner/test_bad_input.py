@@ -279,6 +279,7 @@ def test_a_key_the_mode_does_not_use_is_an_error(run, overrides, words):
         ("nosuch_key=1", ["nosuch_key= is not an option", "--help"]),
         ("seed=abc", ["seed=abc", "could not be converted to Integer"]),
         ("direction=sideways", ["direction=sideways", "expected one of [forward, reverse, ranked]"]),
+        ("untie=some", ["untie=some", "expected one of [auto, nodes, none]"]),
         ("marker=nosuch", ["marker=nosuch: no such marker", "use one of bisect, linear, minimal"]),
         ("seed=[", ["cannot read the override in seed=[", "quote values"]),
     ],

@@ -145,8 +145,13 @@ def test_bad_calibration_input_is_a_one_line_error(run, tmp_path, model, int8_fe
 
 @pytest.mark.slow
 def test_classifier_int8_needs_no_float_node(run, tmp_path):
-    """The control: int8 gives the fp32 labels on every rendered line, so nothing is kept, in three checks,
-    and the nodes are never ranked (the ranking, a layerwise pass, serves only a search that is not needed)."""
+    """The control: where int8 gives the fp32 labels on every rendered line, nothing is kept, in three checks,
+    and the nodes are never ranked (the ranking, a layerwise pass, serves only a search that is not needed).
+
+    The check runs ONNX Runtime's own int8 kernels (a session with its default optimizations), whose
+    results depend on the CPU: on AVX2 without VNNI its u8s8 path saturates, and one upright line flips
+    (0.999 -> 0.279). There the run searches and ends with a verified answer of a few nodes instead;
+    ``test_nothing_to_fix_is_settled_in_three_checks`` holds the three-check property on every CPU."""
     model = need(CLASSIFIER)
     r = run(
         "mode=precision",
@@ -160,9 +165,13 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
         f"output={tmp_path / 'cls_int8.onnx'}",
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.summary["kept"] == 0 and r.summary["checks"] <= 3
-    assert "Nodes ranked by" not in (r.run_dir / "runner.log").read_text()
-    assert "ranked_again" not in r.summary
+    log = (r.run_dir / "runner.log").read_text()
+    if "Iteration 2: no node kept: 0 of 134 nodes in float32 -> pass" in log:
+        assert r.summary["kept"] == 0 and r.summary["checks"] <= 3
+        assert "Nodes ranked by" not in log
+        assert "ranked_again" not in r.summary
+    else:
+        assert 0 < r.summary["kept"] <= 8 and r.summary["answer_verified"]["passed"]
     assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
 
 
