@@ -1,5 +1,11 @@
-"""Benchmark (GPU machine): a Qwen2-0.5B-architecture decoder with a planted RMSNorm overflow, debugged with
+"""Benchmark (GPU machine): a Qwen2-0.5B-architecture decoder with a planted fp16 overflow, debugged with
 CUDA-EP verdicts: ``mode=precision marker=minimal`` and ``mode=layerwise``.
+
+Two faults (``--fault``): ``norm`` (the default, below), or ``attention``: every layer's q_proj and k_proj
+scaled so that the largest raw attention score ``q.k`` is about ``--logit-peak`` (1e6), the failure that
+made Stable Diffusion 2.x ship ``upcast_attention``; every block then needs the same fix. ``--hidden``,
+``--intermediate``, ``--heads``, ``--kv-heads`` and ``--vocab`` shrink the architecture (the issue's 56M
+decoder: ``--layers 8 --hidden 768 --intermediate 2048 --heads 12 --kv-heads 2 --vocab 8000``).
 
 Needs torch and transformers (the GPU machine has them) and onnxruntime-gpu (``../shared/gpu/README.md``).
 The decoder has random weights (``Qwen2Config`` of Qwen2-0.5B: 24 layers, width 896, 14 heads, 2 KV heads,
@@ -33,27 +39,62 @@ WRAP = (
 )
 
 
-def export(work: Path, layers: int, peak: float, seq: int) -> tuple:
+def _scale_attention(model, ids, logit_peak: float) -> None:
+    """Scale every layer's q_proj and k_proj (weight and bias) so that its largest raw score q.k (per head,
+    before the 1/sqrt(head_dim) scale, rotary embedding left out: it keeps norms) is ``logit_peak``."""
+    import torch
+
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head = config.hidden_size // heads
+    seen: dict = {}
+    hooks = []
+    for i, layer in enumerate(model.model.layers):
+        for name in ("q_proj", "k_proj"):
+            proj = getattr(layer.self_attn, name)
+            hooks.append(proj.register_forward_hook(lambda m, a, out, key=(i, name): seen.update({key: out.detach()})))
+    with torch.no_grad():
+        model(ids)
+    for hook in hooks:
+        hook.remove()
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            q = seen[(i, "q_proj")].reshape(ids.shape[1], heads, head).transpose(0, 1)
+            k = seen[(i, "k_proj")].reshape(ids.shape[1], kv_heads, head).transpose(0, 1)
+            k = k.repeat_interleave(heads // kv_heads, dim=0)
+            peak = float((q @ k.transpose(1, 2)).abs().max())
+            gain = (logit_peak / max(peak, 1e-6)) ** 0.5
+            for name in ("q_proj", "k_proj"):
+                proj = getattr(layer.self_attn, name)
+                proj.weight.mul_(gain)
+                if proj.bias is not None:
+                    proj.bias.mul_(gain)
+    print(f"q_proj and k_proj of {len(model.model.layers)} layers scaled: largest raw score about {logit_peak:.3g}")
+
+
+def export(work: Path, layers: int, peak: float, seq: int, args=None) -> tuple:
     """Export the decoder; (model path, inputs path, model bytes, seconds)."""
-    import numpy as np
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     start = time.perf_counter()
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
+        vocab_size=getattr(args, "vocab", 151936),
+        hidden_size=getattr(args, "hidden", 896),
+        intermediate_size=getattr(args, "intermediate", 4864),
         num_hidden_layers=layers,
-        num_attention_heads=14,
-        num_key_value_heads=2,
+        num_attention_heads=getattr(args, "heads", 14),
+        num_key_value_heads=getattr(args, "kv_heads", 2),
         max_position_embeddings=512,
         tie_word_embeddings=True,
         use_cache=False,
     )
     model = Qwen2ForCausalLM(config).eval()
     ids = torch.randint(0, config.vocab_size, (1, seq))
+    if getattr(args, "fault", "norm") == "attention":
+        _scale_attention(model, ids, args.logit_peak)
+        return _save(work, model, ids, start)
     seen: dict = {}
     hook = model.model.norm.register_forward_pre_hook(lambda m, a: seen.update(x=a[0].detach().abs().max().item()))
     with torch.no_grad():
@@ -63,6 +104,14 @@ def export(work: Path, layers: int, peak: float, seq: int) -> tuple:
         model(ids)
     hook.remove()
     print(f"final RMSNorm input peaks at {seen['x']:.0f} (fp16's largest is 65504; x*x is {seen['x'] ** 2:.3g})")
+    return _save(work, model, ids, start)
+
+
+def _save(work: Path, model, ids, start: float) -> tuple:
+    """Export ``model`` with torch.onnx (TorchScript, opset 17, weights as external data) and its ids."""
+    import numpy as np
+    import torch
+
     path = work / "qwen2.onnx"
 
     class Logits(torch.nn.Module):
@@ -117,16 +166,25 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/qwen_gpu")
     parser.add_argument("--out", default=".")
     parser.add_argument("--skip-layerwise", action="store_true")
+    parser.add_argument("--fault", choices=["norm", "attention"], default="norm")
+    parser.add_argument("--logit-peak", type=float, default=1e6)
+    parser.add_argument("--hidden", type=int, default=896)
+    parser.add_argument("--intermediate", type=int, default=4864)
+    parser.add_argument("--heads", type=int, default=14)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--extra", nargs="*", default=[], help="more overrides for the precision run")
+    parser.add_argument("--name", default="qwen_gpu", help="the figures go to OUT/NAME.json")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    path, inputs, size, seconds = export(work, args.layers, args.peak, args.seq)
+    path, inputs, size, seconds = export(work, args.layers, args.peak, args.seq, args)
     print(f"exported {path} ({size / 2**20:.0f} MB with its external data) in {seconds:.0f} s")
     cuda = ["checker=compare", "checker.providers=[CUDAExecutionProvider]", "checker.check_error_stat=rel_l2"]
     cuda.append("checker.rtol=0.05")
-    figures = {"model_mb": round(size / 2**20), "layers": args.layers, "export_s": round(seconds)}
+    figures = {"model_mb": round(size / 2**20), "layers": args.layers, "export_s": round(seconds), "fault": args.fault}
     data = [f"model={path}", f"inputs={inputs}"]
-    precision = run(["mode=precision", "marker=minimal", *data, *cuda], work / "precision")
+    precision = run(["mode=precision", "marker=minimal", *data, *cuda, *args.extra], work / "precision")
     s = precision.pop("summary")
     figures["precision"] = {
         **precision,
@@ -136,8 +194,13 @@ def main() -> None:
         "kept_nodes": [n["name"] for n in s.get("kept_nodes", [])],
         "answer_verified": (s.get("answer_verified") or {}).get("passed"),
         "status": s.get("status"),
+        "blocks": {k: v for k, v in (s.get("blocks") or {}).items() if k != "kept_positions"},
+        "kept_positions": [
+            (p["position"], len(p["blocks"]), p["unit"]) for p in (s.get("blocks") or {}).get("kept_positions", [])
+        ],
+        "ranked_again": s.get("ranked_again"),
     }
-    print(json.dumps(figures["precision"], indent=1))
+    print(json.dumps(figures["precision"], indent=1), flush=True)
     if not args.skip_layerwise:
         layerwise = run(["mode=layerwise", *data, *cuda, "checker.low_precision=float16"], work / "layerwise")
         s = layerwise.pop("summary")
@@ -149,7 +212,7 @@ def main() -> None:
         }
         print(json.dumps(figures["layerwise"], indent=1))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "qwen_gpu.json").write_text(json.dumps(figures, indent=1))
+    (Path(args.out) / f"{args.name}.json").write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

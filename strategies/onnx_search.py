@@ -33,11 +33,12 @@ from strategies.base import RoundStrategy
 from strategies.group_search import GroupSearch
 from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
+from strategies.tied_search import TiedSearch
 
 log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
-Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int]]
+Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int], TiedSearch]
 
 #: bytes of candidate models built ahead (``ModelProto.ByteSize``) that a run holds at once: the
 #: next round's possible candidates, built while a round's checks run; the rest wait for their round

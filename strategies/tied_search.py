@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 from enum import Enum
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from strategies.boundary import BoundaryMarker
 from strategies.group_search import GroupSearch
@@ -96,7 +96,7 @@ class TiedSearch(RoundSearch[int]):
         ranks = {node: r for r, node in enumerate(order)}
         members: List[FrozenSet[int]] = []
         labels: List[str] = []
-        tied = set()
+        tied: Set[int] = set()
         for label, nodes in ties:
             searched = frozenset(i for i in nodes if i in ranks)
             if len(searched) >= 2:
