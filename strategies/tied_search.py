@@ -12,15 +12,17 @@ Two phases, over a monotone target that holds for every element and not for none
    their best-ranked node, finds a set of units that is 1-minimal: dropping any kept unit, a tie
    from every block at once, fails. Cost: the group search's over u units instead of n nodes,
    about 2 log2(b) + k log2(u/k) + O(k) tests for k needed units.
-2. **Untie** each kept tie, its nodes in block order, where it pays (``untie``):
-   - ``auto``: a probe drops the tie from the lower-ranked half of its blocks, and where that fails a
-     second drops it from the later half (errors that the blocks after them amplify are likeliest
-     needed first). Both failing leave the tie whole (a position needed in most blocks, attention in
-     every layer: deciding each block would cost a test a block). A pass drops that half, and a group
-     search over the other half, in the probe's order, finds the blocks that need it
-     (``GroupSearch``) until its first failing removal, which leaves the blocks still undecided with
-     the needed ones as one unit. Two tests for a tie that stays whole; about 2 + 2 log2(b) for a
-     tie needed in one block the ranking puts b-th.
+2. **Untie** each kept tie where it pays (``untie``):
+   - ``auto``: one probe keeps every kept tie in its top-ranked block only. A pass (a fault in one
+     block each) ends the search: each tie is one node, needed alone. Where it fails, per tie a probe
+     drops the tie from the lower-ranked half of its blocks, and where that fails a second drops it
+     from the later half (errors that the blocks after them amplify are likeliest needed first). Both
+     failing leave the tie whole (a position needed in most blocks, attention in every layer:
+     deciding each block would cost a test a block). A pass drops that half, and a group search over
+     the other half, in the probe's order, finds the blocks that need it (``GroupSearch``) until its
+     first failing removal, which leaves the blocks still undecided with the needed ones as one unit.
+     One test when each tie is needed in one block; else about two tests for a tie that stays whole
+     and 2 + 2 log2(b) for a tie needed in one block the ranking puts b-th.
    - ``nodes``: a group search over each kept tie's nodes (``GroupSearch``): 1-minimal at node level,
      at about one test per kept node of a tie needed in most blocks.
    - ``none``: the tied answer as it is.
@@ -117,6 +119,7 @@ class TiedSearch(RoundSearch[int]):
         self._current: Optional[int] = None  # the tie being untied
         self._probe: Optional[FrozenSet[int]] = None  # the half of its blocks the probe drops, while it runs
         self._probes: List[Tuple[FrozenSet[int], List[int]]] = []  # the probes left: (half dropped, order kept)
+        self._joint: Optional[FrozenSet[int]] = None  # what the joint probe drops, while it runs
         self._blocks: Optional[GroupSearch[int]] = None  # its search over blocks
         self._round_kind = ""
         self.kept: List[Tuple[str, FrozenSet[int], bool]] = []
@@ -148,6 +151,9 @@ class TiedSearch(RoundSearch[int]):
                 self._round_kind = "tied"
                 return [self._nodes(s) for s in sets]
             self._end_tied()
+        if self._joint is not None:
+            self._round_kind = "joint"
+            return [self._answer - self._joint]
         while self._current is not None or self._next_tie():
             if self._probe is not None:
                 self._round_kind = "probe"
@@ -173,6 +179,8 @@ class TiedSearch(RoundSearch[int]):
             return
         # least likely needed first: a sparse tie is likeliest there
         self._pending = sorted(ties, key=lambda u: -min(self._fixed.ranks[i] for i in self._fixed.members[u]))
+        if self.untie is Untie.auto and self._pending:  # first guess each tie is needed in its top-ranked block only
+            self._joint = frozenset(i for u in ties for i in self._ranked(self._fixed.members[u])[1:])
 
     def _tie_nodes(self) -> FrozenSet[int]:
         assert self._current is not None
@@ -210,6 +218,16 @@ class TiedSearch(RoundSearch[int]):
         if self._round_kind == "tied":
             assert self._tied is not None
             self._tied.step_round(hits)
+        elif self._round_kind == "joint":
+            if not hits or hits[0] is None:
+                return
+            if hits[0]:  # each kept tie is needed, and now only its top-ranked node is left: needed alone
+                for u in self._pending:
+                    label, top = self._fixed.labels[u], frozenset(self._ranked(self._fixed.members[u])[:1])
+                    self.kept.append((label, top, False))
+                self._answer -= self._joint or frozenset()
+                self._pending = []
+            self._joint = None
         elif self._round_kind == "probe":
             if not hits or hits[0] is None:
                 return
@@ -298,6 +316,8 @@ class TiedSearch(RoundSearch[int]):
         """What the ``position``-th set of the last round is, for the log."""
         if self._round_kind == "tied" and self._tied is not None:
             return self._tied.label("unit", position) + " (block positions tied)"
+        if self._round_kind == "joint" and self._joint is not None:
+            return f"each of the {len(self._pending)} kept positions in its top-ranked block only"
         if self._current is None:
             return ""
         name = self._fixed.labels[self._current]
