@@ -278,13 +278,18 @@ class Lifecycle:
             yield True
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
-        """Write the candidate's artifact here (unless its check writes it, or runs it switched:
-        ``_switched``); with several workers, build an in-process checker's model here too, where the
-        strategy lives."""
+        """Write the candidate's artifact here (unless its check writes it, or never reads it: it runs
+        switched, or runs the in-memory model, ``Checker.reads_artifact``); with several workers, build
+        an in-process checker's model here too, where the strategy lives."""
         candidate = pending.candidate
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
         if self._switched(candidate):
+            return
+        unread = not self.executor.elsewhere and not self.sorter.keep_intermediate
+        if unread and self.checker is not None and not self.checker.reads_artifact(candidate):
+            if parallel and candidate.payload is not None and self.checker.uses_payload:
+                candidate.payload()
             return
         if candidate.write is not None and not candidate.write_in_check:
             try:

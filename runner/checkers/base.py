@@ -61,5 +61,10 @@ class Checker(abc.ABC):
         (``Candidate.switched``), building neither its model nor reading its artifact (default: no)."""
         return False
 
+    def reads_artifact(self, candidate: Candidate) -> bool:
+        """Whether the check of ``candidate`` reads its iteration artifact, so that the file must be
+        written first (default: yes; an in-process checker that runs ``Candidate.payload`` does not)."""
+        return True
+
     def close(self) -> None:
         """Release resources (sessions, processes) at the end of the run."""

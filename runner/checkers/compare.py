@@ -377,6 +377,10 @@ class CompareChecker(Checker):
         """Whether ``candidate`` runs on its search's switchboard (``runner.checkers.switched``)."""
         return self.switched.takes(candidate)
 
+    def reads_artifact(self, candidate: Candidate) -> bool:
+        """Only a candidate without an in-memory model (``Candidate.payload``) is read from its file."""
+        return candidate.payload is None and not self.runs_switched(candidate)
+
     def close(self) -> None:
         """Release the backends' sessions."""
         self.backend.close()

@@ -124,6 +124,10 @@ class IsolatedChecker(Checker):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def reads_artifact(self, candidate: Candidate) -> bool:
+        """The inner checker's answer: the child gets the candidate's model as bytes, or reads the file."""
+        return self.inner.reads_artifact(candidate)
+
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")

@@ -213,6 +213,7 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
     assert "Iteration 2: no node kept" in log and "-> FAIL" in log.split("Iteration 2: no node kept")[1].splitlines()[0]
 
 
+@pytest.mark.slow  # two int8 runs: at the 1.5 s of an unmarked test
 def test_parallel_checks_find_the_serial_answer(run, tmp_path, model, int8_feeds):
     """Two checks at once (threads; candidates built in the runner's thread, some ahead of their round)."""
     base = [

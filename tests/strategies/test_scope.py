@@ -42,6 +42,7 @@ def branches(tmp_path):
     return path, inputs, sorted(needed)
 
 
+@pytest.mark.slow  # three precision runs: about the 1.5 s of an unmarked test
 def test_precision_keeps_excluded_nodes_in_float32_outside_the_search(run, tmp_path, branches):
     path, inputs, needed = branches
     out = tmp_path / "mixed.onnx"
