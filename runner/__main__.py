@@ -100,6 +100,14 @@ def cli() -> int:
         # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # Hydra's own writes before the run starts: the run directory, its config snapshot
+        where = f"{e.filename}: " if e.filename else ""
+        print(
+            f"error: cannot write the run directory ({where}{e.strerror or e}); free some space, lift the "
+            "file-size limit (ulimit -f), or set hydra.run.dir= to a writable folder",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as e:
         line = composition_error(e)
         if line is None:
@@ -133,11 +141,15 @@ def composition_error(e: BaseException) -> Optional[str]:
         known = ", ".join(o.strip() for o in options)
         return f"{group}={name}: no such {group}" + (f"; use one of {known}" if known else "")
     if isinstance(e, OverrideParseException):
-        where = f" in {e.override}" if getattr(e, "override", None) else ""
-        return (
-            f"cannot read the override{where}: {text[0] if text else e}; quote values with brackets, braces or "
-            "spaces for the shell, e.g. 'model_input_shapes={x:[1,3,224,224]}'"
-        )
+        override = str(getattr(e, "override", "") or "")
+        where = f" in {override}" if override else ""
+        key, equals, value = override.partition("=")
+        if equals and value and not value.startswith(("[", "{", "'", '"')):  # a path or name with ( ) , : ...
+            fix = f"quote the value for Hydra, inside the shell's quotes: '{key}=\"{value}\"'"
+        else:
+            fix = "quote values with brackets, braces or spaces for the shell, e.g. "
+            fix += "'model_input_shapes={x:[1,3,224,224]}'"
+        return f"cannot read the override{where}: {text[0] if text else e}; {fix}"
     first = text[0] if text else type(e).__name__
     override = first.split("override ", 1)[1] if first.startswith("Error merging override ") else ""
     if first.startswith("Could not override"):

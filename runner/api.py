@@ -192,8 +192,8 @@ def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, 
 
     run_dir = options.pop("run_dir", None)
     extra = list(options.pop("overrides", []))
-    if run_dir is not None and Path(run_dir).exists() and not Path(run_dir).is_dir():
-        raise ApiError(f"run_dir={run_dir} is a file, not a directory; name a new or existing directory")
+    if run_dir is not None:
+        _make_run_dir(run_dir)
     registered: List[str] = []
     try:
         try:
@@ -223,6 +223,25 @@ def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, 
         for key in registered:
             release(key)
     return Result(code, directory, summary)
+
+
+def _make_run_dir(run_dir: Union[str, Path]) -> None:
+    """Make ``run_dir`` (and its parents) before the run, so that a folder that cannot be one is a
+    one-line ``ApiError`` rather than an ``OSError`` from deep inside.
+
+    Raises:
+        ApiError: ``run_dir`` is empty (it would make the working directory the run's), is a file, sits
+            under a file, or cannot be made (no permission, a read-only file system).
+    """
+    if not str(run_dir).strip():
+        raise ApiError("run_dir is empty; name a directory for the run, or leave run_dir out for a fresh one")
+    path = Path(run_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ApiError(f"run_dir={run_dir} is, or sits under, a file; name a new or existing directory") from None
+    except OSError as e:
+        raise ApiError(f"run_dir={run_dir} cannot be made ({e.strerror}); name a writable directory") from None
 
 
 def reduce(model: Union[str, Path], check: Check, **options: Any) -> Result:

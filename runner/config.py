@@ -15,6 +15,26 @@ from omegaconf import MISSING
 RUN_DIR = "${hydra:runtime.output_dir}"
 
 
+def seconds_limit(value: Optional[float], key: str) -> Optional[float]:
+    """A time limit read from ``key``: None (and infinity, or more than the platform can wait:
+    ``threading.TIMEOUT_MAX``, about 292 years) for none, else a positive number of seconds.
+
+    Raises:
+        runner.errors.ConfigError: not a number above 0 (NaN, 0, negative).
+    """
+    import math
+    import threading
+
+    from runner.errors import ConfigError
+
+    if value is None:
+        return None
+    seconds = float(value)
+    if math.isnan(seconds) or seconds <= 0:
+        raise ConfigError(f"{key}={value}: give a number of seconds above 0 (or null for no limit)")
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
+
+
 class Direction(Enum):
     """Which end of the network precision marking starts from (Polygraphy's --direction), or
     ``ranked``: prefixes of the nodes ranked by the error each introduces in the low precision."""

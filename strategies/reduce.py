@@ -133,8 +133,13 @@ class ReduceStrategy(OnnxSearchStrategy):
         self.full = self.universe
         self.passed_any = False
         self._passing: List[Tuple[int, Units]] = []
+        #: what to look at when the model as given passes (the checker's ``fix_hint``)
+        self.fix_hint = Checker.fix_hint
         self.gates.extend(
-            [Gate(self._original, False, original_passed), Gate(self._rewritten, False, self._rewritten_passed)]
+            [
+                Gate(self._original, False, lambda verdict: original_passed(verdict, self.fix_hint)),
+                Gate(self._rewritten, False, self._rewritten_passed),
+            ]
         )
 
     @classmethod
@@ -178,7 +183,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             log.info(
                 "Scope: the search covers %d of %d nodes; the others stay in every candidate", len(in_scope), len(nodes)
             )
-        return cls(
+        strategy = cls(
             index,
             marker,
             keys.reduce_inputs,
@@ -196,6 +201,9 @@ class ReduceStrategy(OnnxSearchStrategy):
             bool(ctx.input_shapes or ctx.inputs or ctx.data_loader),
             checker.as_run if isinstance(checker, CompareChecker) else None,
         )
+        if checker is not None:
+            strategy.fix_hint = checker.fix_hint
+        return strategy
 
     # -- candidates ---------------------------------------------------------------------------
 

@@ -40,19 +40,23 @@ def original_candidate(
     )
 
 
-def original_passed(verdict: Verdict) -> NoReturn:
+def original_passed(
+    verdict: Verdict, hint: str = "check the check command (or its fail_codes/fail_regex) on the model first"
+) -> NoReturn:
     """The user's model passed: there is nothing to reduce.
 
+    Args:
+        verdict: the passing verdict on the model as given.
+        hint: what to look at, from the checker (``Checker.fix_hint``); a compare check names its tolerances.
+
     Raises:
-        NothingToDoError: always, with what to change (the compare checker's tolerances, or the command).
+        NothingToDoError: always, with what to change (the compare checker's tolerances, or the check).
     """
     if verdict.outputs is not None:  # an in-process compare: its tolerances, not a command
         hint = (
             f"the compare checker finds the outputs within tolerance ({verdict.reason}); tighten "
             "checker.atol/rtol, pick the statistic (checker.check_error_stat) or the backend that fails"
         )
-    else:
-        hint = "check the check command (or its fail_codes/fail_regex) on the model first"
     raise NothingToDoError(
         f"the check passes on the unreduced model (your file as given), so there is no failure to reduce; {hint}"
     )

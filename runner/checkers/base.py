@@ -30,6 +30,9 @@ class Checker(abc.ABC):
     #: several checks may run at once (``executor.workers`` > 1); False for a checker that asks a person
     concurrent = True
 
+    #: what to look at when the check passes where it must fail (the model as given, in reduce)
+    fix_hint = "check the check command (or its fail_codes/fail_regex) on the model first"
+
     #: the check runs in the process that calls ``check``; False for a checker that runs a program
     #: (``executor=processes`` is for in-process checks: a program is its own process already)
     in_process = True

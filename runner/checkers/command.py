@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.config import plain
+from runner.config import plain, seconds_limit
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
 from runner.files.artifacts import unique_path
@@ -89,8 +89,7 @@ class CommandChecker(Checker):
         if signal_is not in ("error", "fail"):
             raise ConfigError(f"checker.signal_is={signal_is!r}; use error (stop the run) or fail (count as a failure)")
         self.signal_is = signal_is
-        if timeout_s is not None and timeout_s <= 0:
-            raise ConfigError(f"checker.timeout_s={timeout_s} must be a positive number of seconds")
+        timeout_s = seconds_limit(timeout_s, "checker.timeout_s")
         try:
             self.fail_regex = [re.compile(r) for r in fail_regex] if fail_regex else None
         except re.error as e:
@@ -216,42 +215,22 @@ _REAPER = Path(__file__).with_name("reaper.py")
 
 #: programs whose ``-c`` argument is a shell script: paths substituted into it are quoted for the shell
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox", "fish", "csh", "tcsh"})
-#: programs that run the rest of their words as a command (after their own options, assignments and numbers)
-WRAPPERS = frozenset(
-    {"env", "nice", "timeout", "nohup", "stdbuf", "time", "command", "exec", "setsid", "ionice", "chrt", "taskset"}
-)
 
 
 def _shell_at(argv: List[str]) -> int:
-    """Where the shell program is in ``argv`` (``sh``, ``/usr/bin/env sh``, ``env -i A=1 bash``,
-    ``timeout 10 sh``, ``nice -n 5 sh``...), or -1 when the command is not run by a shell."""
-    i = 0
-    while i < len(argv):
-        name = Path(argv[i]).name
-        if name in SHELLS:
-            return i
-        if name not in WRAPPERS:
-            return -1
-        i += 1
-        while i < len(argv):  # the wrapper's own options, VAR=value assignments and numeric arguments
-            word = argv[i]
-            if word.startswith("-") or ("=" in word and not word.startswith("=")) or _is_number(word):
-                i += 1
-                continue
-            break
-    return -1
-
-
-def _is_number(word: str) -> bool:
-    """``10``, ``2.5``, ``30s``, ``0x3`` (a duration, niceness or CPU mask a wrapper takes)."""
-    return bool(word) and (word[0].isdigit() or word.startswith("0x"))
+    """Where a shell program is in ``argv``, or -1: the first word named ``sh``, ``bash``, ... wherever
+    it stands, so that any program that runs the rest of its words as a command (``env -u HOME``,
+    ``timeout -s KILL 60``, ``stdbuf -o L``, ``flock FILE``, ``xargs -a FILE``, and ones no list
+    holds) puts no path into a shell script unquoted."""
+    return next((i for i, word in enumerate(argv) if Path(word).name in SHELLS), -1)
 
 
 def substitute(argv: List[str], artifact: str, worker: str) -> List[str]:
     """``argv`` with ``{artifact}`` and ``{worker}`` filled in. The command runs without a shell, so a
     path goes in as it is, except into the script of ``sh -c SCRIPT`` (or bash, zsh, ..., with any
-    flags, also behind ``env``, ``/usr/bin/env``, ``timeout``, ``nice`` and the like), where it is
-    quoted (``shlex.quote``): a folder named ``$(rm -rf ~)`` stays a name there too.
+    flags, behind any program that runs it: ``env``, ``timeout -s KILL 60``, ``flock FILE``,
+    ``xargs``...), where it is quoted (``shlex.quote``): a folder named ``$(rm -rf ~)`` stays a name
+    there too.
 
     Args:
         argv: the command's words (``shlex.split`` of ``checker.cmd``).

@@ -183,6 +183,7 @@ class CompareChecker(Checker):
                 f"checker.outputs/exclude_outputs/detections name {missing}, which are no tensors of the model "
                 f"(its outputs: {[o.name for o in model.graph.output]}); name node outputs of the model"
             )
+        self._check_compared(model)
         self.switched.bind(model)
         self.decisions = data_dependent_outputs(model)
         for name, decision in self.decisions.items():
@@ -202,6 +203,8 @@ class CompareChecker(Checker):
         else:
             check_golden(model, golden, samples, ctx.golden, bool(ctx.inputs or ctx.data_loader))
         self.samples = [through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
+        if self.detections is not None and all(t in self.samples[0] for t in self.detections.tensors()):
+            self.detections.check_shapes(self.samples[0])
         if len(self.samples) > 1:
             log.info("Each candidate is checked on %d input samples; it passes only if every one does", len(samples))
         if ctx.save_golden:
@@ -316,6 +319,33 @@ class CompareChecker(Checker):
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
         reason = what + (f" on all {len(self.samples)} samples" if several else "")
         return Verdict(True, reason=reason, details=dict(found), outputs=stats)
+
+    def _check_compared(self, model: onnx.ModelProto) -> None:
+        """Refuse options that leave nothing to compare on the model as given.
+
+        Raises:
+            ConfigError: a tensor both in ``checker.outputs`` (or the detections) and in
+                ``checker.exclude_outputs``; a named tensor that is a graph input (fed, never
+                computed); every graph output excluded.
+        """
+        named = self.outputs + (self.detections.tensors() if self.detections else [])
+        both = sorted(set(named) & self.exclude_outputs)
+        if both:
+            raise ConfigError(
+                f"checker.exclude_outputs leaves out {both}, which checker.outputs/detections name to compare; "
+                "name each tensor in one of them"
+            )
+        fed = sorted(set(named) & {i.name for i in model.graph.input} - {o for n in model.graph.node for o in n.output})
+        if fed:
+            raise ConfigError(
+                f"checker.outputs/detections name graph inputs {fed}: they are fed, never computed, so comparing "
+                "them compares nothing; name tensors that nodes compute"
+            )
+        if not self._compared(model):
+            raise ConfigError(
+                f"checker.exclude_outputs={sorted(self.exclude_outputs)} leaves none of the graph outputs "
+                f"{[o.name for o in model.graph.output]} to compare; exclude fewer, or name tensors in checker.outputs"
+            )
 
     def _compared(self, model: onnx.ModelProto) -> List[str]:
         """The tensors compared for ``model``: ``checker.outputs`` (and the detection tensors) that it

@@ -70,11 +70,43 @@ class DetectionRule:
         """
         if not spec:
             return None
+        example = "'checker.detections={boxes: boxes, scores: scores, labels: labels}'"
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"checker.detections={spec!r} is no map of tensor names; write it as {example}")
         known = {"boxes", "scores", "labels", "iou", "score_atol", "min_score", "max_unmatched"}
-        unknown = sorted(set(spec) - known)
+        unknown = sorted(set(map(str, spec)) - known)
         if unknown:
             raise ConfigError(f"checker.detections has unknown keys {unknown}; use {sorted(known)}")
-        return cls(**{k: v for k, v in spec.items()})
+        missing = [k for k in ("boxes", "scores") if not spec.get(k)]
+        if missing:
+            raise ConfigError(f"checker.detections has no {' or '.join(missing)}= tensor name; write it as {example}")
+        values: Dict[str, Any] = {k: str(spec[k]) for k in ("boxes", "scores", "labels") if spec.get(k) is not None}
+        for key, kind in (("iou", float), ("score_atol", float), ("min_score", float), ("max_unmatched", int)):
+            if key in spec:
+                try:
+                    values[key] = kind(spec[key])
+                except (TypeError, ValueError):
+                    raise ConfigError(
+                        f"checker.detections.{key}={spec[key]!r} is not a number; give a {kind.__name__}"
+                    ) from None
+                if values[key] != values[key]:  # NaN
+                    raise ConfigError(f"checker.detections.{key}={spec[key]!r} is not a number; give a {kind.__name__}")
+        return cls(**values)
+
+    def check_shapes(self, golden: Mapping[str, np.ndarray]) -> None:
+        """Refuse tensors whose golden values cannot be boxes and scores (``[..., N, 4]`` and ``[..., N]``).
+
+        Raises:
+            ConfigError: the boxes tensor's last axis is not 4, or the scores are not one per box: the
+                names swapped, or tensors that are no detections.
+        """
+        boxes = np.asarray(golden[self.boxes])
+        scores = np.asarray(golden[self.scores])
+        if boxes.ndim < 1 or boxes.shape[-1] != 4 or scores.size * 4 != boxes.size:
+            raise ConfigError(
+                f"checker.detections: boxes={self.boxes} has shape {list(boxes.shape)} and scores={self.scores} "
+                f"{list(scores.shape)}, where boxes are [..., N, 4] and scores [..., N]; are the two names swapped?"
+            )
 
     def tensors(self) -> List[str]:
         """The tensors the rule reads."""

@@ -83,6 +83,15 @@ class _Model:
         return onnx.load_from_string(self.data)
 
 
+def _up() -> bool:
+    """A task that returns once the child has started and adopted its checker."""
+    return _CHECKER is not None
+
+
+#: seconds a new child gets to start and adopt its checker (not counted in ``timeout_s``)
+START_S = 120.0
+
+
 def _check(artifact: Optional[Path], iteration: int, candidate: Candidate) -> Verdict:
     assert _CHECKER is not None, "the child process was started without its checker"
     return _CHECKER.check(artifact, iteration, candidate)
@@ -109,9 +118,11 @@ class IsolatedChecker(Checker):
         self.timeout_s = timeout_s
         self.uses_payload = inner.uses_payload
         self.concurrent = inner.concurrent
+        self.fix_hint = inner.fix_hint
         self._pool: Optional[ProcessPoolExecutor] = None
         self._children: List[Any] = []  # the pool's processes (multiprocessing.Process), for their exit codes
         self._busy = False  # a check is running in the child
+        self._up = False  # the child has started and adopted the checker
 
     def bind(self, ctx: RunContext) -> None:
         """Bind the inner checker here (golden values are computed once, in the runner)."""
@@ -147,6 +158,11 @@ class IsolatedChecker(Checker):
         )
         try:
             pool = self._started()
+            if not self._up:  # the child's start-up is no part of the check's time (timeout_s)
+                started = pool.submit(_up)
+                self._children = list(getattr(pool, "_processes", {}).values())
+                started.result(timeout=START_S)
+                self._up = True
             future = pool.submit(_check, artifact, iteration, sent)
             self._children = list(getattr(pool, "_processes", {}).values())  # started by submit
             self._busy = True
@@ -157,7 +173,13 @@ class IsolatedChecker(Checker):
             self._reap()
             raise CheckError(f"checker.isolate=true cannot send the check to a child process ({e})") from None
         except TimeoutError:
+            starting = not self._up
             self._kill()
+            if starting:
+                raise CheckError(
+                    f"checker.isolate=true: the child process did not start within {START_S:g} s; check that "
+                    "the checker's module imports quickly"
+                ) from None
             log.warning("Iteration %d: the check took over %s s; its process was killed", iteration, self.timeout_s)
             return Verdict(False, reason=f"timeout after {self.timeout_s} s", details={"timeout": True})
         except BaseException as e:
@@ -182,7 +204,7 @@ class IsolatedChecker(Checker):
 
     def _reap(self) -> Optional[int]:
         """Shut a broken pool down; the exit code of its child, when known."""
-        pool, self._pool, self._busy = self._pool, None, False
+        pool, self._pool, self._busy, self._up = self._pool, None, False, False
         if pool is None:
             return None
         pool.shutdown(wait=True, cancel_futures=True)

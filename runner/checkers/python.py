@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
 from hydra.utils import get_method
 
 from runner.callables import TARGET, lookup
@@ -41,6 +42,8 @@ class PythonChecker(Checker):
         ConfigError: an unknown ``on_error``.
     """
 
+    fix_hint = "check that checker.target returns False for the model as given"
+
     def __init__(self, target: str, args: Sequence[str] = (), on_error: Any = "stop"):
         self.target = target
         self.args = [str(a) for a in args]
@@ -75,6 +78,8 @@ class PythonChecker(Checker):
             return self._error(iteration, f"called sys.exit({e.code!r})")
         except Exception as e:
             return self._error(iteration, f"raised {type(e).__name__}: {first_line(e)}")
+        if not isinstance(ok, (bool, np.bool_)):  # "False", a generator, a function: truthy, no verdict
+            return self._error(iteration, f"returned {type(ok).__name__} {_short(ok)}, not a bool")
         return Verdict(bool(ok), reason=f"{self.target} returned {ok!r}")
 
     def _error(self, iteration: int, what: str) -> Verdict:
@@ -91,3 +96,9 @@ class PythonChecker(Checker):
             f"{self.target} {what}",
             what,
         )
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

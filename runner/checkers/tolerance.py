@@ -104,7 +104,7 @@ class Tolerances:
                 value = {p[0]: p[1] for p in value}
                 object.__setattr__(self, name, value)  # frozen: set once, here
             values = list(value.values()) if isinstance(value, Mapping) else [value]
-            if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 for v in values):
+            if any(not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 for v in values):  # NaN too
                 raise ConfigError(
                     f"checker.{name}={value!r}: give a number >= 0 or a map "
                     f"{{output_name: number, default: number}}, e.g. 'checker.{name}={{logits: 0.1, default: 1e-3}}'"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -170,6 +171,10 @@ def parse_val_range(value: Any, names: List[str]) -> Dict[str, Range]:
             lo, hi = (float(x) for x in v)
         except (TypeError, ValueError):
             raise ConfigError(f"val_range{key}={v!r} is not [low, high]; write e.g. val_range={{x:[0,255]}}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # uniform over [0, inf] draws inf and nothing else
+            raise ConfigError(
+                f"val_range{key}=[{lo}, {hi}]: give finite bounds (inputs are drawn uniformly between them)"
+            )
         if not lo <= hi:
             raise ConfigError(f"val_range{key}=[{lo}, {hi}] has low > high")
         return lo, hi

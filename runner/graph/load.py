@@ -58,6 +58,11 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
         else:
             model = onnx.load(str(path), load_external_data=True)
     except (DecodeError, RuntimeWarning, ValueError) as e:
+        if "external data" in str(e).lower():  # the model parsed; its data file is short or not its own
+            raise ModelError(
+                f"{option}={path}: its external data does not hold what the model names ({first_line(e)}); "
+                "the data file is truncated or belongs to another model: copy it again beside the model"
+            ) from None
         raise ModelError(f"{option}={path}: not an ONNX model ({type(e).__name__}); give a .onnx file") from None
     except FileNotFoundError as e:
         raise ModelError(

@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from runner.config import plain
+from runner.config import plain, seconds_limit
 from runner.config_keys import check_mode_keys, check_option_keys, group_keys, group_targets, mode_uses, set_keys
 from runner.errors import ConfigError
 from runner.files.inputs import files_read
@@ -182,9 +182,7 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
             "checker.timeout_s stops a check in its own process: set checker.isolate=true with it (an in-process "
             "check cannot be stopped)"
         )
-    if timeout_s is not None and float(timeout_s) <= 0:
-        raise ConfigError(f"checker.timeout_s={timeout_s}: give a number of seconds above 0")
-    return CheckerPlan(options, isolate, None if timeout_s is None else float(timeout_s))
+    return CheckerPlan(options, isolate, seconds_limit(timeout_s, "checker.timeout_s"))
 
 
 def _placed_int8(config: DictConfig) -> bool:
