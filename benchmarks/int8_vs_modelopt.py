@@ -13,6 +13,7 @@ Usage: python benchmarks/int8_vs_modelopt.py [--modelopt-python PATH]
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,10 +80,12 @@ def main() -> None:
     if args.modelopt_python:
         with tempfile.TemporaryDirectory() as tmp:
             data, out = Path(tmp) / "calib.npy", Path(tmp) / "det_modelopt.onnx"
+            copy = Path(tmp) / path.name  # ModelOpt rewrites its input in place (value_info added): a copy
+            shutil.copyfile(path, copy)
             np.save(data, np.concatenate([p["x"] for p in pages]))
             start = time.perf_counter()
             done = subprocess.run(
-                [args.modelopt_python, "-c", MODELOPT, str(path), str(data), str(out)], capture_output=True, text=True
+                [args.modelopt_python, "-c", MODELOPT, str(copy), str(data), str(out)], capture_output=True, text=True
             )
             if done.returncode:
                 sys.exit(f"ModelOpt failed:\n{done.stderr[-2000:]}")

@@ -115,18 +115,34 @@ class WrittenAnswer:
         self.facts.update(_verdict_facts(verdict), passed=True)
         log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
 
-    def failed(self, verdict: Verdict) -> None:
+    def failed(self, verdict: Verdict, again: Optional[Verdict] = None) -> None:
         """The check gave the other verdict.
+
+        Args:
+            verdict: the written answer's verdict.
+            again: the verdict of the search's own candidate checked once more, when it was: the same
+                verdict as the search's says the file differs from its candidate; the other says the
+                check is not deterministic. None: not checked again.
 
         Raises:
             AnswerNotVerifiedError: always, with the facts.
         """
         facts = {**self.facts, **_verdict_facts(verdict), "passed": False}
         found, got = ("passes", "fails") if self.expect_pass else ("fails", "passes")
+        if again is None:
+            why = "the check is not deterministic, a replayed verdict was wrong, or writing the answer changed it"
+        elif again.passed == self.expect_pass:
+            facts["candidate_again"] = again.passed
+            why = (
+                f"its candidate, checked again, still {found}: the model written differs from the candidate the "
+                "search checked (the conversion as written, or how the check runs a file)"
+            )
+        else:
+            facts["candidate_again"] = again.passed
+            why = f"its candidate, checked again, now {got} too: the check is not deterministic"
         raise AnswerNotVerifiedError(
             f"{self.output} as written {got} the check ({verdict.reason or 'no reason given'}), though the search "
-            f"found its candidate {found}: the check is not deterministic, a replayed verdict was wrong, or writing "
-            "the answer changed it; the run cannot stand behind this answer",
+            f"found its candidate {found}: {why}; the run cannot stand behind this answer",
             facts,
         )
 

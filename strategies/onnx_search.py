@@ -240,7 +240,7 @@ class OnnxSearchStrategy(RoundStrategy):
             if self.final is not None:
                 if not made and self.verify_answer and self._answer is None and (self._passed or not self.needs_pass):
                     answer = self._write_answer(self.final)
-                    self.gates.append(Gate(self._answer_candidate, self.hit_on_pass, answer.failed, answer.held))
+                    self.gates.append(Gate(self._answer_candidate, self.hit_on_pass, self._answer_failed, answer.held))
                     continue
                 return made
             sets = self.search.propose(k - len(made)) if len(made) < k else []
@@ -376,6 +376,25 @@ class OnnxSearchStrategy(RoundStrategy):
         )
         self._answer.write(lambda: self.output_model(units), self.size(units))
         return self._answer
+
+    def _answer_failed(self, verdict: Verdict) -> None:
+        """The written answer gave the other verdict: its candidate is checked once more (never from the
+        replay) before the run stops, so that the error says which it is: a check that is not
+        deterministic, or a file that differs from the candidate the search checked."""
+        assert self._answer is not None and self.final is not None
+        answer, final = self._answer, self.final
+
+        def make() -> Candidate:
+            return dataclasses.replace(self.candidate(final, "the answer's candidate, checked again"), reuse=False)
+
+        self.gates.append(
+            Gate(
+                make,
+                self.hit_on_pass,
+                lambda again: answer.failed(verdict, again),
+                lambda again: answer.failed(verdict, again),
+            )
+        )
 
     def _answer_candidate(self) -> Candidate:
         """The written ``output`` as a candidate (``WrittenAnswer.candidate``)."""

@@ -90,6 +90,11 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
 
 KEYS = PrecisionKeys
 
+#: the share of the searched nodes a failing candidate keeps (and at least 32, or half of them) from which the all-kept
+#: candidate as the pipeline builds it is checked once: a run whose every candidate fails for what the
+#: pipeline changes stops there, in about 10 checks, instead of searching the whole model
+PIPELINE_CHECK_FROM = 1 / 8
+
 
 class PrecisionStrategy(OnnxSearchStrategy):
     """Searches for the kept (high-precision) node set.
@@ -195,6 +200,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         # the all-low-precision candidate is checked only when no search candidate has failed yet
         self._some_failed = False
         self._none_queued = False
+        #: the all-kept candidate as the pipeline builds it is checked once a large candidate fails
+        #: (``PIPELINE_CHECK_FROM``); only where the all-fp32 gate checked the model as given
+        self._pipeline_checked = self.original is None or weak_typing or scoped
+        self._search_passed = False
         if quantizer is not None:
             # post-training int8 often passes as it is: the fully quantized model is checked first (a pass
             # settles the run in three checks with the answer's; a failure is what the search assumes)
@@ -306,6 +315,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
         return dataclasses.replace(
             made,
+            key=f"{made.key}:as-given",  # its verdict is the model's as given, not the built candidate's
             label=f"all nodes kept (the model as given): {self.size(everything)}",
             write=write,
             payload=lambda: original,
@@ -376,18 +386,50 @@ class PrecisionStrategy(OnnxSearchStrategy):
     def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
         """A failing search candidate shows that no smaller kept set passes, the empty one included
         (monotone); a pass before any failure queues the all-low-precision check, which then runs
-        before the search goes on (the markers assume it fails)."""
+        before the search goes on (the markers assume it fails). The first failing candidate that keeps
+        ``PIPELINE_CHECK_FROM`` of the nodes or more queues the all-kept candidate as the pipeline
+        builds it (``_pipeline_gate``)."""
+        self._search_passed = self._search_passed or verdict.passed
         if not verdict.passed:
             self._some_failed = True
+            nodes = len(self.layers)
+            if not self._pipeline_checked and len(units) >= max(nodes * PIPELINE_CHECK_FROM, min(32, nodes / 2)):
+                self._pipeline_checked = True
+                self.gates.append(self._pipeline_gate())
         elif not self._some_failed and not self._none_queued:
             self._none_queued = True
             self.gates.append(self._none_gate())
 
     def after_search(self) -> Optional[Gate]:
-        """The all-low-precision check, when the search ended without testing anything."""
+        """The all-low-precision check, when the search ended without testing anything; the all-kept
+        candidate as the pipeline builds it, when no search candidate passed (the answer rests on the
+        all-fp32 gate's model as given alone)."""
+        if not self._pipeline_checked and not self._search_passed and self._some_failed:
+            self._pipeline_checked = True
+            return self._pipeline_gate()
         if self._some_failed or self._none_queued or not self.final:
             return None
         return self._none_gate()
+
+    def _pipeline_gate(self) -> Gate:
+        """Every node kept, as the pipeline builds candidates (not the model as given): a check that fails
+        it can never pass a candidate, whatever the search keeps, because what changes outside the searched
+        nodes already flips it."""
+        everything: Units = frozenset(self.layers)
+        return Gate(
+            lambda: self.candidate(everything, "every node kept, as candidates are built"), True, self._pipeline_failed
+        )
+
+    def _pipeline_failed(self, verdict: Verdict) -> None:
+        raise CheckNeverPassedError(
+            f"every node kept in float32 fails as candidates are built ({verdict.reason or 'no reason given'}), "
+            "though your model as given passes: what the candidates change outside the searched nodes (the "
+            f"{self.low} conversion's Casts at the graph's inputs and outputs, nodes it cannot convert, how the "
+            "backend runs a converted graph) already flips the check, so no kept set can pass; compare the tensors "
+            "before a decision (checker.outputs=[...]), judge detections with room for a flipped box "
+            "(checker.detections with max_unmatched=), or loosen the tolerance",
+            tail=verdict.output_tail,
+        )
 
     def _none_gate(self) -> Gate:
         return Gate(lambda: self.candidate(frozenset(), "no node kept"), False, self._none_kept_passed)

@@ -67,8 +67,25 @@ _ROOT_MAY_GET = {".pytest_cache", "__pycache__"}
 _ROOT_ENTRIES = pytest.StashKey[set]()
 
 
+_SHARED_SUMS = pytest.StashKey[dict]()
+
+
+def shared_model_sums() -> dict:
+    """``{file name: sha256}`` of every file in the shared models folder and its ``zoo/`` (empty without it)."""
+    import hashlib
+
+    from tests.helpers.models import MODELS
+
+    if not MODELS.is_dir():
+        return {}
+    files = [p for p in sorted(MODELS.rglob("*")) if p.is_file()]
+    return {str(p.relative_to(MODELS)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
 def pytest_sessionstart(session) -> None:
     session.config.stash[_ROOT_ENTRIES] = set(os.listdir(ROOT))
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[_SHARED_SUMS] = shared_model_sums()
     # a suite started in the background of a non-interactive shell (``pytest &`` in a script) inherits
     # SIGINT ignored, and so would every run it starts: the tests that press Ctrl-C on a run then wait in
     # vain. Runs started from here get SIGINT as a terminal gives it.
@@ -85,6 +102,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     added = sorted(set(os.listdir(ROOT)) - session.config.stash[_ROOT_ENTRIES] - _ROOT_MAY_GET)
     if added:
         sys.stderr.write(f"\nerror: the tests wrote into {ROOT}: {', '.join(added)}; write under tmp_path\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    before, after = session.config.stash[_SHARED_SUMS], shared_model_sums()
+    changed = sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
+    if changed:
+        sys.stderr.write(f"\nerror: the tests changed the shared models: {', '.join(changed)}; hand tools a copy\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

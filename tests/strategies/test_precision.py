@@ -265,3 +265,35 @@ def test_a_ranking_memory_budget_compares_in_chunks_and_keeps_the_same_nodes(run
     assert sorted(n["name"] for n in r.summary["kept_nodes"]) == sorted(needed)
     assert "chunks of nodes" in (r.run_dir / "runner.log").read_text()
     one_line_error(run(*args, "ranking_memory_mb=0"), "ranking_memory_mb=0", "positive", code=2)
+
+
+@pytest.mark.slow  # two precision runs of up to 10 checks
+def test_a_run_whose_every_candidate_fails_for_the_pipeline_stops_in_a_few_checks(run, tmp_path):
+    """Issue 54: the model as given passes, but what every candidate shares (here the Cast the fp16
+    pipeline puts on each graph output; for an SSD, a converted graph's NMS on tied scores) flips the
+    check. The run checks every node kept as candidates are built once a large candidate fails, and stops
+    there with one line naming the fixes, instead of searching the whole model and ending "not verified"
+    (exit 3). The same in a small model, where no candidate is large: once the search ends with no pass."""
+    from onnx import helper
+
+    from examples.planted import f32, make_model
+    from tests.helpers.cli import one_line_error
+
+    for length in (96, 6):
+        nodes = [
+            helper.make_node("Relu" if i % 2 else "Abs", [f"t{i}" if i else "x"], [f"t{i + 1}"], name=f"n{i}")
+            for i in range(length)
+        ]
+        nodes.append(helper.make_node("Neg", [f"t{length}"], ["y"], name="out"))
+        path = tmp_path / f"chain{length}.onnx"
+        onnx.save(make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])]), path)
+        r = run(
+            "mode=precision",
+            "marker=minimal",
+            f"model={path}",
+            "checker=python",
+            "checker.target=tests.helpers.checks.has_no_cast",
+            f"output={tmp_path / 'mixed.onnx'}",
+        )
+        one_line_error(r, "every node kept in float32 fails as candidates are built", "checker.outputs", code=2)
+        assert r.summary["checks"] <= 10, length
