@@ -100,16 +100,14 @@ def cli() -> int:
         # the reader of stdout went away (e.g. "| head"): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as e:  # Hydra's own writes before the run starts: the run directory, its config snapshot
-        where = f"{e.filename}: " if e.filename else ""
-        print(
-            f"error: cannot write the run directory ({where}{e.strerror or e}); free some space, lift the "
-            "file-size limit (ulimit -f), or set hydra.run.dir= to a writable folder",
-            file=sys.stderr,
-        )
-        return 2
     except Exception as e:
         line = composition_error(e)
+        if line is None and isinstance(e, OSError):  # Hydra's own writes: the run directory, its config snapshot
+            where = f"{e.filename}: " if e.filename else ""
+            line = (
+                f"cannot write the run directory ({where}{e.strerror or e}); free some space, lift the "
+                "file-size limit (ulimit -f), or set hydra.run.dir= to a writable folder"
+            )
         if line is None:
             raise
         print(f"error: {line}", file=sys.stderr)

@@ -239,7 +239,7 @@ def _make_run_dir(run_dir: Union[str, Path]) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise ApiError(f"run_dir={run_dir} is, or sits under, a file; name a new or existing directory") from None
+        raise ApiError(f"run_dir={run_dir} is a file, or sits under one; name a new or existing directory") from None
     except OSError as e:
         raise ApiError(f"run_dir={run_dir} cannot be made ({e.strerror}); name a writable directory") from None
 

@@ -139,7 +139,10 @@ class WrittenAnswer:
             )
         else:
             facts["candidate_again"] = again.passed
-            why = f"its candidate, checked again, now {got} too: the check is not deterministic"
+            why = (
+                f"its candidate, checked again, now {got} too: the check is not deterministic, or the verdict "
+                "the search used came from a replay that another check made or someone edited"
+            )
         raise AnswerNotVerifiedError(
             f"{self.output} as written {got} the check ({verdict.reason or 'no reason given'}), though the search "
             f"found its candidate {found}: {why}; the run cannot stand behind this answer",

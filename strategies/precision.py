@@ -90,7 +90,7 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
 
 KEYS = PrecisionKeys
 
-#: the share of the searched nodes a failing candidate keeps (and at least 32, or half of them) from which the all-kept
+#: the share of the searched nodes a failing candidate keeps (and at least 32) from which the all-kept
 #: candidate as the pipeline builds it is checked once: a run whose every candidate fails for what the
 #: pipeline changes stops there, in about 10 checks, instead of searching the whole model
 PIPELINE_CHECK_FROM = 1 / 8
@@ -392,8 +392,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self._search_passed = self._search_passed or verdict.passed
         if not verdict.passed:
             self._some_failed = True
-            nodes = len(self.layers)
-            if not self._pipeline_checked and len(units) >= max(nodes * PIPELINE_CHECK_FROM, min(32, nodes / 2)):
+            if not self._pipeline_checked and len(units) >= max(32, len(self.layers) * PIPELINE_CHECK_FROM):
                 self._pipeline_checked = True
                 self.gates.append(self._pipeline_gate())
         elif not self._some_failed and not self._none_queued:

@@ -175,6 +175,15 @@ class ReduceStrategy(OnnxSearchStrategy):
             model = weights.stub(ctx.model)
         meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
         index = GraphIndex(model, meta, keep_constant_nodes=keys.keep_constant_nodes)
+        compared = checker.compared_tensors() if checker is not None else None
+        if compared:
+            marked = index.mark(compared)
+            log.info(
+                "The check compares %d tensors of the full model with golden values of every tensor: each "
+                "candidate outputs every one of them it computes, so that it computes them as that run did "
+                "(no fusion across them)",
+                marked,
+            )
         scope = Scope.from_keys(keys)
         in_scope = None
         if scope.given:

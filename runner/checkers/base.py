@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, FrozenSet, Optional
 
 from runner.candidates import Candidate, Verdict
 from runner.executors.slot import Slot
@@ -63,6 +63,12 @@ class Checker(abc.ABC):
         """Whether the check of ``candidate`` runs it as feeds of its search's switched model
         (``Candidate.switched``), building neither its model nor reading its artifact (default: no)."""
         return False
+
+    def compared_tensors(self) -> Optional[FrozenSet[str]]:
+        """The tensors of the full model whose golden values the check holds itself (a ``polygraphy run
+        --load-outputs`` file of every tensor), which a reduce candidate should output wherever it computes
+        them; None: the check says nothing of the kind (default)."""
+        return None
 
     def reads_artifact(self, candidate: Candidate) -> bool:
         """Whether the check of ``candidate`` reads its iteration artifact, so that the file must be

@@ -14,10 +14,11 @@ import tempfile
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
+from runner.checkers.polygraphy_check import polygraphy_run_outputs
 from runner.config import plain, seconds_limit
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
@@ -105,6 +106,11 @@ class CommandChecker(Checker):
                 f"check command program {program!r} is not found or not executable; "
                 "fix checker.cmd (use a full path or a program on PATH)"
             )
+
+    def compared_tensors(self) -> Optional[FrozenSet[str]]:
+        """The tensors of a ``polygraphy run ... --load-outputs FILE`` check's golden file
+        (``runner.checkers.polygraphy_check``); None for any other command."""
+        return polygraphy_run_outputs(self.argv)
 
     def _failed(self, returncode: int, output: str) -> bool:
         if self.ignore_fail_codes and returncode in self.ignore_fail_codes:

@@ -147,6 +147,19 @@ class GraphIndex:
         self._constant: Optional[Tuple[np.ndarray, np.ndarray]] = None  # ``_constant_flags``
         #: writes a candidate's graph from the parts of this one, each exported once
         self.exporter = PartsExporter(model, self.graph, self.nodes, self.tensor_map)
+        #: tensors every candidate outputs where it computes them, besides its boundary (``mark``)
+        self.marked: FrozenSet[str] = frozenset()
+
+    def mark(self, tensors: Iterable[str]) -> int:
+        """Make every candidate output each of ``tensors`` that it computes (not only its boundary): the
+        tensors a check compares with golden values of the full model computed with every tensor an output,
+        which a candidate then computes as that run did (no fusion across them). Returns how many of them
+        are non-constant tensors of the model."""
+        self.marked = frozenset(
+            t for t in tensors if t in self.producer and not self.const[self.producer[t]] and self.meta.get(t)
+        )
+        self._boundaries.clear()
+        return len(self.marked)
 
     def _constant_nodes(self, fold: bool) -> List[bool]:
         """Per node: a Constant node, or (``fold``) a node without bodies whose inputs all come from
@@ -220,7 +233,8 @@ class GraphIndex:
             output tensor names). Outputs are the units' tensors that are original graph
             outputs, or that a node outside the set reads and no node in it does (Polygraphy's
             rule: an extra output changes what TensorRT may fuse, so a fusion-dependent failure
-            could vanish); when that leaves none, the tensors nothing reads.
+            could vanish); when that leaves none, the tensors nothing reads; then the ``marked``
+            tensors the units compute (``mark``).
         """
         keep = frozenset(units)
         if keep in self._boundaries:
@@ -232,6 +246,10 @@ class GraphIndex:
         order, inputs, outputs, dangling = self._edges.boundary(keep)
         if not outputs:
             outputs = [n for n in dangling if self.meta.get(n) is not None]
+        if self.marked:
+            known, fed = set(outputs), set(inputs)
+            computed = [t.name for i in order if not self.const[i] for t in self.nodes[i].outputs]
+            outputs = outputs + [t for t in computed if t in self.marked and t not in known and t not in fed]
         self._boundaries[keep] = (order, inputs, outputs)
         while len(self._boundaries) > BOUNDARIES_KEPT:
             self._boundaries.popitem(last=False)

@@ -134,7 +134,7 @@ def test_api_run_dirs_that_cannot_be_one_are_api_errors(tmp_path, chain):
 
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for run_dir, words in (("", "run_dir is empty"), (afile / "sub", "sits under, a file"), (afile, "a file")):
+    for run_dir, words in (("", "run_dir is empty"), (afile / "sub", "sits under one"), (afile, "is a file")):
         with pytest.raises(ApiError, match=words):
             api.repeat(chain, "true", until=1, run_dir=run_dir)
 

@@ -296,4 +296,4 @@ def test_a_run_whose_every_candidate_fails_for_the_pipeline_stops_in_a_few_check
             f"output={tmp_path / 'mixed.onnx'}",
         )
         one_line_error(r, "every node kept in float32 fails as candidates are built", "checker.outputs", code=2)
-        assert r.summary["checks"] <= 10, length
+        assert r.summary["checks"] <= (10 if length > 32 else 2 * length + 4), length  # a small model: searched whole

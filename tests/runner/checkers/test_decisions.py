@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 from examples.planted import threshold_detector
 from runner.checkers.detections import DetectionRule, judge
@@ -56,6 +57,7 @@ def test_a_length_change_is_a_decision_flip_with_a_one_line_hint(run, tmp_path):
     assert "checker.outputs=[all_scores,decoded]" in reason
 
 
+@pytest.mark.slow  # three runs: about the 1.5 s of an unmarked test
 def test_checker_outputs_compares_the_tensors_before_the_decision(run, tmp_path):
     base = _against_golden(run, tmp_path)
     r = run(*base, "checker.outputs=[all_scores,decoded]")
@@ -68,6 +70,7 @@ def test_checker_outputs_compares_the_tensors_before_the_decision(run, tmp_path)
     assert bad.returncode == 2 and "no_such_tensor" in bad.stderr
 
 
+@pytest.mark.slow  # two runs: about the 1.5 s of an unmarked test
 def test_detections_are_matched_by_iou_and_an_extra_box_counts(run, tmp_path):
     base = _against_golden(run, tmp_path)
     strict = run(*base, "checker.detections={boxes: boxes, scores: scores}")
