@@ -271,6 +271,7 @@ class DataKeys(CheckedKeys):
     seed: int = candidate(0)
     data_loader: Optional[str] = None  # pkg.module.fn returning an iterable of feed dicts
     val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
+    iterations: int = candidate(1)  # generated inputs: how many samples (Polygraphy's --iterations)
 
 
 @dataclass

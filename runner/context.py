@@ -58,6 +58,8 @@ class RunContext:
         val_range: the range of generated inputs (``val_range=``: ``[lo, hi]`` or ``{input: [lo, hi]}``).
         save_golden: where ``checker=compare`` saves the golden values it computed, or None.
         seed: the seed for generated inputs.
+        iterations: how many samples are generated (``iterations=``, Polygraphy's ``--iterations``),
+            the k-th from ``seed + k``.
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
         lanes: where jobs that are not checks run (precision's ranking), as the executor offers
@@ -75,6 +77,7 @@ class RunContext:
     seed: int = 0
     data_loader: Optional[str] = None
     val_range: Any = None
+    iterations: int = 1
     value_budget: int = 2**30
     workers: int = 1
     lanes: Sequence[Any] = HERE
@@ -83,11 +86,18 @@ class RunContext:
         """Check what can be checked before any work.
 
         Raises:
-            ConfigError: a negative ``seed``.
+            ConfigError: a negative ``seed``; ``iterations`` below 1, or other than 1 with ``inputs=`` or
+                ``data_loader=``.
         """
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(
                 f"seed={self.seed}: give a non-negative integer (numpy seeds the generated inputs with it)"
+            )
+        if not isinstance(self.iterations, int) or self.iterations < 1:
+            raise ConfigError(f"iterations={self.iterations}: give how many input samples to generate, 1 or more")
+        if self.iterations != 1 and (self.inputs or self.data_loader):
+            raise ConfigError(
+                "iterations= sets how many inputs are generated; inputs=/data_loader= give their own samples: drop it"
             )
 
     @functools.cached_property
@@ -161,7 +171,7 @@ class RunContext:
     def samples(self) -> List[Dict[str, np.ndarray]]:
         """The model's input samples, each ``{input name: array}``: from ``inputs=`` or
         ``data_loader=``; else the inputs recorded in every ``golden=`` sample (``save_golden=``
-        records them); else one sample generated from ``seed`` within ``val_range``.
+        records them); else ``iterations`` samples generated from ``seed`` within ``val_range``.
 
         Raises:
             ConfigError: an unreadable source, or a sample lacking a model input.
@@ -176,7 +186,8 @@ class RunContext:
         if golden and all(n in g for g in golden for n in names):
             return [model_sample(self.model, g, f"golden={self.golden}") for g in golden]
         ranges = parse_val_range(self.val_range, names)
-        return [generate_feeds(input_specs(self.model, self.shapes), self.seed, ranges)]
+        specs = input_specs(self.model, self.shapes)
+        return [generate_feeds(specs, self.seed + k, ranges) for k in range(self.iterations)]
 
     @functools.cached_property
     def feeds(self) -> Dict[str, np.ndarray]:

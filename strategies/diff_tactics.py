@@ -140,20 +140,29 @@ class DiffTacticsStrategy(Report):
         """Load both sides and compute the report.
 
         Raises:
-            NothingToDoError: a side has no records ("Could not determine potentially bad tactics").
+            NothingToDoError: neither side has a record. With no bad record the report is empty (logged, as
+                Polygraphy does); with no good record every tactic of the bad records is potentially bad.
         """
         good = collect(self.good_sources, "good", "good" in self.implied)
         bad = collect(self.bad_sources, "bad", "bad" in self.implied)
-        for side, recs, sources in (("good", good, self.good_sources), ("bad", bad, self.bad_sources)):
-            if not recs:
-                every = "good" if side == "bad" else "bad"
-                raise NothingToDoError(
-                    f"Could not determine potentially bad tactics: no {side} tactic records in {', '.join(sources)} "
-                    f"(every build so far was {every}, so no tactic can be blamed); run mode=build until both good "
-                    "and bad builds were sorted"
-                )
+        if not good and not bad:
+            raise NothingToDoError(
+                f"no tactic records in {', '.join(self.good_sources + self.bad_sources)}; run mode=build first "
+                "(it sorts each build's tactic record into good/ or bad/)"
+            )
+        if not bad:  # as Polygraphy: nothing to blame is no error
+            log.info(
+                "Could not determine potentially bad tactics: no bad tactic records in %s (every build so far was "
+                "good); run mode=build until a bad build is sorted",
+                ", ".join(self.bad_sources),
+            )
+        elif not good:
+            log.warning(
+                "No good tactic records in %s: every tactic of the bad builds is potentially bad",
+                ", ".join(self.good_sources),
+            )
         layer_sets = {frozenset(rec) for _, rec in good + bad}
-        mismatched = sorted(set().union(*layer_sets) - frozenset.intersection(*layer_sets))
+        mismatched = sorted(set().union(*layer_sets) - frozenset.intersection(*layer_sets)) if layer_sets else []
         if mismatched:
             log.warning(
                 "Layers differ across records (%d appear in only some, e.g. %s): were they built from different "
@@ -161,7 +170,7 @@ class DiffTacticsStrategy(Report):
                 len(mismatched),
                 ", ".join(mismatched[:3]),
             )
-        report = potentially_bad(good, bad)
+        report = potentially_bad(good, bad) if bad else {}
         if report:
             for layer, tactics in report.items():
                 for t in tactics:
@@ -172,7 +181,7 @@ class DiffTacticsStrategy(Report):
                         t["bad_records"],
                         len(bad),
                     )
-        else:
+        elif bad:
             log.info(
                 "Could not determine potentially bad tactics: every tactic in a bad record also appears in a good one. "
                 "Try more records."

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import onnx
 
@@ -136,6 +136,26 @@ class LayerwiseStrategy(Report):
         quant, scope = QuantOptions.from_keys(keys), Scope.from_keys(keys)
         return cls(ctx, checker, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
 
+    def _excluded(self, model: onnx.ModelProto) -> Set[str]:
+        """``checker.exclude_outputs``: graph outputs whose divergence is no first divergence.
+
+        Raises:
+            ConfigError: a name that is no graph output of the model, or every graph output.
+        """
+        excluded = set(self.checker.exclude_outputs)
+        outputs = [o.name for o in model.graph.output]
+        unknown = sorted(excluded - set(outputs))
+        if unknown:
+            raise ConfigError(
+                f"checker.exclude_outputs names {unknown}, which are no graph outputs of the model (its outputs: "
+                f"{outputs}); name graph outputs"
+            )
+        if outputs and excluded >= set(outputs):
+            raise ConfigError(
+                f"checker.exclude_outputs={sorted(excluded)} leaves none of the graph outputs {outputs}; exclude fewer"
+            )
+        return excluded
+
     def _models(self) -> Tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
         """(reference; the target as given, nodes named; the target as the backend runs it)."""
         model = name_nodes(self.ctx.model, in_place=True)  # the run's own model: no copy
@@ -214,6 +234,7 @@ class LayerwiseStrategy(Report):
                 self.checker.low,
                 budget,
                 self.ctx.tensor_sizes(reference) if budget is not None else None,
+                excluded=self._excluded(given),
             )
             samples = self.ctx.samples
             self.rows = comparison.run(samples)

@@ -135,6 +135,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         self._passing: List[Tuple[int, Units]] = []
         #: what to look at when the model as given passes (the checker's ``fix_hint``)
         self.fix_hint = Checker.fix_hint
+        #: the compare checker's tolerance as ``polygraphy run`` options, for ``repro_command``
+        self.tolerance: Optional[List[str]] = None
         self.gates.extend(
             [
                 Gate(self._original, False, lambda verdict: original_passed(verdict, self.fix_hint)),
@@ -212,6 +214,8 @@ class ReduceStrategy(OnnxSearchStrategy):
         )
         if checker is not None:
             strategy.fix_hint = checker.fix_hint
+        if isinstance(checker, CompareChecker):
+            strategy.tolerance = checker.rule.polygraphy_args()
         return strategy
 
     # -- candidates ---------------------------------------------------------------------------
@@ -344,7 +348,9 @@ class ReduceStrategy(OnnxSearchStrategy):
         super().finish()
         if self.bundle_samples is not None:
             reduced = load_model(self.output, "output")
-            self.repro = write_bundle(self.output, reduced, self.bundle_samples(), self.source_model, self.as_run)
+            self.repro = write_bundle(
+                self.output, reduced, self.bundle_samples(), self.source_model, self.as_run, self.tolerance
+            )
         if self.min_good is not None:
             assert self.final is not None
             good = min_good_set(self.final, self._passing)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from runner.candidates import Candidate
+from runner.checkers.command import CommandChecker
 from runner.config import DataKeys
 from runner.context import RunContext
-from runner.errors import ModelError
+from runner.errors import ConfigError, ModelError
 from strategies.until import Until, UntilStrategy
 
 
@@ -46,7 +47,8 @@ class RepeatStrategy(UntilStrategy):
         """Build from the mode's keys (the run's checker and no marker are not its concern).
 
         Raises:
-            ConfigError: when ``until`` is missing or invalid.
+            ConfigError: when ``until`` is missing or invalid; a check command naming ``{artifact}`` with no
+                ``model=`` (there is no file to name).
             ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
                 that loads it).
         """
@@ -54,6 +56,11 @@ class RepeatStrategy(UntilStrategy):
         if ctx.model_path is not None and not Path(ctx.model_path).is_file():
             raise ModelError(
                 f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)"
+            )
+        if ctx.model_path is None and isinstance(checker, CommandChecker) and checker.names_artifact:
+            raise ConfigError(
+                "checker.cmd names {artifact}, but mode=repeat without model= writes none; give model=FILE, or drop "
+                "{artifact} from the command"
             )
         return cls(parsed, ctx)
 

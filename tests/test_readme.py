@@ -20,9 +20,10 @@ def _quick_start() -> list[str]:
     assert found, "the README has a Quick start bash block"
     block = found.group(1)
     first, second = [line for line in block.splitlines() if line.strip()][:2]
-    assert first.startswith('pip install -e ".[test]" && python -m runner ')
+    setup = 'python -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && python -m runner '
+    assert first.startswith(setup)
     assert second.strip() == "python -m pytest"
-    return shlex.split(first.split("&&", 1)[1])
+    return shlex.split(first.rsplit("&&", 1)[1])
 
 
 @pytest.mark.slow

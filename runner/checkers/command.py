@@ -107,6 +107,11 @@ class CommandChecker(Checker):
                 "fix checker.cmd (use a full path or a program on PATH)"
             )
 
+    @property
+    def names_artifact(self) -> bool:
+        """Whether the command names ``{artifact}`` (it may still read ``$RUNNER_ARTIFACT``)."""
+        return any("{artifact}" in word for word in self.argv)
+
     def compared_tensors(self) -> Optional[FrozenSet[str]]:
         """The tensors of a ``polygraphy run ... --load-outputs FILE`` check's golden file
         (``runner.checkers.polygraphy_check``); None for any other command."""

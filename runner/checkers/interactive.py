@@ -30,6 +30,8 @@ class InteractiveChecker(Checker):
         CheckStartError: when there is no standard input at all.
     """
 
+    fix_hint = "answer that the model as given fails (n, or f) when it does"
+
     def __init__(self, stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None):
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout

@@ -116,6 +116,22 @@ class Tolerances:
         if not 0 <= self.max_mismatch_fraction < 1:
             raise ConfigError(f"checker.max_mismatch_fraction={self.max_mismatch_fraction} must be in [0, 1)")
 
+    def polygraphy_args(self) -> Optional[List[str]]:
+        """This rule as ``polygraphy run``'s comparator options (``--atol``, ``--rtol`` per output,
+        ``--check-error-stat``, ``--error-quantile``), or None where Polygraphy has no equal (``rel_l2``,
+        ``max_mismatch_fraction``)."""
+        if self.stat == "rel_l2" or self.max_mismatch_fraction:
+            return None
+        args: List[str] = []
+        for flag, value in (("--atol", self.atol), ("--rtol", self.rtol)):
+            items = value.items() if isinstance(value, Mapping) else [("default", value)]
+            args += [flag, *(f"{v:g}" if name == "default" else f"{name}:{v:g}" for name, v in items)]
+        if self.stat != "elemwise":
+            args += ["--check-error-stat", self.stat]
+        if self.stat == "quantile":
+            args += ["--error-quantile", f"{self.quantile:g}"]
+        return args
+
     def for_output(self, name: str) -> Tuple[float, float]:
         """(atol, rtol) for the output ``name``: its own entry, else ``default``, else 1e-3."""
 

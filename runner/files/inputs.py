@@ -11,13 +11,27 @@ from __future__ import annotations
 import importlib.util
 import shlex
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from runner.graph.model_files import model_files
 
 
+def script_target(target: str) -> Optional[Tuple[Path, str]]:
+    """``(script, function)`` of a data loader given as a script, in Polygraphy's ``--data-loader-script``
+    form: ``path/loader.py:fn``, or ``path/loader.py`` for its ``load_data``; None for ``pkg.module.fn``."""
+    path, colon, fn = target.rpartition(":") if ":" in target else (target, "", "")
+    if path.endswith(".py"):
+        return Path(path), (fn if colon else "load_data") or "load_data"
+    return None
+
+
 def module_file(dotted: Optional[str]) -> Optional[Path]:
-    """The source file of the module of ``pkg.module.fn``, when it can be found without running it."""
+    """The source file of the module of ``pkg.module.fn`` (or of the script of ``loader.py:fn``), when it
+    can be found without running it."""
+    if dotted and script_target(dotted) is not None:
+        script = script_target(dotted)
+        assert script is not None
+        return script[0].absolute() if script[0].is_file() else None
     if not dotted or "." not in dotted:
         return None
     module = dotted.rsplit(".", 1)[0]

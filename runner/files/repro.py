@@ -68,6 +68,7 @@ def write_bundle(
     samples: Sequence[Mapping[str, np.ndarray]],
     original: Optional[onnx.ModelProto] = None,
     as_run: Optional[Callable[[onnx.ModelProto], Optional[Tuple[onnx.ModelProto, str]]]] = None,
+    tolerance: Optional[Sequence[str]] = None,
 ) -> Dict[str, str]:
     """Write the repro bundle of the reduced model written at ``output``.
 
@@ -79,6 +80,8 @@ def write_bundle(
             ``original``.
         original: the original model, to compute tensors ``samples`` lack; None: take them as given.
         as_run: how the check ran the reduced model when not as written (``CompareChecker.as_run``).
+        tolerance: the run's tolerance as ``polygraphy run`` options (``Tolerances.polygraphy_args``), for
+            ``repro_command`` to judge as the run judged; None: Polygraphy's default (1e-5), logged.
 
     Returns:
         ``{"repro_inputs": path, "repro_golden": path, "repro_model": path, "repro_command": the
@@ -124,7 +127,12 @@ def write_bundle(
             save_model(ran[0], model_path)
         if have_golden:
             command = ["polygraphy", "run", str(model_path), "--onnxrt", "--load-inputs", written["repro_inputs"]]
-            written["repro_command"] = shlex.join([*command, "--load-outputs", written["repro_golden"]])
+            command += ["--load-outputs", written["repro_golden"], *(tolerance or [])]
+            written["repro_command"] = shlex.join(command)
+            if tolerance is None:
+                log.info(
+                    "repro_command judges at Polygraphy's default tolerance: the run's statistic has no equal there"
+                )
     except (MissingExtraError, ModelError, InvalidCandidateError, OSError) as e:
         for key, made in written.items():
             if key != "repro_command":

@@ -17,6 +17,7 @@ Golden values (``golden=``) are an ``.npz`` file of one sample's tensors, or the
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import math
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 import onnx
 
 from runner.errors import ArtifactError, ConfigError, MissingExtraError, first_line
+from runner.files.inputs import script_target
 from runner.graph.feeds import graph_inputs, load_npz
 
 log = logging.getLogger(__name__)
@@ -118,27 +120,74 @@ def load_golden_samples(path: str | Path) -> List[Sample]:
     return [_arrays(dict(it), f"golden={path} iteration {i}") for i, it in enumerate(iterations)]
 
 
-def loader_samples(target: str) -> List[Sample]:
-    """Call ``data_loader=pkg.module.fn`` and collect the feed dicts its iterable yields.
+def _script_function(target: str, script: Path, fn_name: str) -> Any:
+    """The function ``fn_name`` of the Python file ``script`` (Polygraphy's ``--data-loader-script``).
 
     Raises:
-        ConfigError: a name that is not ``module.function``, a module or function that cannot be
+        ConfigError: no such file, a file that raises on import, or no such function in it.
+    """
+    if not script.is_file():
+        raise ConfigError(f"data_loader={target}: no such file {script}; give path/to/loader.py[:function]")
+    spec = importlib.util.spec_from_file_location(f"_data_loader_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's code
+        raise ConfigError(f"data_loader={target}: {script} raised {type(e).__name__} on import: {e}") from None
+    if not hasattr(module, fn_name):
+        raise ConfigError(f"data_loader={target}: {script} has no {fn_name} (name it: {script}:function)")
+    return getattr(module, fn_name)
+
+
+def loader_samples(target: str) -> List[Sample]:
+    """Call the data loader and collect the feed dicts its iterable yields: ``data_loader=pkg.module.fn``,
+    or a script as Polygraphy's ``--data-loader-script`` takes it (``loader.py:fn``; ``loader.py`` for
+    its ``load_data``).
+
+    Raises:
+        ConfigError: a name that is neither form, a module, script or function that cannot be
             found, a function that raises, returns something not iterable, yields something that
             is not a feed dict, or yields nothing.
     """
+    script = script_target(target)
+    if script is not None:
+        fn = _script_function(target, *script)
+    else:
+        fn = _module_function(target)
+    if not callable(fn):
+        raise ConfigError(f"data_loader={target} is not a function; name a function returning feed dicts")
+    return _collect(target, fn)
+
+
+def _module_function(target: str) -> Any:
+    """The function of ``pkg.module.fn``.
+
+    Raises:
+        ConfigError: not of that form, or a module or function that cannot be found.
+    """
     module_name, _, fn_name = target.rpartition(".")
     if not module_name or not fn_name:
-        raise ConfigError(f"data_loader={target!r} is not module.function; write e.g. data_loader=my_data.load")
+        raise ConfigError(
+            f"data_loader={target!r} is neither module.function nor loader.py[:function]; write e.g. "
+            "data_loader=my_data.load or data_loader=loader.py:load_data"
+        )
     try:
-        fn = getattr(importlib.import_module(module_name), fn_name)
+        return getattr(importlib.import_module(module_name), fn_name)
     except ImportError as e:
         raise ConfigError(
             f"data_loader={target}: cannot import {module_name} ({e}); put it on PYTHONPATH or in the working directory"
         ) from None
     except AttributeError:
         raise ConfigError(f"data_loader={target}: {module_name} has no {fn_name}") from None
-    if not callable(fn):
-        raise ConfigError(f"data_loader={target} is not a function; name a function returning feed dicts")
+
+
+def _collect(target: str, fn: Any) -> List[Sample]:
+    """The feed dicts ``fn()`` yields.
+
+    Raises:
+        ConfigError: it raises, yields something that is not a feed dict, or yields nothing.
+    """
     try:
         samples = [_arrays(item, f"data_loader={target} item {i}") for i, item in enumerate(fn())]
     except ConfigError:

@@ -105,6 +105,8 @@ class LayerwiseComparison:
         sizes: ``{tensor: bytes}`` estimates for chunking.
         pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
             the nodes.
+        excluded: graph outputs left out of the comparison (``checker.exclude_outputs``): a divergence
+            reaching only them is absorbed, not a first divergence.
         lanes: where the nodes alone run (``Executor.lanes``: on the run's workers too, each on its
             GPU); default here, one after another. With more than one lane, each group of
             nodes run alone is split into ``2 * len(lanes)`` models (interleaved in topological order, so
@@ -128,8 +130,10 @@ class LayerwiseComparison:
         sizes: Optional[Mapping[str, int]] = None,
         pairs: bool = True,
         lanes: Sequence[Any] = HERE,
+        excluded: Optional[Set[str]] = None,
     ):
         self.reference, self.target = reference, target
+        self.excluded = set(excluded or ())
         # a large reference's session is not kept: its mapped weights would stay beside the target's
         self.keep_reference_session = not maps(weight_bytes(reference))
         self.weights_of = weights_of
@@ -226,7 +230,8 @@ class LayerwiseComparison:
         Returns:
             ``{absorbed node: absorbing node, or None when nothing reads its outputs}``.
         """
-        _, absorbed = trace(self.target, {r.node for r in rows}, {r.node for r in rows if diverges(r)})
+        judged, diverging = {r.node for r in rows}, {r.node for r in rows if diverges(r)}
+        _, absorbed = trace(self.target, judged, diverging, self.excluded)
         return absorbed
 
     def _compare_chunk(

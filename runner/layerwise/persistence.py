@@ -21,27 +21,34 @@ import onnx
 from runner.graph.isolate import has_body, outer_scope_inputs
 
 
-def trace(model: onnx.ModelProto, judged: Set[str], diverging: Set[str]) -> Tuple[Set[str], Dict[str, Optional[str]]]:
+def trace(
+    model: onnx.ModelProto,
+    judged: Set[str],
+    diverging: Set[str],
+    excluded: Optional[Set[str]] = None,
+) -> Tuple[Set[str], Dict[str, Optional[str]]]:
     """Split ``diverging`` into the nodes whose divergence persists and the absorbed ones.
 
     Args:
         model: the target model, nodes in topological order (top-level graph).
         judged: names of the nodes the comparison judged (its rows).
         diverging: names of judged nodes whose outputs break the tolerance.
+        excluded: graph outputs left out of the comparison (``checker.exclude_outputs``): a divergence
+            that reaches only them does not persist.
 
     Returns:
         (names whose divergence reaches a graph output through diverging nodes; ``{absorbed node:
         the earliest node within tolerance that reads it through diverging nodes}``, None as the
         absorber of a node whose outputs nothing reads).
     """
-    paths = _Paths(model, judged, diverging)
+    paths = _Paths(model, judged, diverging, excluded or set())
     return paths.persists, paths.absorbed
 
 
 class _Paths:
     """The divergence paths of one model: computed once in topological order and back."""
 
-    def __init__(self, model: onnx.ModelProto, judged: Set[str], diverging: Set[str]):
+    def __init__(self, model: onnx.ModelProto, judged: Set[str], diverging: Set[str], excluded: Set[str]):
         nodes = list(model.graph.node)
         producer: Dict[str, int] = {}
         for i, node in enumerate(nodes):
@@ -59,7 +66,7 @@ class _Paths:
         div = [False] * len(nodes)
         for i, node in enumerate(nodes):  # topological order: a pass-through node follows what it reads
             div[i] = node.name in diverging if node.name in judged else any(div[j] for j in reads[i])
-        outputs = {o.name for o in model.graph.output}
+        outputs = {o.name for o in model.graph.output} - excluded
         reaches = [False] * len(nodes)
         for i in range(len(nodes) - 1, -1, -1):
             reaches[i] = div[i] and (

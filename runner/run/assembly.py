@@ -14,6 +14,9 @@ plan's reservations, the run directory's lock), released after it.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
@@ -41,6 +44,8 @@ from runner.terminal import console, signals
 from runner.terminal.progress import Progress
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Report, Strategy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,6 +75,18 @@ class RunState:
     lifecycle: Optional[Lifecycle] = None
 
 
+def _someone_answers() -> bool:
+    """Whether standard input is a terminal or a pipe, which can answer an interactive check (a file or
+    ``/dev/null``, as under a scheduler, cannot)."""
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # no stdin, or one without a descriptor
+        return False
+    return sys.stdin.isatty() or stat.S_ISFIFO(mode)
+
+
 def _build_checker(plan: CheckerPlan) -> Checker:
     """The run's checker (``checker=``), in a child process with ``checker.isolate``.
 
@@ -81,9 +98,15 @@ def _build_checker(plan: CheckerPlan) -> Checker:
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "option"
         key = key if key.startswith("checker.") else f"checker.{key}"
-        raise ConfigError(
-            f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive"
-        ) from None
+        if key == "checker.cmd" and _someone_answers():  # as Polygraphy: no check given, it asks
+            from runner.checkers.interactive import InteractiveChecker
+
+            log.info("No check command given (checker.cmd): each candidate is asked about, as Polygraphy does")
+            checker = InteractiveChecker()
+        else:
+            raise ConfigError(
+                f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive"
+            ) from None
     except Exception as e:
         _raise_cause(e)
     if plan.isolate:
@@ -125,6 +148,7 @@ def _context(plan: RunPlan, directory: Path, executor: Optional[Executor]) -> Ru
         seed=plan.get("seed", 0),
         data_loader=plan.get("data_loader"),
         val_range=plan.get("val_range"),
+        iterations=plan.get("iterations", 1),
         workers=executor.workers if executor is not None else 1,
         lanes=executor.lanes() if executor is not None else HERE,
     )

@@ -52,6 +52,11 @@ def test_the_bundle_of_a_reduced_detector_reproduces_the_failure_through_polygra
     assert fails.returncode != 0 and "Mismatched outputs" in fails.stdout + fails.stderr, fails.stdout[-2000:]
     names = [i.name for i in onnx.load(str(out)).graph.input]
     assert sorted(json.loads(Path(s["repro_inputs"]).read_text())[0]) == sorted(names)
+    # issue 52: the command judges at the run's tolerance, not at Polygraphy's default 1e-5
+    command = shlex.split(s["repro_command"])
+    assert command[-4:] == ["--atol", "0.001", "--rtol", "0.001"]
+    repro = subprocess.run([polygraphy, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert repro.returncode != 0 and "Mismatched outputs" in repro.stdout + repro.stderr
 
 
 @pytest.mark.slow
