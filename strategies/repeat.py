@@ -5,6 +5,7 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -13,8 +14,10 @@ from runner.candidates import Candidate
 from runner.checkers.command import CommandChecker
 from runner.config import DataKeys
 from runner.context import RunContext
-from runner.errors import ConfigError, ModelError
+from runner.errors import ModelError
 from strategies.until import Until, UntilStrategy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,8 +50,8 @@ class RepeatStrategy(UntilStrategy):
         """Build from the mode's keys (the run's checker and no marker are not its concern).
 
         Raises:
-            ConfigError: when ``until`` is missing or invalid; a check command naming ``{artifact}`` with no
-                ``model=`` (there is no file to name).
+            ConfigError: when ``until`` is missing or invalid. A check command naming ``{artifact}`` with no
+                ``model=`` is warned of: no file is written there (the check may write one).
             ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
                 that loads it).
         """
@@ -58,9 +61,9 @@ class RepeatStrategy(UntilStrategy):
                 f"model={ctx.model_path}: no such file; check the path (mode=repeat does not need a model)"
             )
         if ctx.model_path is None and isinstance(checker, CommandChecker) and checker.names_artifact:
-            raise ConfigError(
-                "checker.cmd names {artifact}, but mode=repeat without model= writes none; give model=FILE, or drop "
-                "{artifact} from the command"
+            log.warning(
+                "checker.cmd names {artifact}, but mode=repeat without model= writes no file there: the check is "
+                "told a path where nothing is until it writes one (give model=FILE for the model's copy)"
             )
         return cls(parsed, ctx)
 

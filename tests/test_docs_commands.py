@@ -154,8 +154,8 @@ def test_the_documents_commands_run_as_written(doc, commands, tmp_path, request)
     elsewhere = {line for name, lines in _cases() if name != doc for line in lines} if doc == "README.md" else set()
     ran = 0
     for i, line in enumerate(commands):
-        if _reason(line) or line.startswith("pip install") or line == "python -m pytest":
-            continue  # the quick start's ``pip install ... && python -m runner`` is tests/test_readme.py's
+        if _reason(line) or line.startswith(("pip install", "python -m venv")) or line == "python -m pytest":
+            continue  # the quick start's ``python -m venv ... && python -m runner`` is tests/test_readme.py's
         if line in elsewhere and _runnable(line):
             ran += 1  # the README's copy of a command its document runs
             continue

@@ -168,6 +168,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
         "external_data_threshold",
         "include_nodes",
         "include_op_types",
+        "iterations",
         "keep_constant_nodes",
         "low_precision",
         "model_input_shapes",

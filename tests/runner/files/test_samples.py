@@ -177,7 +177,7 @@ def test_val_range_errors(value, words):
 @pytest.mark.parametrize(
     "target, words",
     [
-        ("noloader", "is not module.function"),
+        ("noloader", "is neither module.function"),
         ("no_such_module_here.fn", "cannot import"),
         ("{mod}.missing", "has no missing"),
         ("{mod}.nothing", "yielded no feed dicts"),
