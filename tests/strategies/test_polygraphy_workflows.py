@@ -139,3 +139,27 @@ def test_layerwise_honours_exclude_outputs(run, tmp_path):
         run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[nosuch]"), "no graph outputs", code=2
     )
     one_line_error(run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[y]"), "leaves none", code=2)
+
+
+@pytest.mark.slow  # processes of their own
+def test_no_check_command_asks_as_polygraphy_does(tmp_path, chain):
+    """With no checker.cmd, Polygraphy asks for each candidate; so does the run when a pipe or a terminal
+    can answer (here: the model as given passes, so nothing to reduce). With stdin at /dev/null it stays
+    a one-line error naming the key."""
+    from tests.helpers.models import ROOT
+
+    argv = [sys.executable, "-m", "runner", "mode=reduce", f"model={chain}"]
+    asked = subprocess.run(
+        [*argv, f"hydra.run.dir={tmp_path / 'a'}"], input="y\n", capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert "user said yes" in (tmp_path / "a" / "runner.log").read_text(), asked.stderr[-2000:]
+    assert asked.returncode == 2 and "answer that the model as given fails" in asked.stderr
+    refused = subprocess.run(
+        [*argv, f"hydra.run.dir={tmp_path / 'b'}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "checker.cmd is not set" in refused.stderr
