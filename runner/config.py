@@ -281,6 +281,7 @@ class CalibrationConf:
     method: str = "minmax"  # minmax, entropy, percentile (ONNX Runtime's calibrators)
     samples: Optional[int] = None  # the first N samples of inputs=/data_loader= (null: all)
     percentile: float = 99.999  # method=percentile: the percentile of |value| kept
+    cache: Optional[str] = None  # a JSON file of the ranges: read when made from this model, samples and options
 
 
 @dataclass

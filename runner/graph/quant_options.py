@@ -34,6 +34,7 @@ class QuantOptions:
             ONNX Runtime's QDQ quantizer handles.
         placement: "tensorrt" (Q/DQ where TensorRT fuses them, ``runner.graph.placement``) or
             "onnxruntime" (ONNX Runtime's ``QDQQuantizer``, every removable activation kept).
+        cache: a calibration cache file (``runner.graph.calibration_cache``), or None.
     """
 
     method: str = "minmax"
@@ -43,6 +44,7 @@ class QuantOptions:
     symmetric_activations: bool = True
     op_types_to_quantize: Tuple[str, ...] = field(default_factory=tuple)
     placement: str = "tensorrt"
+    cache: Optional[str] = None
 
     @classmethod
     def from_keys(cls, keys: QuantKeys) -> QuantOptions:
@@ -100,6 +102,7 @@ class QuantOptions:
             symmetric,
             ops,
             placement,
+            str(cal["cache"]) if cal.get("cache") else None,
         )
 
     def op_types(self) -> List[str]:
