@@ -36,8 +36,8 @@ def reference_amax(counts: np.ndarray, edges: np.ndarray, start: int = 128) -> f
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = np.where(p > 0, p * np.log(p / q), 0.0)
         divergences.append(float(np.sum(terms)))
-    divergences = np.array(divergences)
-    last = len(divergences) - 1 - np.argmin(divergences[::-1])
+    found = np.array(divergences)
+    last = len(found) - 1 - int(np.argmin(found[::-1]))
     return float(edges[last + start])
 
 
