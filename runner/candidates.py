@@ -30,6 +30,8 @@ class Verdict:
         error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
             a real verdict. Such verdicts are counted apart from failures.
         reused: the verdict was taken from a replay, not checked in this run.
+        sealed: a reused verdict's replay is as a run wrote it (its seal holds: nobody edited it, and its
+            identity is this run's), so the verdict needs no second check before an answer rests on it.
         crash: the check crashed its process (or, replayed, the runner): a failure of its own kind.
         check_s: seconds ``checker.check`` took where it ran (None: not run here, or replayed
             without it).
@@ -44,6 +46,7 @@ class Verdict:
     details: Dict[str, Any] = field(default_factory=dict)
     error: str = ""
     reused: bool = False
+    sealed: bool = False
     crash: bool = False
     check_s: Optional[float] = None
     outputs: Optional[Dict[str, Dict[str, Any]]] = None

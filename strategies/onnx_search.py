@@ -321,7 +321,7 @@ class OnnxSearchStrategy(RoundStrategy):
             if verdict is not None:
                 self._keep_outputs(units, verdict)
                 self.on_search_verdict(units, verdict)
-                if verdict.reused and verdict.passed != self.hit_on_pass:
+                if verdict.reused and not verdict.sealed and verdict.passed != self.hit_on_pass:
                     self._reused_misses.append(self.closure(units))
         self.search.step_round([None if v is None else v.passed == self.hit_on_pass for v in searched])
 

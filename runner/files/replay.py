@@ -22,6 +22,8 @@ candidates (a parallel round) cannot tell which one crashed: they are checked ag
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -73,6 +75,7 @@ class Replay:
         self.identity = identity or {}
         self.entries: List[Dict[str, Any]] = []
         self._known: Dict[str, Verdict] = {}
+        self._loaded_keys: Set[str] = set()
         #: keys whose loaded verdict was recorded with another identity (reused only with force)
         self.foreign: Set[str] = set()
         #: candidates whose check has started and not ended, by key
@@ -83,9 +86,13 @@ class Replay:
         self.loaded: List[Dict[str, Any]] = []
         #: checks every verdict against the loaded ones (``watch``); None: not watched
         self.ledger: Optional[Ledger] = None
+        #: the loaded replay is as a run of this identity wrote it (``seal``): its verdicts need no recheck
+        self.sealed = False
         if load_path is not None:
-            entries, changed, pending = self._read(Path(load_path), mode, self.identity, force)
+            entries, changed, pending, recorded = self._read(Path(load_path), mode, self.identity, force)
+            self.sealed = not changed and recorded == seal(self.identity, entries)
             self.loaded = list(entries)
+            self._loaded_keys = {entry["key"] for entry in entries}
             for entry in entries:
                 self._known.setdefault(entry["key"], _verdict(entry))
             self._crashed(pending, retry_pending, Path(load_path))
@@ -162,6 +169,7 @@ class Replay:
                     "identity": self.identity,
                     "iterations": self.entries,
                     "pending": list(self.pending.values()),
+                    "seal": seal(self.identity, self.entries),
                 },
             )
         except OSError as e:
@@ -173,9 +181,9 @@ class Replay:
     @staticmethod
     def _read(
         path: Path, mode: str, identity: Dict[str, Any], force: bool
-    ) -> Tuple[List[Dict[str, Any]], List[str], List[Dict[str, Any]]]:
+    ) -> Tuple[List[Dict[str, Any]], List[str], List[Dict[str, Any]], Optional[str]]:
         """The replay's entries, what of its identity differs from ``identity`` (only with ``force``),
-        and its pending candidates."""
+        its pending candidates, and its seal (None in a file written before seals)."""
         hint = "give the replay.json of an earlier run"
         try:
             data = json.loads(path.read_text())
@@ -218,7 +226,7 @@ class Replay:
             isinstance(p, dict) and isinstance(p.get("key"), str) for p in pending
         ):
             raise ConfigError(f"replay.load={path}: its pending list holds entries without keys; the file is damaged")
-        return data["iterations"], changed, pending
+        return data["iterations"], changed, pending, data.get("seal")
 
     def watch(self, hit_on_pass: bool) -> None:
         """Check verdicts for monotonicity from now on (``runner.files.monotone``): the loaded ones against each
@@ -250,8 +258,12 @@ class Replay:
             )
 
     def lookup(self, key: str) -> Optional[Verdict]:
-        """Return the known verdict for a candidate key, or None when it was never checked."""
-        return self._known.get(key)
+        """Return the known verdict for a candidate key (``sealed`` where the loaded replay's seal holds and
+        the verdict is one of it), or None when it was never checked."""
+        known = self._known.get(key)
+        if known is not None and self.sealed and key in self._loaded_keys:
+            return dataclasses.replace(known, sealed=True)
+        return known
 
     def record(self, iteration: int, candidate: Candidate, verdict: Verdict, reused: bool) -> None:
         """Append one iteration and rewrite the replay file atomically.
@@ -367,3 +379,10 @@ def _verdict(entry: Dict[str, Any]) -> Verdict:
         reason=entry.get("reason", ""),
         error=entry.get("error", ""),
     )
+
+
+def seal(identity: Dict[str, Any], entries: List[Dict[str, Any]]) -> str:
+    """A digest of a replay's identity and verdicts as the runner wrote them: an edit of either breaks it
+    (not a signature: it tells an unedited file, it does not stop a forger)."""
+    text = json.dumps({"identity": identity, "iterations": entries}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

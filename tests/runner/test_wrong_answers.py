@@ -284,6 +284,25 @@ def test_a_replayed_verdict_the_answer_rests_on_is_checked_again(run, chain):
     assert r.summary["checks"] < 30
 
 
+@pytest.mark.slow  # three reduce runs
+def test_a_replay_as_its_run_wrote_it_is_resumed_with_no_check_again(run, chain):
+    """Issue 53: a resume re-checked every replayed miss the answer rests on (an int8 run: 113 checks against
+    75); a replay whose seal holds (written by a run of this identity, unedited) is trusted as the run itself
+    would be: only the written answer is checked. Its seal broken by an edit, the misses are checked again."""
+    first = run("mode=reduce", f"model={chain}", *python_check("n3", "n5"))
+    path = first.run_dir / "replay.json"
+    assert "seal" in json.loads(path.read_text())
+    resumed = run("mode=reduce", f"model={chain}", *python_check("n3", "n5"), f"replay.load={path}")
+    assert resumed.returncode == 0 and resumed.summary["checks"] == 1, resumed.stdout[-2000:]
+    assert resumed.summary["reduced_nodes"] == first.summary["reduced_nodes"]
+    data = json.loads(path.read_text())
+    data["iterations"][0]["reason"] += " (edited)"  # the same verdicts, the seal broken
+    edited = path.with_name("edited.json")
+    edited.write_text(json.dumps(data))
+    rechecked = run("mode=reduce", f"model={chain}", *python_check("n3", "n5"), f"replay.load={edited}")
+    assert rechecked.returncode == 0 and rechecked.summary["checks"] > 1
+
+
 def test_piped_answers_take_polygraphys_p_and_f():
     """Issue 38: Polygraphy's interactive check takes p/f; piped p/f were refused."""
     import io
