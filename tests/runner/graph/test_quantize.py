@@ -109,8 +109,9 @@ def test_each_calibration_method_gives_ranges_for_every_quantized_tensor(method)
 @pytest.mark.slow
 def test_entropy_calibration_clips_ranges_minmax_keeps():
     """Issue 38: with ONNX Runtime's default 128 bins and 128 quantized bins, entropy calibration had one
-    threshold to choose, the maximum: its 253 scales on the classifier were minmax's, bit for bit. With
-    TensorRT's 2048 bins it clips the tails of the normal input ``x`` (3.9 -> 2.3) and of the output."""
+    threshold to choose, the maximum: its 253 scales on the classifier were minmax's, bit for bit. TensorRT's
+    algorithm over 2048 bins of |x| clips the tails of the normal input ``x`` (3.9 -> 3.1; on 768 values the
+    histogram is sparse) and of the output."""
     from tests.helpers.int8 import conv_outlier_model
 
     model = prepare_int8(conv_outlier_model())
@@ -118,5 +119,5 @@ def test_entropy_calibration_clips_ranges_minmax_keeps():
     for method in ("minmax", "entropy"):
         cal = calibrate(model, list(samples()), QuantOptions(method=method))
         ranges[method] = {k: float(np.max(np.abs(v.range_value))) for k, v in cal.ranges.data.items()}
-    assert ranges["entropy"]["x"] < 0.75 * ranges["minmax"]["x"] and ranges["entropy"]["y"] < ranges["minmax"]["y"]
+    assert ranges["entropy"]["x"] < 0.9 * ranges["minmax"]["x"] and ranges["entropy"]["y"] < ranges["minmax"]["y"]
     assert all(ranges["entropy"][k] <= ranges["minmax"][k] * 1.001 for k in ranges["minmax"])
