@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-Check = Union[str, Callable[[str], bool], None]
+from conf import checker_groups
 
-#: checker groups a check may name instead of a command
-CHECKERS = ("compare", "interactive", "command", "python")
+Check = Union[str, Callable[[str], bool], None]
 
 
 class ApiError(ValueError):
@@ -124,7 +123,7 @@ def _check_overrides(check: Check, registered: List[str]) -> List[str]:
         key = register(check)
         registered.append(key)
         return ["checker=python", f"checker.target={TARGET}", f"checker.args=[{key}]"]
-    if check in CHECKERS:
+    if check in checker_groups():  # a checker group's name instead of a command
         return [f"checker={check}"]
     return ["checker=command", f"checker.cmd={_value(check)}"]
 

@@ -94,7 +94,7 @@ class ModeConf:
     name: str = MISSING
     default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
     takes_checker: bool = False  # the strategy is given the built checker (``checker=``) instead of the lifecycle
-    help: str = ""  # its lines in ``--help`` (``modes_help``)
+    help: str = ""  # its lines in ``--help`` (``runner.terminal.help``)
     help_order: int = 100  # where ``--help`` lists it
 
 

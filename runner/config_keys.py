@@ -12,22 +12,13 @@ import functools
 import re
 import secrets
 from dataclasses import fields, make_dataclass
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping
 
 from hydra.core.config_store import ConfigStore
 
-from runner.config import (
-    ArtifactsConf,
-    CommandCheckerConf,
-    CommonKeys,
-    CompareCheckerConf,
-    ExecutorConf,
-    InteractiveCheckerConf,
-    MarkerConf,
-    ModeConf,
-    PythonCheckerConf,
-)
+from conf import checker_groups, checker_schema
+from runner import config
+from runner.config import ArtifactsConf, CommonKeys, ExecutorConf, MarkerConf, ModeConf
 from runner.errors import ConfigError, first_line
 
 
@@ -192,31 +183,18 @@ def keys_of(mode: str, cfg: Any) -> Any:
     return cls(**values, **dict.fromkeys(n for n in BUILT if n in _names(cls)))
 
 
-def modes_help() -> str:
-    """The "Modes" lines of ``--help``, from each mode's YAML (``help``, ``help_order``): a mode added as
-    one module and one YAML file is listed with no other change. Registered as the ``${modes_help:}``
-    resolver that ``conf/config.yaml``'s help template holds."""
-    from omegaconf import DictConfig, OmegaConf
-
-    import conf
-
-    modes = []
-    for path in sorted((Path(conf.__file__).resolve().parent / "mode").glob("*.yaml")):
-        spec = OmegaConf.load(path)
-        if not isinstance(spec, DictConfig):
-            continue
-        name = str(spec.get("name", path.stem))
-        modes.append((int(spec.get("help_order", 100)), name, str(spec.get("help", "")).strip().splitlines() or [""]))
-    lines = []
-    for _, name, text in sorted(modes):
-        lines.append(f"  {name:<13} {text[0]}")
-        lines.extend(f"  {'':<13} {more}" for more in text[1:])
-    return "\n".join(lines)
-
-
 #: a short random id, fixed for this process (``${run_id:}`` in the default run and sweep directories):
 #: two processes started in the same microsecond still differ (``runner.files.rundir``)
 RUN_ID = secrets.token_hex(2)
+
+
+def _help() -> str:
+    """``python -m runner KEY=VALUE --help``'s text above the composed config: the same generated
+    help as ``--help`` alone (``runner.terminal.help``), as the ``${runner_help:}`` resolver that
+    ``conf/config.yaml``'s help template holds."""
+    from runner.terminal.help import render
+
+    return render()
 
 
 @functools.cache
@@ -230,14 +208,12 @@ def register_configs() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("run_id", lambda: RUN_ID, replace=True)
-    OmegaConf.register_new_resolver("modes_help", modes_help, replace=True)
+    OmegaConf.register_new_resolver("runner_help", _help, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=run_config())
     cs.store(name="mode_schema", node=ModeConf)
     cs.store(name="marker_schema", node=MarkerConf)
-    cs.store(name="command_schema", node=CommandCheckerConf)
-    cs.store(name="interactive_schema", node=InteractiveCheckerConf)
-    cs.store(name="python_schema", node=PythonCheckerConf)
-    cs.store(name="compare_schema", node=CompareCheckerConf)
+    for checker in checker_groups():  # conf/checker is the one list; each schema named by one rule
+        cs.store(name=f"{checker}_schema", node=getattr(config, checker_schema(checker)))
     cs.store(name="artifacts_schema", node=ArtifactsConf)
     cs.store(name="executor_schema", node=ExecutorConf)

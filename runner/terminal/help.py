@@ -2,7 +2,8 @@
 
 Hydra's own help composes the whole config and copies it once per config group (about a second),
 and importing the schemas imports Hydra. This help reads the keys where they are declared, from the
-source: the dataclasses of ``runner/config.py`` (checkers, executors, common keys) and each mode's
+source: the dataclasses of ``runner/config.py`` (checkers, as ``conf.checker_groups`` lists them; executors,
+common keys) and each mode's
 ``KEYS`` dataclass in ``strategies/<mode>.py`` (with the bases it takes from ``runner/config.py``),
 and the modes' ``help`` lines from ``conf/mode/*.yaml``. A key added to a schema appears here with
 no other change. ``python -m runner KEY=VALUE ... --help`` still prints Hydra's help with the
@@ -16,16 +17,10 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parents[2]
-CONF = ROOT / "conf"
+from conf import CONF, checker_groups, checker_schema
 
-#: the schema class of each checker
-CHECKERS = {
-    "command": "CommandCheckerConf",
-    "compare": "CompareCheckerConf",
-    "interactive": "InteractiveCheckerConf",
-    "python": "PythonCheckerConf",
-}
+ROOT = CONF.parent
+
 EXIT_CODES = "0 answer, 2 error or check never passed, 3 answer not verified as written, 128+N interrupted by signal N"
 #: fields that are the group's plumbing, not keys a user sets
 PLUMBING = {"_target_", "name"}
@@ -125,7 +120,8 @@ def render() -> str:
         lines.append(_wrap("keys: " + ", ".join(keys)))
     lines += ["", "Markers (marker=...): " + ", ".join(sorted(p.stem for p in CONF.glob("marker/*.yaml"))), ""]
     lines.append("Checkers (checker=...):")
-    for name, schema in CHECKERS.items():
+    for name in checker_groups():
+        schema = checker_schema(name)
         doc = ast.get_docstring(config.classes[schema]) or ""
         lines.append(f"  {name:<13} " + _wrap(doc.splitlines()[0] if doc else "", 16).lstrip())
         keys = _fields(schema, [config], "checker.")

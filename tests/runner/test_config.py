@@ -206,9 +206,11 @@ def test_checker_choices_are_enums_checked_before_the_run(override, choices):
 
 
 def test_help_lists_every_mode_from_its_yaml():
-    from runner.config_keys import mode_keys, modes_help
+    from runner.config_keys import mode_keys
+    from runner.terminal.help import render
 
-    lines = modes_help().splitlines()
+    text = render()
+    lines = text[text.index("Modes (mode=...)") : text.index("Markers (marker=...)")].splitlines()[1:]
     listed = [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")]
     assert listed == ["reduce", "precision", "layerwise", "repeat", "build", "diff_tactics"]
     assert set(listed) == set(mode_keys())
@@ -218,9 +220,10 @@ def test_help_lists_every_key_of_every_group():
     """``--help`` is generated from the schemas (read from their source, so it imports no Hydra, onnx or ONNX
     Runtime: 0.05 s): every field of every mode's keys, checker, executor and the common keys is in it."""
 
+    from conf import checker_schema
     from runner import config
     from runner.config_keys import mode_keys
-    from runner.terminal.help import CHECKERS, render
+    from runner.terminal.help import render
 
     text = render()
 
@@ -238,8 +241,10 @@ def test_help_lists_every_key_of_every_group():
         assert f"  {mode} " in text
         for key in names(keys):
             assert f"{key}=" in text, (mode, key)
-    for schema in CHECKERS.values():
-        for key in names(getattr(config, schema), "checker."):
+    for checker in CHECKERS:  # the group files: the one list of checkers
+        assert f"/{checker}_schema@_here_" in (CONF / "checker" / f"{checker}.yaml").read_text(), checker
+        assert f"  {checker} " in text, checker
+        for key in names(getattr(config, checker_schema(checker)), "checker."):
             assert f"{key}=" in text, key
     for key in [*names(config.ExecutorConf, "executor."), *names(config.CommonKeys)]:
         assert f"{key}=" in text, key
@@ -261,3 +266,17 @@ def test_int8_precision_checks_with_tensorrts_placement_run_their_qdq_as_written
     ensure_hydra()
     cfg = compose("config", overrides=["checker=compare", *overrides])
     assert checker_plan(cfg).options["graph_optimization_level"] == level
+
+
+def test_help_with_overrides_is_the_generated_help():
+    """``python -m runner KEY=VALUE --help`` (Hydra's help template) prints the help generated from the
+    schemas above the composed config, not a hand-written copy: every key of compare is in it."""
+    from omegaconf import OmegaConf
+
+    from runner.terminal.help import render
+
+    ensure_hydra()
+    cfg = compose("config", overrides=["checker=compare"], return_hydra_config=True)
+    template = OmegaConf.select(cfg, "hydra.help.template")
+    assert template.startswith(render())
+    assert "checker.check_error_stat=" in template and "$CONFIG" in template
