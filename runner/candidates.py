@@ -30,14 +30,17 @@ class Verdict:
         error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
             a real verdict. Such verdicts are counted apart from failures.
         reused: the verdict was taken from a replay, not checked in this run.
-        sealed: a reused verdict's replay is as a run wrote it (its seal holds: nobody edited it, and its
-            identity is this run's), so the verdict needs no second check before an answer rests on it.
+        sealed: a reused verdict needs no second check before an answer rests on it: this run checked
+            it, or its replay is as a run wrote it (its seal holds: nobody edited it, and its identity is
+            this run's).
         crash: the check crashed its process (or, replayed, the runner): a failure of its own kind.
         check_s: seconds ``checker.check`` took where it ran (None: not run here, or replayed
             without it).
         outputs: the compare checker's error statistics, ``{output name: {statistic: value}}``;
             None for other checkers.
         output_tail: the end of a check command's output ("" for in-process checks).
+        switched: the candidate ran as feeds of a switchboard (one session holding every candidate)
+            instead of being built (``summary.json``'s ``switched_checks`` counts these).
     """
 
     passed: bool
@@ -51,9 +54,10 @@ class Verdict:
     check_s: Optional[float] = None
     outputs: Optional[Dict[str, Dict[str, Any]]] = None
     output_tail: str = ""
+    switched: bool = False
 
     #: the typed facts, kept under these names in the replay's ``details`` (the file's format is unchanged)
-    TYPED = ("crash", "check_s", "outputs", "output_tail")
+    TYPED = ("crash", "check_s", "outputs", "output_tail", "switched")
 
     def recorded_details(self) -> Dict[str, Any]:
         """``details`` with the typed facts that are set, as ``replay.json`` holds them."""
@@ -76,6 +80,7 @@ class Verdict:
             check_s=details.get("check_s"),
             outputs=details.get("outputs"),
             output_tail=str(details.get("output_tail", "")),
+            switched=bool(details.get("switched", False)),
         )
 
 

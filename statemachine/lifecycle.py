@@ -388,7 +388,7 @@ class Lifecycle:
             self.crashed.add(candidate.twin or candidate.key)
         if verdict.error:
             self.errors += 1
-        if verdict.details.get("switched") and not verdict.reused:
+        if verdict.switched and not verdict.reused:
             self.switched_checks += 1
         if verdict.passed:
             self.passes += 1

@@ -292,8 +292,6 @@ class CompareChecker(Checker):
             passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
             problems = [self._decision_hint(p) for p in problems]
             found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
-            if board is not None:
-                found["switched"] = True  # ran as feeds of the switchboard (counted in summary.json)
             if judged is not None and not judged[0]:
                 passed, problems = False, [f"detections: {judged[2]}", *problems]
             if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):
@@ -315,10 +313,10 @@ class CompareChecker(Checker):
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
                 reason = (f"sample {index}: " if several else "") + problems[0] + more
-                return Verdict(False, reason=reason, details=details, outputs=stats)
+                return Verdict(False, reason=reason, details=details, outputs=stats, switched=board is not None)
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
         reason = what + (f" on all {len(self.samples)} samples" if several else "")
-        return Verdict(True, reason=reason, details=dict(found), outputs=stats)
+        return Verdict(True, reason=reason, details=dict(found), outputs=stats, switched=board is not None)
 
     def _check_compared(self, model: onnx.ModelProto) -> None:
         """Refuse options that leave nothing to compare on the model as given.

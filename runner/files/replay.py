@@ -258,10 +258,11 @@ class Replay:
             )
 
     def lookup(self, key: str) -> Optional[Verdict]:
-        """Return the known verdict for a candidate key (``sealed`` where the loaded replay's seal holds and
-        the verdict is one of it), or None when it was never checked."""
+        """Return the known verdict for a candidate key, or None when it was never checked. It is
+        ``sealed`` (no second check before an answer rests on it) where this run checked it, or where it
+        comes from a loaded replay whose seal holds; a verdict of an edited or unsealed replay is not."""
         known = self._known.get(key)
-        if known is not None and self.sealed and key in self._loaded_keys:
+        if known is not None and (key not in self._loaded_keys or self.sealed):
             return dataclasses.replace(known, sealed=True)
         return known
 

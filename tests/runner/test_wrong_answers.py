@@ -313,3 +313,13 @@ def test_piped_answers_take_polygraphys_p_and_f():
     checker = InteractiveChecker(stdin=io.StringIO("p\nf\nPASS\nfail\n"), stdout=io.StringIO())
     verdicts = [checker.check(None, i, Candidate(str(i), "c")).passed for i in range(1, 5)]
     assert verdicts == [True, False, True, False]
+
+
+def test_a_verdict_this_run_checked_is_not_checked_again(run, chain):
+    """Issue 55: a two-node reduce checked the answer without one node (reused from the search's own check of
+    the other node alone) a second time, as if it came from a replay: only loaded verdicts are checked again."""
+    done = run("mode=reduce", "marker=bisect", f"model={chain}", *python_check("n2", "n5"))
+    assert done.returncode == 0 and {n["name"] for n in done.summary["reduced_nodes"]} >= {"n2", "n5"}
+    labels = [e["label"] for e in json.loads((done.run_dir / "replay.json").read_text())["iterations"]]
+    assert not any("checked again" in label for label in labels), labels
+    assert any(e["reused"] for e in json.loads((done.run_dir / "replay.json").read_text())["iterations"]), labels

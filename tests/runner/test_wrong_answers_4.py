@@ -158,6 +158,7 @@ def test_truncated_external_data_is_named_as_such(run, tmp_path):
     one_line_error(r, "its external data does not hold what the model names", "truncated", code=2)
 
 
+@pytest.mark.slow  # a process of its own (the error is composition's, before any run)
 def test_a_value_hydra_cannot_read_is_told_hydras_quotes(run_cli, tmp_path):
     r = run_cli("mode=repeat", "until=1", "model=par(en).onnx", "checker.cmd=true")
     one_line_error(r, "quote the value for Hydra", """'model="par(en).onnx"'""", code=2)

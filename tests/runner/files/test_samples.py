@@ -72,6 +72,7 @@ def loader(on_path, monkeypatch) -> str:
     return "feeds_for_test"
 
 
+@pytest.mark.slow  # runs polygraphy in a subprocess
 def test_polygraphy_json_written_by_polygraphy_is_read_as_samples(tmp_path):
     """``polygraphy run --save-inputs/--save-outputs`` on the classifier, three iterations of 0-255 pixels: each
     sample's inputs and golden outputs are read with Polygraphy's reader, and match ONNX Runtime on them."""
