@@ -41,6 +41,10 @@ class Verdict:
         output_tail: the end of a check command's output ("" for in-process checks).
         switched: the candidate ran as feeds of a switchboard (one session holding every candidate)
             instead of being built (``summary.json``'s ``switched_checks`` counts these).
+        verified: for a precision answer as written, the margin it was searched with and its run on
+            each arithmetic at the full tolerance, ``{"margin": float, "on": {"cpu:all": {"provider",
+            "level", "passed", "reason", "statistic": {output: value}}}}`` (``runner.checkers.arithmetics``);
+            None for other candidates and checkers.
     """
 
     passed: bool
@@ -55,9 +59,10 @@ class Verdict:
     outputs: Optional[Dict[str, Dict[str, Any]]] = None
     output_tail: str = ""
     switched: bool = False
+    verified: Optional[Dict[str, Any]] = None
 
     #: the typed facts, kept under these names in the replay's ``details`` (the file's format is unchanged)
-    TYPED = ("crash", "check_s", "outputs", "output_tail", "switched")
+    TYPED = ("crash", "check_s", "outputs", "output_tail", "switched", "verified")
 
     def recorded_details(self) -> Dict[str, Any]:
         """``details`` with the typed facts that are set, as ``replay.json`` holds them."""
@@ -81,6 +86,7 @@ class Verdict:
             outputs=details.get("outputs"),
             output_tail=str(details.get("output_tail", "")),
             switched=bool(details.get("switched", False)),
+            verified=details.get("verified"),
         )
 
 

@@ -111,9 +111,30 @@ class WrittenAnswer:
         )
 
     def held(self, verdict: Verdict) -> None:
-        """The check gave the verdict the search found: record it."""
+        """The check gave the verdict the search found: record it, with the margin the search left and the
+        answer's run on each arithmetic it was verified on (``Verdict.verified``).
+
+        Raises:
+            AnswerNotVerifiedError: the answer fails its full tolerance on an arithmetic it was verified on.
+        """
         self.facts.update(_verdict_facts(verdict), passed=True)
         log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
+        if verdict.verified is None:
+            return
+        margin, on = verdict.verified["margin"], verdict.verified["on"]
+        self.facts.update(margin=margin, verified_on=on)
+        failing = {name: facts for name, facts in on.items() if not facts["passed"]}
+        if failing:
+            self.facts["passed"] = False
+            said = "; ".join(f"on {name}: {facts.get('reason', 'failed')}" for name, facts in failing.items())
+            raise AnswerNotVerifiedError(
+                f"{self.output} passes the check as searched (margin {margin:g}) but not at the full tolerance {said}; "
+                "the run cannot stand behind it there: raise checker.margin, or search on that arithmetic "
+                "(checker.providers, checker.graph_optimization_level)",
+                self.facts,
+            )
+        if on:
+            log.info("The answer holds its full tolerance on %s (searched with margin %g)", ", ".join(on), margin)
 
     def failed(self, verdict: Verdict, again: Optional[Verdict] = None) -> None:
         """The check gave the other verdict.

@@ -375,6 +375,7 @@ class OnnxSearchStrategy(RoundStrategy):
             self.output, self.save_opts, self.hit_on_pass, self.answer_cpu_load, self.answer_must_load_on_cpu
         )
         self._answer.write(lambda: self.output_model(units), self.size(units))
+        self._answer.facts["size"] = self.size(units)  # said with the verdict, also when it is not stood behind
         return self._answer
 
     def _answer_failed(self, verdict: Verdict) -> None:

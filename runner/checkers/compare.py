@@ -17,6 +17,7 @@ import onnx
 from runner.backends.base import Backend, backend_class, make_backend, onnxruntime_options
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
+from runner.checkers.arithmetics import Arithmetic, arithmetics, margin_of, verify
 from runner.checkers.base import Checker
 from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
@@ -38,6 +39,7 @@ from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
 from runner.graph.qdq import has_qdq
+from runner.graph.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,13 @@ class CompareChecker(Checker):
         switchboard: on CPU, run precision's candidates as feeds of one switched model
             (``runner.checkers.switched``) where that gives their own values: fp16 and bf16 ones with
             ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``.
+        margin: the fraction (0 to 1) of the tolerance a precision candidate (``as_typed``) leaves free: it
+            passes only within atol and rtol times ``1 - margin``, so that its answer holds on other
+            arithmetics; None: ``runner.checkers.arithmetics.AUTO_MARGIN`` (0.25) for int8 (Q/DQ)
+            candidates, 0 for others.
+        verify_on: the arithmetics (``cpu:disable``, ``cpu:all``, ``cuda:all``, ...) the written precision
+            answer is run on and judged at the full tolerance (``Verdict.verified``); None: for an int8
+            answer both CPU levels and the CUDA provider where it runs here, for others none.
 
     Raises:
         ConfigError: for negative tolerances, a fraction outside [0, 1), an unknown statistic or
@@ -117,6 +126,8 @@ class CompareChecker(Checker):
         exclude_outputs: Sequence[str] = (),
         detections: Optional[Mapping[str, Any]] = None,
         switchboard: bool = True,
+        margin: Optional[float] = None,
+        verify_on: Optional[Sequence[str]] = None,
     ):
         implied = emulated_by(backend)
         #: the low precision fp32 candidates run in (int8: QDQ models, quantized by the mode), or None
@@ -159,6 +170,9 @@ class CompareChecker(Checker):
         named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
         self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, named)
+        margin_of(margin, False)  # refuses a margin outside [0, 1) before the run starts
+        self.margin = None if margin is None else float(margin)
+        self.verify_on = None if verify_on is None else [Arithmetic.parse(n).name for n in verify_on]
 
     uses_payload = True
 
@@ -184,6 +198,8 @@ class CompareChecker(Checker):
                 f"(its outputs: {[o.name for o in model.graph.output]}); name node outputs of the model"
             )
         self._check_compared(model)
+        if self.verify_on is not None:
+            arithmetics(self.verify_on, False)  # a provider that does not run here is refused before the search
         self.switched.bind(model)
         self.decisions = data_dependent_outputs(model)
         for name, decision in self.decisions.items():
@@ -256,6 +272,9 @@ class CompareChecker(Checker):
         if not wanted:
             return Verdict(True, reason="the candidate computes none of the compared tensors (checker.outputs)")
         run_model, run_key = model, candidate.key
+        quantized = self._quantized(board, model)
+        margin = margin_of(self.margin, quantized) if candidate.as_typed and not candidate.as_reference else 0.0
+        rule = self.rule.scaled(1 - margin) if margin else self.rule
         if board is None and wanted != [o.name for o in model.graph.output]:
             run_model, run_key = marked(model, wanted), f"{candidate.key}:outputs:{','.join(wanted)}"
         several = len(self.samples) > 1
@@ -289,7 +308,7 @@ class CompareChecker(Checker):
             where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
             judged = judge_logged(got, values, self.detections, where) if self.detections is not None else None
             arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
-            passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
+            passed, stats, problems = compare_outputs(arrays, values, rule) if arrays else (True, {}, [])
             problems = [self._decision_hint(p) for p in problems]
             found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
             if judged is not None and not judged[0]:
@@ -315,8 +334,54 @@ class CompareChecker(Checker):
                 reason = (f"sample {index}: " if several else "") + problems[0] + more
                 return Verdict(False, reason=reason, details=details, outputs=stats, switched=board is not None)
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
-        reason = what + (f" on all {len(self.samples)} samples" if several else "")
-        return Verdict(True, reason=reason, details=dict(found), outputs=stats, switched=board is not None)
+        reason = what + (f" with margin {margin:g}" if margin else "")
+        reason += f" on all {len(self.samples)} samples" if several else ""
+        verified = self._verified(candidate, model, quantized, margin, wanted, names, declared)
+        return Verdict(
+            True, reason=reason, details=dict(found), outputs=stats, switched=board is not None, verified=verified
+        )
+
+    def _quantized(self, board: Optional[Switchboard], model: onnx.ModelProto) -> bool:
+        """Whether the candidate runs in int8: Q/DQ as built, or on an int8 switchboard."""
+        return self.switched.runs is RunsOn.ONNXRUNTIME if board is not None else has_qdq(model)
+
+    def _verified(
+        self,
+        candidate: Candidate,
+        model: onnx.ModelProto,
+        quantized: bool,
+        margin: float,
+        wanted: List[str],
+        names: List[str],
+        declared: Dict[str, int],
+    ) -> Optional[Dict[str, Any]]:
+        """For a precision answer as written (``Candidate.info``'s ``answer``): its margin and its run on each
+        arithmetic of ``verify_on`` at the full tolerance (``runner.checkers.arithmetics.verify``); None for
+        other candidates, or with no margin and nothing to verify on."""
+        if not candidate.as_typed or "answer" not in candidate.info:
+            return None
+        on = arithmetics(self.verify_on, quantized)
+        if not on and not margin:
+            return None
+
+        def feeds_of(sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+            return {n: as_declared(sample[n], declared.get(n)) for n in names}
+
+        results = verify(model, self.samples, feeds_of, wanted, self._judged, on, self.provider_options)
+        return {"margin": margin, "on": results}
+
+    def _judged(
+        self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray]
+    ) -> Tuple[bool, Dict[str, float], str]:
+        """``got`` judged against one sample's golden ``values`` at the full tolerance, as ``check`` judges
+        (detections, then arrays; no noise floor): (passed, {output: statistic compared}, the first problem)."""
+        rule = self.detections
+        judged = judge_logged(got, values, rule, "On another arithmetic") if rule is not None else None
+        arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
+        passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
+        if judged is not None and not judged[0]:
+            passed, problems = False, [f"detections: {judged[2]}", *problems]
+        return passed, {n: float(st["statistic"]) for n, st in stats.items()}, problems[0] if problems else ""
 
     def _check_compared(self, model: onnx.ModelProto) -> None:
         """Refuse options that leave nothing to compare on the model as given.

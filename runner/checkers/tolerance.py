@@ -15,7 +15,7 @@ or maps ``{output name: value, default: value}``.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -131,6 +131,17 @@ class Tolerances:
         if self.stat == "quantile":
             args += ["--error-quantile", f"{self.quantile:g}"]
         return args
+
+    def scaled(self, factor: float) -> Tolerances:
+        """This rule with every atol and rtol multiplied by ``factor`` (0 to 1: a tighter rule, for a
+        search with margin, ``runner.checkers.arithmetics``); the statistic and fraction unchanged."""
+
+        def scale(value: Tolerance) -> Tolerance:
+            if isinstance(value, Mapping):
+                return {k: float(v) * factor for k, v in value.items()}
+            return float(value) * factor
+
+        return replace(self, atol=scale(self.atol), rtol=scale(self.rtol))
 
     def for_output(self, name: str) -> Tuple[float, float]:
         """(atol, rtol) for the output ``name``: its own entry, else ``default``, else 1e-3."""
