@@ -27,10 +27,7 @@ from typing import Dict, Iterator, List
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import ROOT, print_rows, runner_cmd, timed
-
+ROOT = Path(__file__).resolve().parents[1]
 DETECTOR = ROOT / "examples" / "ch_PP-OCRv4_det_infer.onnx"
 
 
@@ -42,6 +39,7 @@ def pages() -> Iterator[Dict[str, np.ndarray]]:
             for name in sorted(found.files, key=lambda n: int(n.split("_")[1])):
                 yield {"x": found[name]}
         return
+    sys.path.insert(0, str(ROOT))
     from examples.text_pages import detector_pages
 
     yield from detector_pages()
@@ -57,6 +55,8 @@ def _kept(summary: Dict) -> int:
 
 
 def main() -> None:
+    from _common import print_rows, runner_cmd, timed  # here: the module is also read as a data loader script
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, default=None)
     parser.add_argument("--margins", default="0.25,0")
