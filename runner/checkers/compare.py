@@ -95,7 +95,7 @@ class CompareChecker(Checker):
             ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``.
         margin: the fraction (0 to 1) of the tolerance a precision candidate (``as_typed``) leaves free: it
             passes only within atol and rtol times ``1 - margin``, so that its answer holds on other
-            arithmetics; None: ``runner.checkers.arithmetics.AUTO_MARGIN`` (0.25) for int8 (Q/DQ)
+            arithmetics; None: ``runner.checkers.arithmetics.AUTO_MARGIN`` (0.33) for int8 (Q/DQ)
             candidates, 0 for others.
         verify_on: the arithmetics (``cpu:disable``, ``cpu:all``, ``cuda:all``, ...) the written precision
             answer is run on and judged at the full tolerance (``Verdict.verified``); None: for an int8

@@ -75,9 +75,9 @@ def test_tensorrt_placement_keeps_the_conv_that_reads_the_outlier(run, tmp_path,
     assert r.returncode == 0, r.stderr[-2000:]
     assert [n["name"] for n in r.summary["kept_nodes"]] == ["conv2"]
     verified = r.summary["answer_verified"]
-    assert verified["check_passed"] is True and "with margin 0.25" in verified["reason"]
+    assert verified["check_passed"] is True and "with margin 0.33" in verified["reason"]
     # searched with int8's default margin, then judged at the full tolerance on both CPU levels
-    assert verified["margin"] == 0.25 and {"cpu:disable", "cpu:all"} <= set(verified["verified_on"])
+    assert verified["margin"] == 0.33 and {"cpu:disable", "cpu:all"} <= set(verified["verified_on"])
     assert all(v["passed"] and v["statistic"]["y"] <= 0.05 for v in verified["verified_on"].values())
     written = onnx.load(str(out))
     assert quantized_nodes(written) == {"conv1"}

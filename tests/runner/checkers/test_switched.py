@@ -213,6 +213,9 @@ def _int8(run, tmp_path, int8_feeds, name, *extra):
         onnx.save(dense_model(channels=8), model)
     argv = ["mode=precision", "low_precision=int8", "marker=minimal", f"model={model}"]
     argv += [f"data_loader={int8_feeds}.pages", "checker=compare", "checker.check_error_stat=rel_l2"]
+    # verified on the search's own arithmetic only: at level ``all`` ONNX Runtime fuses the 64 Convs into its
+    # int8 kernels, which saturate on CPUs without VNNI (rel L2 0.058 against the search's 0.013 on AVX2)
+    argv += ["checker.verify_on=[cpu:disable]"]
     return run(*argv, "checker.atol=0", "checker.rtol=0.02", f"output={tmp_path / name}.onnx", *extra)
 
 
