@@ -150,6 +150,8 @@ class GroupSearch(RoundSearch[T]):
         reorder: Optional[Callable[[List[T]], List[T]]] = None,
     ):
         self.rest: List[T] = list(order)
+        #: the ranking as it stands: ``order``, or ``reorder``'s once it ranked again (``rest`` is cut by the gallop)
+        self.order: List[T] = list(order)
         self._reorder = _Shared(reorder) if reorder is not None else None  # None once called
         self._forking = False  # True in the copies ``ahead`` steps: they never call ``reorder``
         self._galloped: List[T] = []  # the needed element the gallop found
@@ -227,7 +229,7 @@ class GroupSearch(RoundSearch[T]):
         ranked = list(reorder(list(self.rest)))
         if len(ranked) != len(self.rest) or set(ranked) != set(self.rest):
             raise ValueError("reorder must return a permutation of the elements it is given")
-        self.rest, self._reorder = ranked, None
+        self.rest, self.order, self._reorder = ranked, list(ranked), None
         self._marker = self._marker_factory(len(self.rest))
 
     def _end_gallop(self) -> None:

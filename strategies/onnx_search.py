@@ -30,6 +30,7 @@ from runner.graph.load import save_model
 from runner.graph.validate import Validator
 from strategies.answer_check import WrittenAnswer, save_checked
 from strategies.base import RoundStrategy
+from strategies.exchange import ExchangeSearch
 from strategies.group_search import GroupSearch
 from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
@@ -38,7 +39,7 @@ from strategies.tied_search import TiedSearch
 log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
-Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int], TiedSearch]
+Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int], ExchangeSearch[int], TiedSearch]
 
 #: bytes of candidate models built ahead (``ModelProto.ByteSize``) that a run holds at once: the
 #: next round's possible candidates, built while a round's checks run; the rest wait for their round

@@ -46,6 +46,7 @@ from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
+from strategies.exchange import ExchangeSearch
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.precision_space import OutputErrorOrder, search_space, switchboard_of
@@ -61,17 +62,20 @@ def ranked_search(
     reorder: Optional[Callable[[List[Any]], List[Any]]] = None,
     blocks: Optional[Blocks] = None,
     untie: Untie = Untie.auto,
+    exchange_checks: int = 0,
 ) -> Search:
     """The search over ``order`` (nodes ranked by the error each introduces): for the minimal marker a
     set search, over the repeated ``blocks``' ties and the other nodes where the model repeats a block
     (``strategies.tied_search``), else over the nodes (``strategies.group_search``), ranking them
-    again with ``reorder`` when its gallop finds them many; else a prefix search."""
+    again with ``reorder`` when its gallop finds them many, its 1-minimal answer then traded smaller
+    within ``exchange_checks`` checks (``strategies.exchange``); else a prefix search."""
     if not searches_sets(marker):
         return PrefixSearch(order, marker)
     if blocks is not None:
         ties = [(tie.label, tie.nodes) for tie in blocks.ties]
         return TiedSearch(order, ties, marker, reorder, untie)
-    return GroupSearch(order, marker, reorder)
+    found = GroupSearch(order, marker, reorder)
+    return ExchangeSearch(found, lambda: found.order, exchange_checks) if exchange_checks > 0 else found
 
 
 @dataclass
@@ -86,6 +90,8 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
     tie_blocks: bool = True  # marker=minimal on a model that repeats a block: decide each block position once first
     untie: Untie = Untie.auto  # then search kept positions block by block: auto (where it pays), nodes (all), none
+    # marker=minimal: checks spent trading two kept nodes for one after the 1-minimal answer (0: none)
+    exchange_checks: int = 0
 
 
 KEYS = PrecisionKeys
@@ -94,6 +100,20 @@ KEYS = PrecisionKeys
 #: candidate as the pipeline builds it is checked once: a run whose every candidate fails for what the
 #: pipeline changes stops there, in about 10 checks, instead of searching the whole model
 PIPELINE_CHECK_FROM = 1 / 8
+
+
+def _exchange_checks(value: Any) -> int:
+    """``exchange_checks=``, validated.
+
+    Raises:
+        ConfigError: not a whole number >= 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"exchange_checks={value!r}: give how many checks may trade two kept nodes for one after the "
+            "1-minimal answer (a whole number, 0 for none)"
+        )
+    return value
 
 
 class PrecisionStrategy(OnnxSearchStrategy):
@@ -128,6 +148,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         blocks: the model's repeated blocks (``runner.graph.blocks``): a set search decides each tied
             block position once first (``strategies.tied_search``); None: node by node.
         untie: how far a tied answer is searched block by block (``Untie``).
+        exchange_checks: checks a minimal search may spend trading two kept nodes for one after its
+            1-minimal answer (``strategies.exchange``; 0: none; not over tied blocks).
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -156,6 +178,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         switchboard: Optional[LazySwitchboard] = None,
         blocks: Optional[Blocks] = None,
         untie: Untie = Untie.auto,
+        exchange_checks: int = 0,
     ):
         self.forced: Units = frozenset(forced)
         self.reorder = reorder
@@ -176,11 +199,12 @@ class PrecisionStrategy(OnnxSearchStrategy):
             search = cast(
                 Search,
                 DeferredSearch(
-                    lambda: ranked_search(rank(), marker, reorder, blocks, untie), ranked_search(self.layers, marker)
+                    lambda: ranked_search(rank(), marker, reorder, blocks, untie, exchange_checks),
+                    ranked_search(self.layers, marker),
                 ),
             )
         elif ranking is not None:
-            search = ranked_search(ranking, marker, reorder, blocks, untie)
+            search = ranked_search(ranking, marker, reorder, blocks, untie, exchange_checks)
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
@@ -299,6 +323,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.switchboard,
             blocks,
             keys.untie,
+            _exchange_checks(keys.exchange_checks),
         )
 
     # -- candidates -----------------------------------------------------------------------
