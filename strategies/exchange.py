@@ -43,11 +43,14 @@ class ExchangeSearch(RoundSearch[T]):
     Attributes:
         trades: trades that gave the target (each made the answer one element smaller, or more).
         spent: tests taken after the inner search.
+        started: the inner search's answer size once it is done, else None.
     """
 
     def __init__(self, inner: GroupSearch[T], ranking: Callable[[], Sequence[T]], budget: int, width: int = WIDTH):
         self.inner, self._ranking, self.budget, self.width = inner, ranking, budget, width
         self.trades, self.spent = 0, 0
+        #: the size of the inner search's answer, once it is done (None before)
+        self.started: Optional[int] = None
         self._answer: Optional[FrozenSet[T]] = None  # set once the inner search is done
         self._rank: Dict[T, int] = {}
         #: tests still to make: ("drop", (e,)) or ("trade", (a, b, c)), against the answer as it is then
@@ -96,6 +99,7 @@ class ExchangeSearch(RoundSearch[T]):
     def _start(self) -> None:
         """The inner search is done: rank every element and queue the first trades."""
         self._answer = frozenset(self.inner.result)
+        self.started = len(self._answer)
         self._rank = {e: i for i, e in enumerate(self._ranking())}
         self._queue = self._trades()
 

@@ -90,8 +90,9 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
     tie_blocks: bool = True  # marker=minimal on a model that repeats a block: decide each block position once first
     untie: Untie = Untie.auto  # then search kept positions block by block: auto (where it pays), nodes (all), none
-    # marker=minimal: checks spent trading two kept nodes for one after the 1-minimal answer (0: none)
-    exchange_checks: int = 0
+    # marker=minimal: checks spent trading two kept nodes for one after the 1-minimal answer (0: none; null: 16
+    # for int8, whose rankings leave smaller answers than the 1-minimal one more often, 0 for fp16/bf16)
+    exchange_checks: Optional[int] = None
 
 
 KEYS = PrecisionKeys
@@ -102,12 +103,18 @@ KEYS = PrecisionKeys
 PIPELINE_CHECK_FROM = 1 / 8
 
 
-def _exchange_checks(value: Any) -> int:
-    """``exchange_checks=``, validated.
+#: ``exchange_checks`` of an int8 run when the key is unset (``strategies.exchange``)
+INT8_EXCHANGE_CHECKS = 16
+
+
+def _exchange_checks(value: Any, quantized: bool) -> int:
+    """``exchange_checks=``, validated; None: ``INT8_EXCHANGE_CHECKS`` for int8, 0 for others.
 
     Raises:
         ConfigError: not a whole number >= 0.
     """
+    if value is None:
+        return INT8_EXCHANGE_CHECKS if quantized else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(
             f"exchange_checks={value!r}: give how many checks may trade two kept nodes for one after the "
@@ -323,7 +330,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.switchboard,
             blocks,
             keys.untie,
-            _exchange_checks(keys.exchange_checks),
+            _exchange_checks(keys.exchange_checks, is_quantized(low_precision)),
         )
 
     # -- candidates -----------------------------------------------------------------------
@@ -480,9 +487,19 @@ class PrecisionStrategy(OnnxSearchStrategy):
             **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
             **({"ranked_again": self.reorder.facts} if self.reorder is not None and self.reorder.facts else {}),
             **self._tied_facts(),
+            **self._exchange_facts(),
             **self.answer_outputs(),
             **self.answer_verified(),
         }
+
+    def _exchange_facts(self) -> Dict[str, Any]:
+        """``{"exchange": {"budget", "checks", "trades", "from"}}`` when the 1-minimal answer was traded
+        smaller (``strategies.exchange``): the checks spent, the trades made, the 1-minimal answer's size."""
+        found = getattr(self.search, "_search", self.search)  # a deferred search, once built
+        if not isinstance(found, ExchangeSearch) or found.started is None:
+            return {}
+        facts = {"budget": found.budget, "checks": found.spent, "trades": found.trades, "from": found.started}
+        return {"exchange": facts}
 
     def _tied_facts(self) -> Dict[str, Any]:
         """``{"blocks": ...}`` for a search over repeated blocks (``runner.graph.blocks``): how they were
