@@ -153,17 +153,18 @@ class ExchangeSearch(RoundSearch[T]):
         if self._answer is None:
             self.inner.step_round(hits)
             return
+        self.spent += sum(hit is not None for hit in hits[: len(self._round)])  # every check made costs budget
         for item, hit in zip(self._round, hits):
             if hit is None:
                 break
-            self.spent += 1
             self._queue.remove(item)
             if not hit:
                 continue
             self._answer = self._set(item)
             if item[0] == "trade":
                 self.trades += 1
-                self._queue = [("drop", (e,)) for e in self._least_first()]
+                # the empty set never gives the target (the search's premise): a one-element answer is 1-minimal
+                self._queue = [("drop", (e,)) for e in self._least_first()] if len(self._answer) > 1 else []
             else:
                 self._queue = [q for q in self._queue if q[0] == "drop" and q[1][0] in self._answer]
             break
