@@ -492,10 +492,14 @@ class PrecisionStrategy(OnnxSearchStrategy):
             **self.answer_verified(),
         }
 
+    def _built_search(self) -> Any:
+        """The search itself: a deferred search's, once built (``DeferredSearch``), else ``self.search``."""
+        return getattr(self.search, "_search", self.search)
+
     def _exchange_facts(self) -> Dict[str, Any]:
         """``{"exchange": {"budget", "checks", "trades", "from"}}`` when the 1-minimal answer was traded
         smaller (``strategies.exchange``): the checks spent, the trades made, the 1-minimal answer's size."""
-        found = getattr(self.search, "_search", self.search)  # a deferred search, once built
+        found = self._built_search()
         if not isinstance(found, ExchangeSearch) or found.started is None:
             return {}
         facts = {"budget": found.budget, "checks": found.spent, "trades": found.trades, "from": found.started}
@@ -508,7 +512,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         nodes are kept as one unit, false where each was shown needed); empty otherwise."""
         if self.blocks is None:
             return {}
-        found = getattr(self.search, "_search", self.search)  # a deferred search, once built
+        found = self._built_search()
         if not isinstance(found, TiedSearch):
             return {"blocks": self.blocks.summary()}
         block_of = {i: block for tie in self.blocks.ties for i, block in zip(tie.nodes, tie.blocks)}

@@ -306,13 +306,8 @@ class CompareChecker(Checker):
                     f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
                 )
             where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
-            judged = judge_logged(got, values, self.detections, where) if self.detections is not None else None
-            arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
-            passed, stats, problems = compare_outputs(arrays, values, rule) if arrays else (True, {}, [])
-            problems = [self._decision_hint(p) for p in problems]
+            passed, stats, problems, judged = self._judge(got, values, rule, where)
             found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
-            if judged is not None and not judged[0]:
-                passed, problems = False, [f"detections: {judged[2]}", *problems]
             if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):
                 floors = self._noise.floors(model, feeds, got, values, stats, candidate.key)
                 if floors is not None:
@@ -370,17 +365,29 @@ class CompareChecker(Checker):
         results = verify(model, self.samples, feeds_of, wanted, self._judged, on, self.provider_options)
         return {"margin": margin, "on": results}
 
+    def _judge(
+        self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray], rule: Tolerances, where: str
+    ) -> Tuple[bool, Dict[str, Dict[str, Any]], List[str], Optional[Tuple[bool, Dict[str, Any], str]]]:
+        """``got`` judged against one sample's golden ``values``: the detections (logged, prefixed by
+        ``where``), then the other outputs by ``rule``; no noise floor.
+
+        Returns:
+            (passed, ``{output: statistics}``, the problems, detections first, the detections' judgement or None).
+        """
+        judged = judge_logged(got, values, self.detections, where) if self.detections is not None else None
+        arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
+        passed, stats, problems = compare_outputs(arrays, values, rule) if arrays else (True, {}, [])
+        problems = [self._decision_hint(p) for p in problems]
+        if judged is not None and not judged[0]:
+            passed, problems = False, [f"detections: {judged[2]}", *problems]
+        return passed, stats, problems, judged
+
     def _judged(
         self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray]
     ) -> Tuple[bool, Dict[str, float], str]:
-        """``got`` judged against one sample's golden ``values`` at the full tolerance, as ``check`` judges
-        (detections, then arrays; no noise floor): (passed, {output: statistic compared}, the first problem)."""
-        rule = self.detections
-        judged = judge_logged(got, values, rule, "On another arithmetic") if rule is not None else None
-        arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
-        passed, stats, problems = compare_outputs(arrays, values, self.rule) if arrays else (True, {}, [])
-        if judged is not None and not judged[0]:
-            passed, problems = False, [f"detections: {judged[2]}", *problems]
+        """``got`` judged at the full tolerance (``_judge``), for ``runner.checkers.arithmetics.verify``:
+        (passed, {output: statistic compared}, the first problem or "")."""
+        passed, stats, problems, _ = self._judge(got, values, self.rule, "On another arithmetic")
         return passed, {n: float(st["statistic"]) for n, st in stats.items()}, problems[0] if problems else ""
 
     def _check_compared(self, model: onnx.ModelProto) -> None:
