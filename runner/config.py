@@ -297,6 +297,8 @@ class QuantizationConf:
     symmetric_activations: bool = True  # int8, zero point 0 (TensorRT's int8); false: uint8 with zero points
     op_types_to_quantize: List[str] = field(default_factory=list)  # empty: every op type the quantizer handles
     placement: str = "tensorrt"  # tensorrt: Q/DQ where TensorRT fuses them; onnxruntime: ORT's CPU placement
+    # the nodes outside int8: float32, or float16 as TensorRT's --int8 --fp16 (mode=precision: fp32 where needed)
+    float_precision: Precision = Precision.float32
 
 
 @dataclass

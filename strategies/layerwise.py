@@ -134,6 +134,11 @@ class LayerwiseStrategy(Report):
         if budget is not None and not float(budget) > 0:
             raise ConfigError(f"layerwise.max_memory_mb={budget}; give a positive number of MiB, or null for no limit")
         quant, scope = QuantOptions.from_keys(keys), Scope.from_keys(keys)
+        if quant.float16_rest:
+            raise ConfigError(
+                "quantization.float_precision=float16 applies to mode=precision (int8 with the rest in fp16); "
+                "mode=layerwise quantizes nodes one at a time against float32: drop it"
+            )
         return cls(ctx, checker, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
 
     def _excluded(self, model: onnx.ModelProto) -> Set[str]:

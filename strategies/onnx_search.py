@@ -153,6 +153,24 @@ class OnnxSearchStrategy(RoundStrategy):
         """A gate to check once the search has its result (default none)."""
         return None
 
+    def answer_of(self, result: Units) -> Units:
+        """The unit set the search's ``result`` stands for (default: itself; a stage whose sets carry the
+        stage before's answer closes it, as its candidates are)."""
+        return result
+
+    def next_stage(self) -> bool:
+        """Called once the search has its result and no gate is left, before the answer is written: a
+        mode whose answer takes a second search sets ``search`` and the gates of that stage, clears
+        ``final`` (``begin_stage``) and returns True; default False (the answer is ``final``)."""
+        return False
+
+    def begin_stage(self, search: Search) -> None:
+        """Start a further search stage: ``search`` proposes from now on and ``final`` is unset. The
+        replayed misses of the stage before were checked again when it ended, and are not carried over."""
+        self.search = search
+        self.final = None
+        self._reused_misses.clear()
+
     def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
         """Called with every search candidate's verdict before the search takes it (default nothing)."""
 
@@ -239,6 +257,8 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._round_gates.append(gate)
                 self._gate_units.append(self._made)  # None: a gate whose candidate is no unit set (reduce's original)
             if self.final is not None:
+                if not made and self.next_stage():
+                    continue
                 if not made and self.verify_answer and self._answer is None and (self._passed or not self.needs_pass):
                     answer = self._write_answer(self.final)
                     self.gates.append(Gate(self._answer_candidate, self.hit_on_pass, self._answer_failed, answer.held))
@@ -249,7 +269,7 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._round = sets
                 return made + [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
             result = self.search.result
-            self.final = result if result is not None else self.universe
+            self.final = self.answer_of(result) if result is not None else self.universe
             self.gates.extend(self._rechecks(self.final))
             after = self.after_search()
             if after is not None:

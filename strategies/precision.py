@@ -47,9 +47,10 @@ from runner.graph.weights import initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.exchange import ExchangeSearch
+from strategies.float_rest import FloatRest
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
-from strategies.precision_space import OutputErrorOrder, search_space, switchboard_of
+from strategies.precision_space import OutputErrorOrder, float_rest, search_space, switchboard_of
 from strategies.prefix_search import PrefixSearch
 from strategies.tied_search import TiedSearch, Untie
 
@@ -123,6 +124,16 @@ def _exchange_checks(value: Any, quantized: bool) -> int:
     return value
 
 
+def _float16_stage(rest: FloatRest, marker: Callable[[int], BoundaryMarker], direction: str) -> Search:
+    """The fp16 stage's search (``strategies.float_rest``): over the float nodes ranked by the error each
+    introduces in fp16 (made when the search is first used) for a ranked search, else in topological order
+    (``direction=reverse``: from the outputs)."""
+    stand_in = ranked_search(rest.elements(), marker)
+    if direction == "ranked":
+        return cast(Search, DeferredSearch(lambda: ranked_search(rest.order(), marker), stand_in))
+    return ranked_search(rest.elements()[:: -1 if direction == "reverse" else 1], marker)
+
+
 class PrecisionStrategy(OnnxSearchStrategy):
     """Searches for the kept (high-precision) node set.
 
@@ -157,6 +168,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
         untie: how far a tied answer is searched block by block (``Untie``).
         exchange_checks: checks a minimal search may spend trading two kept nodes for one after its
             1-minimal answer (``strategies.exchange``; 0: none; not over tied blocks).
+        rest: int8 with the rest in fp16 (``quantization.float_precision=float16``, ``strategies.float_rest``):
+            an fp16 stage first finds the nodes that must stay fp32, then the int8 search runs with
+            them in fp32 and the rest in fp16; None: the rest stays fp32.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -186,8 +200,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
         blocks: Optional[Blocks] = None,
         untie: Untie = Untie.auto,
         exchange_checks: int = 0,
+        rest: Optional[FloatRest] = None,
     ):
         self.forced: Units = frozenset(forced)
+        self.rest = rest
         self.reorder = reorder
         self.blocks = blocks
         self.scoped = scoped
@@ -214,6 +230,10 @@ class PrecisionStrategy(OnnxSearchStrategy):
             search = ranked_search(ranking, marker, reorder, blocks, untie, exchange_checks)
         else:
             search = PrefixSearch(self.layers if direction == "forward" else self.layers[::-1], marker)
+        #: the int8 search (the only one without ``rest``; with it, the second stage's)
+        self._int8_search = search
+        if rest is not None:
+            search = _float16_stage(rest, marker, self.direction)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
@@ -235,18 +255,20 @@ class PrecisionStrategy(OnnxSearchStrategy):
         #: (``PIPELINE_CHECK_FROM``); only where the all-fp32 gate checked the model as given
         self._pipeline_checked = self.original is None or weak_typing or scoped
         self._search_passed = False
-        if quantizer is not None:
-            # post-training int8 often passes as it is: the fully quantized model is checked first (a pass
-            # settles the run in three checks with the answer's; a failure is what the search assumes)
+        if rest is not None:  # the fp16 stage first; the int8 gate below comes with the int8 stage
             self._none_queued = True
             self.gates.append(
                 Gate(
-                    lambda: self.candidate(frozenset(), "no node kept"),
+                    lambda: self.candidate(frozenset(), "every float node in float16, none in int8"),
                     False,
-                    self._none_kept_passed,
-                    lambda verdict: setattr(self, "_some_failed", True),
+                    self._all_fp16_passed,
                 )
             )
+        elif quantizer is not None:
+            # post-training int8 often passes as it is: the fully quantized model is checked first (a pass
+            # settles the run in three checks with the answer's; a failure is what the search assumes)
+            self._none_queued = True
+            self.gates.append(self._int8_gate())
 
     @classmethod
     def create(
@@ -299,6 +321,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
         ranking_budget = None if budget is None else int(float(budget) * 2**20)
         space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
+        rest = float_rest(ctx, space, checker, ranking_budget) if quant is not None and quant.float16_rest else None
         blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None
         if blocks is not None:
             families = ", ".join(f"{name} x{len(found)}" for name, found in blocks.families.items())
@@ -331,12 +354,16 @@ class PrecisionStrategy(OnnxSearchStrategy):
             blocks,
             keys.untie,
             _exchange_checks(keys.exchange_checks, is_quantized(low_precision)),
+            rest,
         )
 
     # -- candidates -----------------------------------------------------------------------
 
     def _all_kept(self, everything: Units) -> Candidate:
-        """The all-fp32 gate's candidate: the model as given, run as its golden values were made."""
+        """The all-fp32 gate's candidate: the model as given, run as its golden values were made (with the
+        rest in fp16, built: every float node kept in fp32, none in int8)."""
+        if self.rest is not None:
+            everything = frozenset(self.rest.encode(self.rest.layers))
         made = self.candidate(everything, "all nodes kept")
         if self.original is None or self.weak_typing or self.scoped:  # with a scope, nodes out of it are converted
             return made
@@ -348,7 +375,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         return dataclasses.replace(
             made,
             key=f"{made.key}:as-given",  # its verdict is the model's as given, not the built candidate's
-            label=f"all nodes kept (the model as given): {self.size(everything)}",
+            label=f"all nodes kept (the model as given): {'float32' if self.rest else self.size(everything)}",
             write=write,
             payload=lambda: original,
             as_reference=True,
@@ -356,41 +383,87 @@ class PrecisionStrategy(OnnxSearchStrategy):
         )
 
     def candidate(self, units: Units, label: str) -> Candidate:
-        """The candidate of ``units``, also as feeds of the search's switchboard where it has one."""
+        """The candidate of ``units``, also as feeds of the search's switchboard where it has one (not
+        in the fp16 stage, whose candidates no switchboard holds)."""
         made = super().candidate(units, label)
-        if self.switchboard is None or made.units is None:
+        if self.switchboard is None or made.units is None or self.rest is not None:
             return made
         return dataclasses.replace(made, switched=Switched(self.switchboard, made.units | self.forced))
+
+    @property
+    def _fp16_stage(self) -> bool:
+        """Whether the fp16 stage of an int8 search with the rest in fp16 runs (``strategies.float_rest``)."""
+        return self.rest is not None and self.rest.stage == "float16"
+
+    def closure(self, units: Units) -> Units:
+        """A set of the int8 stage with the fp16 stage's answer (``FloatRest.closure``); else as it is."""
+        return self.rest.closure(units) if self.rest is not None else units
+
+    def answer_of(self, result: Units) -> Units:
+        """The search's result with what its candidates hold besides (``closure``)."""
+        return self.closure(result)
+
+    def next_stage(self) -> bool:
+        """With the rest in fp16, once the fp16 stage has its answer: start the int8 search, the fully
+        quantized candidate checked first (``strategies.float_rest``)."""
+        if not self._fp16_stage or self.final is None:
+            return False
+        assert self.rest is not None
+        self.rest.start_int8(self.final)
+        self.begin_stage(self._int8_search)
+        self.gates.append(self._int8_gate())
+        return True
+
+    def _all_fp16_passed(self, verdict: Verdict) -> None:
+        log.info("The check passes with every float node in float16: no node needs float32")
+        self.final = frozenset()
 
     def names(self, units: Iterable[int]) -> List[str]:
         """The node names of ``units``, sorted."""
         return sorted(self.model.graph.node[i].name for i in units)
 
     def model_for(self, units: Units) -> onnx.ModelProto:
-        """The model in the low precision except ``units``, which stay in float32."""
+        """The model in the low precision except ``units``, which stay in float32 (in the fp16 stage: out of
+        int8, and in float32 where ``FloatRest.split`` says)."""
+        if self.rest is not None:
+            return self.rest.convert(units)
         if self.converter is None:
             self.converter = Converter(self.model, self.low)
         return self.converter.convert(self.names(units | self.forced))
 
     def step(self, units: Units) -> str:
         """The conversion that made the candidate."""
+        if self.rest is not None:
+            return f"the {self.rest.stage} stage's conversion keeping {self.size(units)}"
         return f"the {self.low} conversion keeping {len(units)} of {len(self.layers)} nodes in float32"
 
     def size(self, units: Units) -> str:
-        """How many nodes stay in float32."""
+        """How many nodes stay in float32 (with the rest in fp16: how many are in fp32, and out of int8)."""
+        if self.rest is not None:
+            out, fp32 = self.rest.split(units)
+            where = f"{len(fp32)} of {len(self.rest.layers)} float nodes in float32, the rest float16"
+            if self._fp16_stage:
+                return f"{where}, none in int8"
+            return f"{len(out)} of {len(self.layers)} nodes out of int8; {where}"
         return f"{len(units)} of {len(self.layers)} nodes in float32"
 
     def variant(self) -> str:
-        """The low precision (and the TensorRT path when weakly typed)."""
-        return self.low.name + (":weak" if self.weak_typing else "")
+        """The low precision (and the TensorRT path when weakly typed; the stage, with the rest in fp16)."""
+        stage = f":{self.rest.stage}-stage" if self.rest is not None else ""
+        return self.low.name + (":weak" if self.weak_typing else "") + stage
 
     def info(self, units: Units) -> Dict[str, Any]:
-        """Kept and total node counts."""
+        """Kept and total node counts (in the fp16 stage: kept out of int8, and ``fp32``)."""
+        if self.rest is not None:
+            out, fp32 = self.rest.split(units)
+            kept = len(self.layers) if self._fp16_stage else len(out)
+            return {"kept": kept, "total": len(self.layers), "fp32": len(fp32), "stage": self.rest.stage}
         return {"kept": len(units), "total": len(self.layers)}
 
     def describe(self, units: Iterable[int]) -> List[Dict[str, str]]:
-        """Name and op type of each node, in topological order."""
-        return [{"name": self.model.graph.node[i].name, "op": self.model.graph.node[i].op_type} for i in sorted(units)]
+        """Name and op type of each node, in topological order (a unit of the fp16 stage names its node)."""
+        nodes = sorted({self.rest.node_of(u) for u in units} if self.rest is not None else set(units))
+        return [{"name": self.model.graph.node[i].name, "op": self.model.graph.node[i].op_type} for i in nodes]
 
     def write_candidate(self, units: Units, model: Callable[[], onnx.ModelProto], path: Path) -> None:
         """The mixed-precision model, or with ``weak_typing`` an engine built with layer precisions."""
@@ -422,6 +495,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         ``PIPELINE_CHECK_FROM`` of the nodes or more queues the all-kept candidate as the pipeline
         builds it (``_pipeline_gate``)."""
         self._search_passed = self._search_passed or verdict.passed
+        if self._fp16_stage:
+            return
         if not verdict.passed:
             self._some_failed = True
             if not self._pipeline_checked and len(units) >= max(32, len(self.layers) * PIPELINE_CHECK_FROM):
@@ -434,7 +509,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
     def after_search(self) -> Optional[Gate]:
         """The all-low-precision check, when the search ended without testing anything; the all-kept
         candidate as the pipeline builds it, when no search candidate passed (the answer rests on the
-        all-fp32 gate's model as given alone)."""
+        all-fp32 gate's model as given alone). None in the fp16 stage of an int8 search with the rest in fp16."""
+        if self._fp16_stage:
+            return None
         if not self._pipeline_checked and not self._search_passed and self._some_failed:
             self._pipeline_checked = True
             return self._pipeline_gate()
@@ -462,12 +539,21 @@ class PrecisionStrategy(OnnxSearchStrategy):
             tail=verdict.output_tail,
         )
 
+    def _int8_gate(self) -> Gate:
+        """The fully quantized candidate, checked before an int8 search: a failure is what the search assumes."""
+        return Gate(
+            lambda: self.candidate(frozenset(), "no node kept"),
+            False,
+            self._none_kept_passed,
+            lambda verdict: setattr(self, "_some_failed", True),
+        )
+
     def _none_gate(self) -> Gate:
         return Gate(lambda: self.candidate(frozenset(), "no node kept"), False, self._none_kept_passed)
 
     def _none_kept_passed(self, verdict: Verdict) -> None:
         log.info("The check passes with every node in %s: no node needs float32", self.low)
-        self.final = frozenset()
+        self.final = self.closure(frozenset())
 
     # -- results --------------------------------------------------------------------------
 
@@ -475,10 +561,11 @@ class PrecisionStrategy(OnnxSearchStrategy):
         """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json; int8's
         ``calibration``, and ``ranked_again`` (nodes, seconds, switched) when the nodes were ranked again."""
         assert self.final is not None
+        kept = self.rest.split(self.final)[0] if self.rest is not None else self.final
         return {
-            "kept_nodes": self.describe(self.final),
+            "kept_nodes": self.describe(kept),
             **({"forced_float": self.describe(self.forced)} if self.forced else {}),
-            "kept": len(self.final),
+            "kept": len(kept),
             "total": len(self.layers),
             "output": str(self.output),
             "marker": self.marker_name,
@@ -488,13 +575,30 @@ class PrecisionStrategy(OnnxSearchStrategy):
             **({"ranked_again": self.reorder.facts} if self.reorder is not None and self.reorder.facts else {}),
             **self._tied_facts(),
             **self._exchange_facts(),
+            **self._rest_facts(),
             **self.answer_outputs(),
             **self.answer_verified(),
         }
 
     def _built_search(self) -> Any:
-        """The search itself: a deferred search's, once built (``DeferredSearch``), else ``self.search``."""
-        return getattr(self.search, "_search", self.search)
+        """The int8 (or only) stage's search itself: a deferred search's, once built (``DeferredSearch``),
+        else the search."""
+        return getattr(self._int8_search, "_search", self._int8_search)
+
+    def _rest_facts(self) -> Dict[str, Any]:
+        """With the rest in fp16 (``strategies.float_rest``): ``float_precision``, ``fp16_nodes`` (kept out of
+        int8, in fp16), ``fp32_nodes`` (in float32: shown needed by the search, or outside the scope) and
+        ``fp32_always`` (op types the fp16 converter never converts); empty otherwise."""
+        if self.rest is None or self.final is None:
+            return {}
+        out, fp32 = self.rest.split(self.final)
+        fp32 = fp32 | self.forced
+        return {
+            "float_precision": "float16",
+            "fp16_nodes": self.describe(out - fp32),
+            "fp32_nodes": self.describe(fp32),
+            "fp32_always": self.describe(self.rest.blocked() - fp32),
+        }
 
     def _exchange_facts(self) -> Dict[str, Any]:
         """``{"exchange": {"budget", "checks", "trades", "from"}}`` when the 1-minimal answer was traded

@@ -28,16 +28,18 @@ from runner.graph.calibration import calibrate
 from runner.graph.convert import Converter, float_nodes, prepare
 from runner.graph.fp16_switchboard import build_switchboard
 from runner.graph.load import fingerprint
+from runner.graph.mixed_qdq import MIXED_OPSET, MixedQuantizer
 from runner.graph.placement import PlacedQuantizer
-from runner.graph.precisions import INT8, LowPrecision
+from runner.graph.precisions import FLOAT16, INT8, LowPrecision
 from runner.graph.qdq import quantized_nodes
 from runner.graph.qdq_switchboard import build_qdq_switchboard
 from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import Quantizer, make_quantizer, prepare_int8
+from runner.graph.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.switchboard import LazySwitchboard, RunsOn, Switchboard
 from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
+from strategies.float_rest import FloatRest
 from strategies.group_search import REORDER_FROM
 
 log = logging.getLogger(__name__)
@@ -228,18 +230,7 @@ def search_space(
             with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
                 converters.append(Converter(model, low))
                 target = converters[0].convert([])
-        # chunks sized by each tensor's bytes from shape inference alone: no extra fp32 run of the model
-        sizes = ctx.tensor_sizes(model, measure=False) if ranking_budget is not None else None
-        backend = ranking_backend(checker)
-        order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
-        if order is None:
-            order = sensitivity_ranking(model, layers, ctx.summaries)
-        log.info(
-            "Nodes ranked by the error each introduces in %s; first: %s",
-            low,
-            ", ".join(model.graph.node[i].name for i in order[:5]),
-        )
-        return order
+        return introduced_order(ctx, model, layers, low, target, checker, ranking_budget)
 
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
@@ -250,6 +241,64 @@ def search_space(
     everything = frozenset(layers) | frozenset(forced)
     reorder = OutputErrorOrder(ctx, model, everything, builder, checker, switchboard, low) if builder else None
     return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder, switchboard)
+
+
+def introduced_order(
+    ctx: RunContext,
+    model: onnx.ModelProto,
+    layers: List[int],
+    low: LowPrecision,
+    target: Optional[onnx.ModelProto],
+    checker: Optional[Checker],
+    ranking_budget: Optional[int],
+) -> List[int]:
+    """``layers`` ranked by the error each introduces in ``low`` (``runner.layerwise.ranking``), on the
+    checker's device where it judges on one; by magnitude where the model cannot be converted or run.
+
+    Args:
+        ctx: the run context (samples, fp32 summaries, lanes).
+        model: the prepared fp32 model.
+        layers: indices of the nodes to rank.
+        low: the low precision.
+        target: the whole model in ``low`` (int8: the fully quantized QDQ model); None: converted here.
+        checker: the run's checker (``ranking_backend``).
+        ranking_budget: bytes of tensor values held at once, or None for no limit.
+    """
+    # chunks sized by each tensor's bytes from shape inference alone: no extra fp32 run of the model
+    sizes = ctx.tensor_sizes(model, measure=False) if ranking_budget is not None else None
+    backend = ranking_backend(checker)
+    order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
+    if order is None:
+        order = sensitivity_ranking(model, layers, ctx.summaries)
+    log.info(
+        "Nodes ranked by the error each introduces in %s; first: %s",
+        low,
+        ", ".join(model.graph.node[i].name for i in order[:5]),
+    )
+    return order
+
+
+def float_rest(
+    ctx: RunContext, space: SearchSpace, checker: Optional[Checker], ranking_budget: Optional[int]
+) -> FloatRest:
+    """The fp16 stage of an int8 search (``quantization.float_precision=float16``, ``strategies.float_rest``):
+    over every float node of ``space.model`` outside the scope's forced ones, ranked by the error each
+    introduces in fp16 when the stage first needs it.
+
+    Raises:
+        ModelError: shape inference fails on the model.
+    """
+    assert space.quantizer is not None
+    model, forced = space.model, frozenset(space.forced)
+    layers = [i for i in float_nodes(model) if i not in forced]
+
+    def rank() -> List[int]:
+        target = None
+        with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
+            target = Converter(model, FLOAT16).convert([])
+        return introduced_order(ctx, model, layers, FLOAT16, target, checker, ranking_budget)
+
+    return FloatRest(MixedQuantizer(space.quantizer, FLOAT16), model, layers, forced, rank)
 
 
 def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:
@@ -266,7 +315,7 @@ def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.Model
             "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
             "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
         )
-    model = prepare_int8(ctx.model, in_place=True)
+    model = prepare_int8(ctx.model, in_place=True, opset=MIXED_OPSET if options.float16_rest else INT8_OPSET)
     quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
     quantized = quantized_nodes(quantizer.convert([]))
     layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]

@@ -17,6 +17,8 @@ METHODS = ("minmax", "entropy", "percentile")
 ENTROPY_BINS, ENTROPY_QUANTIZED_BINS = 2048, 128
 #: where Q/DQ go: as TensorRT fuses them (``runner.graph.placement``), or ONNX Runtime's CPU placement
 PLACEMENTS = ("tensorrt", "onnxruntime")
+#: what the nodes outside int8 may run in (``quantization.float_precision``)
+FLOAT_PRECISIONS = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class QuantOptions:
         placement: "tensorrt" (Q/DQ where TensorRT fuses them, ``runner.graph.placement``) or
             "onnxruntime" (ONNX Runtime's ``QDQQuantizer``, every removable activation kept).
         cache: a calibration cache file (``runner.graph.calibration_cache``), or None.
+        float_precision: what the nodes outside int8 run in: "float32", or "float16" (TensorRT's
+            ``--int8 --fp16``: ``runner.graph.mixed_qdq``, opset 19).
     """
 
     method: str = "minmax"
@@ -45,6 +49,7 @@ class QuantOptions:
     op_types_to_quantize: Tuple[str, ...] = field(default_factory=tuple)
     placement: str = "tensorrt"
     cache: Optional[str] = None
+    float_precision: str = "float32"
 
     @classmethod
     def from_keys(cls, keys: QuantKeys) -> QuantOptions:
@@ -94,6 +99,12 @@ class QuantOptions:
                 f"quantization.op_types_to_quantize names {unknown}, which ONNX Runtime's QDQ quantizer does not "
                 f"quantize; use some of {', '.join(sorted(quantizable_op_types()))}"
             )
+        rest = str(getattr(qua.get("float_precision"), "value", qua.get("float_precision") or "float32"))
+        if rest not in FLOAT_PRECISIONS:
+            raise ConfigError(
+                f"quantization.float_precision={rest}: the nodes outside int8 run in float32 or float16 (TensorRT's "
+                "--int8 --fp16); use one of those"
+            )
         return cls(
             method,
             None if samples is None else int(samples),
@@ -103,7 +114,13 @@ class QuantOptions:
             ops,
             placement,
             str(cal["cache"]) if cal.get("cache") else None,
+            rest,
         )
+
+    @property
+    def float16_rest(self) -> bool:
+        """Whether the nodes outside int8 run in fp16 (``float_precision=float16``)."""
+        return self.float_precision == "float16"
 
     def op_types(self) -> List[str]:
         """The op types quantized: ``op_types_to_quantize``, or every one the quantizer handles."""

@@ -40,9 +40,10 @@ log = logging.getLogger(__name__)
 INT8_OPSET = 13
 
 
-def prepare_int8(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelProto:
-    """``model`` made ready for ``calibrate`` and ``Quantizer``: opset 13 or newer (raised with a log
-    line; per-channel DequantizeLinear needs it), nodes named, Constant nodes as initializers (the
+def prepare_int8(model: onnx.ModelProto, in_place: bool = False, opset: int = 13) -> onnx.ModelProto:
+    """``model`` made ready for ``calibrate`` and ``Quantizer``: opset ``opset`` (13 or more) or newer
+    (raised with a log line; per-channel DequantizeLinear needs 13, fp16 Q/DQ 19:
+    ``runner.graph.mixed_qdq.MIXED_OPSET``), nodes named, Constant nodes as initializers (the
     quantizer quantizes weights and biases only when they are initializers). A copy, or ``model``
     itself with ``in_place`` when its opset is new enough (``prepare``).
 
@@ -52,7 +53,8 @@ def prepare_int8(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelPr
     from runner.graph.convert import prepare
     from runner.graph.precisions import FLOAT16
 
-    raised = raise_opset(model, INT8_OPSET, "int8 QDQ with per-channel weights")
+    why = "int8 QDQ with per-channel weights" if opset <= INT8_OPSET else "int8 QDQ in float16"
+    raised = raise_opset(model, max(opset, INT8_OPSET), why)
     return prepare(raised, FLOAT16, in_place=in_place or raised is not model)  # names and initializers
 
 

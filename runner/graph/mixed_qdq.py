@@ -1,0 +1,225 @@
+"""int8 with the float rest in fp16: QDQ candidates as TensorRT's ``--int8 --fp16`` builds them, strongly typed.
+
+TensorRT 11 takes precision from the ONNX graph: an int8 node reads its inputs through
+QuantizeLinear/DequantizeLinear (Q/DQ), and every other node runs in the type its tensors have. So
+"int8 where it holds, fp16 elsewhere, fp32 where fp16 breaks" is one ONNX model: the QDQ candidate
+(``runner.graph.placement`` or ``runner.graph.quantize``) converted to fp16 by ONNX Runtime's float16
+converter (``runner.graph.convert.Converter``) except a set of nodes that stay fp32, with the Q/DQ
+typed in fp16 where their neighbours are:
+
+- the converter keeps the Q/DQ nodes fp32 (they are in its node block list) and puts Casts at every
+  fp32/fp16 boundary: ``fp16 -> Cast(fp32) -> QuantizeLinear`` and ``DequantizeLinear -> Cast(fp16)``;
+- ``fold_qdq_casts`` then folds those Casts into the Q/DQ (opset 19, where QuantizeLinear takes an
+  fp16 input and DequantizeLinear gives an fp16 output, each with an fp16 scale): the Q/DQ sits right
+  against the int8 node, where TensorRT fuses it.
+
+A weight's per-channel scale below fp16's smallest normal number (2**-14: a channel of weights near
+zero, e.g. 1e-37 on a dead channel of the detector) is raised to it and that channel's int8 values
+quantized again from what they dequantize to (they round to 0 or a few steps: in fp16 such weights
+were subnormal or zero anyway), so the weight's DequantizeLinear still feeds its node directly.
+An activation's scale that fp16 cannot hold stays fp32 with its Casts, said in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from runner.graph.convert import Converter
+from runner.graph.precisions import FLOAT16, LowPrecision
+from runner.graph.qdq import is_qdq
+
+log = logging.getLogger(__name__)
+
+#: QuantizeLinear with an fp16 input and DequantizeLinear with an fp16 output need opset 19
+MIXED_OPSET = 19
+#: the smallest normal fp16 number (2**-14): a smaller scale would be a subnormal with fewer bits
+FP16_TINY = float(np.finfo(np.float16).tiny)
+
+
+def _scale_fits(values: np.ndarray) -> bool:
+    """Whether every scale value is a normal fp16 number (its magnitude in [2**-14, 65504])."""
+    magnitude = np.abs(values.astype(np.float64))
+    return bool(np.all((magnitude >= FP16_TINY) & (magnitude <= FLOAT16.max_finite)))
+
+
+def fold_qdq_casts(model: onnx.ModelProto, low: LowPrecision = FLOAT16) -> Tuple[int, int]:
+    """Fold the converter's Casts into the Q/DQ they sit against, in place (top-level graph).
+
+    A QuantizeLinear whose input is ``Cast(to=float32)`` of a ``low`` tensor reads that tensor
+    directly with a ``low`` copy of its scale; a DequantizeLinear whose output only ``Cast(to=low)``
+    nodes read gives their output directly, with a ``low`` scale. Casts nothing reads any more are
+    removed, and with them their stale ``value_info``.
+
+    Args:
+        model: a converted QDQ model at opset 19 or newer (``MIXED_OPSET``), ``value_info`` as the
+            converter left it (the types of the Casts' inputs are read there).
+        low: the float precision of the rest (fp16).
+
+    Returns:
+        (Q/DQ nodes folded, Q/DQ nodes left fp32 because their scale is no normal ``low`` number).
+    """
+    g = model.graph
+    types: Dict[str, int] = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    types.update((i.name, i.data_type) for i in g.initializer)
+    producer = {o: n for n in g.node for o in n.output}
+    readers: Dict[str, List[onnx.NodeProto]] = {}
+    for node in g.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    inits = {i.name: i for i in g.initializer}
+    outputs = {o.name for o in g.output}
+    lowered: Dict[str, Optional[str]] = {}  # scale name -> its ``low`` copy (None: it does not fit)
+    raised: Dict[Tuple[str, str], Tuple[str, str]] = {}  # (weight, scale) -> (int8 values, scale) raised
+    taken = {i.name for i in g.initializer} | set(producer) | {i.name for i in g.input}
+
+    def fresh(name: str) -> str:
+        made, k = name, 1
+        while made in taken:
+            made, k = f"{name}_{k}", k + 1
+        taken.add(made)
+        return made
+
+    def low_scale(name: str) -> Optional[str]:
+        if name not in lowered:
+            values = numpy_helper.to_array(inits[name]) if name in inits else None
+            if values is None or not _scale_fits(values):
+                lowered[name] = None
+            else:
+                lowered[name] = fresh(f"{name}_{low}")
+                g.initializer.append(numpy_helper.from_array(values.astype(np.float16), lowered[name]))
+        return lowered[name]
+
+    def raised_weight(node: onnx.NodeProto) -> Optional[Tuple[str, str]]:
+        """A weight's DequantizeLinear whose scale is below fp16's smallest normal: the channels' scales
+        raised to it and their int8 values quantized again; None for anything else."""
+        weight, scale = node.input[0], node.input[1]
+        if weight not in inits or scale not in inits or inits[weight].data_type != TensorProto.INT8:
+            return None
+        if (weight, scale) not in raised:
+            q = numpy_helper.to_array(inits[weight]).astype(np.float64)
+            old = numpy_helper.to_array(inits[scale]).astype(np.float64)
+            new = np.clip(np.abs(old), FP16_TINY, None) * np.where(old < 0, -1.0, 1.0)
+            if not _scale_fits(new.astype(np.float16)):
+                return None
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+            shape = [1] * q.ndim
+            if old.ndim == 1 and q.ndim:
+                shape[axis % q.ndim] = -1
+            ratio = (old / new).reshape(shape) if old.ndim == 1 else old / new
+            values = np.clip(np.rint(q * ratio), -127, 127).astype(np.int8)
+            names = fresh(f"{weight}_{low}"), fresh(f"{scale}_{low}")
+            g.initializer.append(numpy_helper.from_array(values, names[0]))
+            g.initializer.append(numpy_helper.from_array(new.astype(np.float16), names[1]))
+            raised[(weight, scale)] = names
+        return raised[(weight, scale)]
+
+    def is_cast_to(node: onnx.NodeProto, to: int) -> bool:
+        return node.op_type == "Cast" and any(a.name == "to" and a.i == to for a in node.attribute)
+
+    folded = unfit = 0
+    renamed: Dict[str, str] = {}
+    for node in g.node:
+        if node.op_type == "QuantizeLinear":
+            cast = producer.get(node.input[0])
+            if cast is None or not is_cast_to(cast, TensorProto.FLOAT) or types.get(cast.input[0]) != low.elem_type:
+                continue
+            scale = low_scale(node.input[1])
+            if scale is None:
+                unfit += 1
+                continue
+            node.input[0], node.input[1] = cast.input[0], scale
+            folded += 1
+        elif node.op_type == "DequantizeLinear":
+            casts = readers.get(node.output[0], [])
+            if not casts or node.output[0] in outputs or not all(is_cast_to(c, low.elem_type) for c in casts):
+                continue
+            scale = low_scale(node.input[1])
+            if scale is None:
+                made = raised_weight(node)
+                if made is None:
+                    unfit += 1
+                    continue
+                node.input[0], scale = made
+            node.input[1] = scale
+            node.output[0] = casts[0].output[0]
+            for cast in casts:
+                renamed[cast.output[0]] = node.output[0]
+                cast.output[0] = ""  # nothing produces it now: removed below
+            folded += 1
+    for node in g.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+    _drop_dead_casts(g)
+    if unfit:
+        log.info("%d Q/DQ stay float32 with Casts: their scales are no normal %s numbers", unfit, low)
+    return folded, unfit
+
+
+def _drop_dead_casts(g: onnx.GraphProto) -> None:
+    """Remove Casts whose outputs nothing reads (repeatedly), then unread initializers and stale value_info."""
+    outputs = {o.name for o in g.output}
+    while True:
+        read = {name for node in g.node for name in node.input} | outputs
+        dead = [k for k, n in enumerate(g.node) if n.op_type == "Cast" and not any(o and o in read for o in n.output)]
+        if not dead:
+            break
+        for k in reversed(dead):
+            del g.node[k]
+    read = {name for node in g.node for name in node.input}
+    kept_inits = [i for i in g.initializer if i.name in read]
+    if len(kept_inits) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(kept_inits)
+    produced = {o for node in g.node for o in node.output} | {i.name for i in g.input}
+    infos = [v for v in g.value_info if v.name in produced]
+    del g.value_info[:]
+    g.value_info.extend(infos)
+
+
+class MixedQuantizer:
+    """Builds int8 candidates whose float rest is fp16 (TensorRT's ``--int8 --fp16``).
+
+    Args:
+        quantizer: the run's int8 candidate builder (``runner.graph.quantize.make_quantizer``), on a
+            model at opset 19 or newer (``MIXED_OPSET``).
+        low: the float precision of the rest (fp16).
+
+    The float16 converter of the last set of int8 nodes is kept (its shape inference runs once):
+    the second stage of a search varies the fp32 nodes over one fixed QDQ model.
+    """
+
+    def __init__(self, quantizer: Any, low: LowPrecision = FLOAT16):
+        self.quantizer, self.low = quantizer, low
+        self._converter: Optional[Tuple[Tuple[str, ...], Converter, List[str]]] = None
+
+    def convert(self, out_of_int8: Sequence[str], fp32: Iterable[str]) -> onnx.ModelProto:
+        """The model quantized except ``out_of_int8``, in ``low`` except ``fp32`` (node names).
+
+        Returns:
+            A new model: Q/DQ in ``low`` where their neighbours are (``fold_qdq_casts``), graph input
+            and output types as the model's.
+
+        Raises:
+            ModelError: the quantizer or ONNX Runtime's float16 converter fails on the model.
+        """
+        key = tuple(sorted(out_of_int8))
+        if self._converter is None or self._converter[0] != key:
+            qdq = self.quantizer.convert(list(key))
+            self._converter = (key, Converter(qdq, self.low), [n.name for n in qdq.graph.node if is_qdq(n)])
+        _, converter, qdq_nodes = self._converter
+        mixed = converter.convert([*fp32, *qdq_nodes])
+        fold_qdq_casts(mixed, self.low)
+        return mixed
+
+    def blocked(self, model: onnx.ModelProto, nodes: Iterable[int]) -> Set[int]:
+        """The ``nodes`` of ``model`` (indices) the converter never converts: op types without ``low``
+        kernels or types (its op block list), which stay fp32 in every candidate."""
+        if self._converter is None:
+            self.convert([], [])
+        assert self._converter is not None
+        blocked = self._converter[1].blocked_ops
+        return {i for i in nodes if model.graph.node[i].op_type in blocked}
