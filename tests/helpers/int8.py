@@ -77,6 +77,19 @@ def conv_outlier_model() -> onnx.ModelProto:
     return _image_model(nodes, "conv_outlier", inits, 8, 13)
 
 
+def fp16_and_int8_model() -> onnx.ModelProto:
+    """``conv_outlier_model`` followed by ``Div "shrink"`` by 1e5: int8 breaks at ``conv2`` (the outlier's
+    shared scale), fp16 at ``shrink`` (its divisor past 65504 is clipped to it: the output 1.5x too large).
+    The answer of ``low_precision=int8 quantization.float_precision=float16``: ``conv2`` out of int8 (in
+    fp16), ``shrink`` in fp32. Opset 13."""
+    model = conv_outlier_model()
+    g = model.graph
+    g.node[-1].output[0] = "z"
+    g.initializer.append(numpy_helper.from_array(np.array(1e5, np.float32), "d"))
+    g.node.append(helper.make_node("Div", ["z", "d"], ["y"], name="shrink"))
+    return model
+
+
 def dense_model(layers: int = 64, seed: int = 0, channels: int = 3) -> onnx.ModelProto:
     """``layers`` 1x1 Convs of ``channels`` channels (the first from the 3 of ``x``) in a chain, each
     near the identity with a spread of scales, so each one's int8 rounding adds a little error to the
