@@ -82,7 +82,8 @@ def raise_opset(model: onnx.ModelProto, version: int, why: str) -> onnx.ModelPro
         why: what needs it, for the log line, e.g. "bfloat16 Casts".
 
     Returns:
-        ``model`` itself when its opset is high enough, else a converted copy.
+        ``model`` itself when its opset is high enough, else a converted copy, its IR version raised to
+        the least that opset needs (the converter leaves it as it was).
 
     Raises:
         ModelError: when ONNX's version converter cannot convert the model.
@@ -99,6 +100,8 @@ def raise_opset(model: onnx.ModelProto, version: int, why: str) -> onnx.ModelPro
             f"{why} need opset {version}, and ONNX's version converter cannot raise the model from opset {have}: "
             f"{first_line(e)}; convert the model's opset first"
         ) from None
+    # the converter keeps the IR version, which may be older than the opset (opset 19 needs IR 9)
+    raised.ir_version = max(raised.ir_version, onnx.helper.find_min_ir_version_for(list(raised.opset_import)))
     log.info("The model's opset was raised from %d to %d for %s (onnx.version_converter)", have, version, why)
     return raised
 
