@@ -29,6 +29,7 @@ def _scale_types(model: onnx.ModelProto) -> collections.Counter:
     return collections.Counter((n.op_type, inits[n.input[1]]) for n in model.graph.node if "Linear" in n.op_type)
 
 
+@pytest.mark.slow  # about 1.4 s: at the 1.5 s of an unmarked test
 def test_int8_answer_with_its_fp16_and_fp32_nodes(run, tmp_path, model, int8_feeds):
     """int8 breaks at conv2, fp16 at shrink: conv2 stays out of int8 in fp16, shrink in fp32, conv1 int8; the
     model written holds fp16 Q/DQ at opset 19 and passes as written."""
@@ -74,6 +75,7 @@ def test_a_stage_that_passes_at_once_costs_one_check(run, tmp_path, model, int8_
     assert s["kept"] == 0 and s["fp32_nodes"] == [] and s["checks"] == 4
 
 
+@pytest.mark.slow  # two runs
 def test_a_resume_checks_nothing_its_replay_holds(run, tmp_path, model, int8_feeds):
     """Both stages' verdicts are keyed apart: a resumed run reuses every one and checks only the answer."""
     argv = ["mode=precision", "marker=minimal", f"model={model}", f"data_loader={int8_feeds}.pages", *FP16_REST, *CHECK]
@@ -130,3 +132,19 @@ def test_detector_int8_with_fp16_keeps_the_batchnorm_fp32(run, tmp_path):
     assert text_map_iou(str(out), str(model))
     scales = _scale_types(onnx.load(out))
     assert scales[("DequantizeLinear", TensorProto.FLOAT16)] >= 200, "Q/DQ typed fp16 against the fp16 nodes"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["marker=bisect", "direction=ranked"],
+        ["marker=linear", "direction=reverse"],
+        ["marker=minimal", "executor=local", "executor.workers=3"],
+    ],
+)
+def test_other_markers_and_parallel_rounds_find_the_same_answer(run, model, int8_feeds, extra):
+    """Both stages under a prefix marker (ranked, or from the outputs) and under rounds of several checks."""
+    r = run("mode=precision", f"model={model}", f"data_loader={int8_feeds}.pages", *FP16_REST, *CHECK, *extra)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert [n["name"] for n in s["kept_nodes"]] == ["conv2"] and [n["name"] for n in s["fp32_nodes"]] == ["shrink"]
