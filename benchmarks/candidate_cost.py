@@ -17,9 +17,9 @@ recognizer-size model, an int8 candidate at most 3x an fp16 one. Models: the det
 in both placements), and a Llama-style decoder of 8 blocks of width 1024 (222 MB).
 
 The "switched" rows are how ``checker=compare`` runs the detector's candidates on CPU
-(``runner.graph.switchboard``): fp16's under ``checker.backend=fp16_emulation``
-(``runner.graph.fp16_switchboard``), int8's with TensorRT's placement under ``checker.backend=onnxruntime``
-(``runner.graph.qdq_switchboard``): the same kept sets as feeds of one switched model in one session
+(``runner.lowp.switchboard``): fp16's under ``checker.backend=fp16_emulation``
+(``runner.lowp.fp16_switchboard``), int8's with TensorRT's placement under ``checker.backend=onnxruntime``
+(``runner.lowp.qdq_switchboard``): the same kept sets as feeds of one switched model in one session
 (built once, timed apart). Its build is making the feeds; its run is the switched model's; its
 overhead is the feeds plus what the switched run costs over the candidate's own run (the built
 row's run, measured again here on the same kept sets).
@@ -49,17 +49,17 @@ sys.path.insert(0, str(ROOT))
 from examples.planted import rmsnorm_decoder  # noqa: E402
 from runner.backends.fp16_emulation import EmulationBackend  # noqa: E402
 from runner.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from runner.graph.calibration import calibrate  # noqa: E402
-from runner.graph.convert import Converter, float_nodes, prepare  # noqa: E402
-from runner.graph.fp16_switchboard import build_switchboard  # noqa: E402
-from runner.graph.placement import PlacedQuantizer  # noqa: E402
-from runner.graph.precisions import FLOAT16  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
-from runner.graph.qdq_switchboard import build_qdq_switchboard  # noqa: E402
-from runner.graph.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
-from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
 from runner.graph.sessions import session_for  # noqa: E402
 from runner.graph.validate import Validator  # noqa: E402
+from runner.lowp.calibration import calibrate  # noqa: E402
+from runner.lowp.convert import Converter, float_nodes, prepare  # noqa: E402
+from runner.lowp.fp16_switchboard import build_switchboard  # noqa: E402
+from runner.lowp.placement import PlacedQuantizer  # noqa: E402
+from runner.lowp.precisions import FLOAT16  # noqa: E402
+from runner.lowp.qdq_switchboard import build_qdq_switchboard  # noqa: E402
+from runner.lowp.quant_options import PLACEMENTS, QuantOptions  # noqa: E402
+from runner.lowp.quantize import make_quantizer, prepare_int8  # noqa: E402
 
 
 def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tuple[Any, float]:

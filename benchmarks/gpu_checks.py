@@ -63,7 +63,7 @@ def overhead(model_path: Path, inputs: Path, checks: int, provider: str) -> List
     from runner.candidates import Candidate
     from runner.checkers.compare import CompareChecker
     from runner.context import RunContext
-    from runner.graph.convert import Converter, float_nodes, prepare
+    from runner.lowp.convert import Converter, float_nodes, prepare
 
     model = prepare(onnx.load(str(model_path)))
     converter = Converter(model)

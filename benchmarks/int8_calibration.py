@@ -24,9 +24,9 @@ def main() -> None:
     import onnx
 
     from examples.text_pages import _outputs, detector_pages, iou
-    from runner.graph.calibration import calibrate
-    from runner.graph.quant_options import QuantOptions
-    from runner.graph.quantize import make_quantizer, prepare_int8
+    from runner.lowp.calibration import calibrate
+    from runner.lowp.quant_options import QuantOptions
+    from runner.lowp.quantize import make_quantizer, prepare_int8
 
     path = ROOT / "examples" / "ch_PP-OCRv4_det_infer.onnx"
     pages = list(detector_pages())

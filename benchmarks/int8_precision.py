@@ -87,11 +87,11 @@ def runs(work: Path) -> None:
 def cost() -> None:
     import onnx
 
-    from runner.graph.calibration import calibrate
-    from runner.graph.convert import Converter, prepare
-    from runner.graph.precisions import FLOAT16
-    from runner.graph.quant_options import QuantOptions
-    from runner.graph.quantize import Quantizer, prepare_int8
+    from runner.lowp.calibration import calibrate
+    from runner.lowp.convert import Converter, prepare
+    from runner.lowp.precisions import FLOAT16
+    from runner.lowp.quant_options import QuantOptions
+    from runner.lowp.quantize import Quantizer, prepare_int8
 
     model = onnx.load(str(DETECTOR))
     fp16 = prepare(model, FLOAT16)

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from examples.text_pages import detector_pages  # noqa: E402
-from runner.graph.calibration import calibrate  # noqa: E402
 from runner.graph.qdq import quantized_nodes  # noqa: E402
-from runner.graph.quant_options import QuantOptions  # noqa: E402
-from runner.graph.quantize import make_quantizer, prepare_int8  # noqa: E402
+from runner.lowp.calibration import calibrate  # noqa: E402
+from runner.lowp.quant_options import QuantOptions  # noqa: E402
+from runner.lowp.quantize import make_quantizer, prepare_int8  # noqa: E402
 
 MODELOPT = """
 import sys, numpy as np

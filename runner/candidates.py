@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional
 if TYPE_CHECKING:
     import onnx
 
-    from runner.graph.switchboard import Switched
+    from runner.lowp.switchboard import Switched
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Candidate:
             that made them runs it exactly as it made them (same backend, same session options),
             so that it gives them back (precision's all-fp32 candidate).
         switched: the candidate as one feed set of its search's switched model (precision's fp16,
-            bf16 and TensorRT-placed int8 candidates, ``runner.graph.switchboard``), which a checker
+            bf16 and TensorRT-placed int8 candidates, ``runner.lowp.switchboard``), which a checker
             whose backend runs it as written may run instead of building its model; None for others,
             and for checks in another process.
     """

@@ -50,7 +50,7 @@ class Precision(Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
-    int8 = "int8"  # low_precision only: QDQ, calibrated (``runner.graph.quantize``)
+    int8 = "int8"  # low_precision only: QDQ, calibrated (``runner.lowp.quantize``)
 
 
 #: a candidate the compare checker's backend cannot run: fail, pass or stop ("pass" is a keyword, hence
@@ -291,7 +291,7 @@ class CalibrationConf:
 
 @dataclass
 class QuantizationConf:
-    """``quantization.*``: how int8 QDQ candidates are made (``runner.graph.quantize``)."""
+    """``quantization.*``: how int8 QDQ candidates are made (``runner.lowp.quantize``)."""
 
     per_channel: bool = True  # one scale per output channel of each weight
     symmetric_activations: bool = True  # int8, zero point 0 (TensorRT's int8); false: uint8 with zero points

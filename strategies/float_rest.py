@@ -5,13 +5,13 @@ nodes in int8, the nodes kept out of int8 (which run in fp16), and the nodes tha
 finds them in two stages, both over candidates checked as written:
 
 1. **fp16** first: the fewest float nodes to keep in fp32 with every other node in fp16 and none in
-   int8 (``runner.graph.convert``). The all-fp16 candidate is checked first (it often passes: the
+   int8 (``runner.lowp.convert``). The all-fp16 candidate is checked first (it often passes: the
    stage then costs one check); otherwise a search of the run's marker runs over the float nodes
    ranked by the error each introduces in fp16 (``runner.layerwise.ranking``, made only then).
    fp16 breaks at a few nodes (an overflow, a weight past 65504) and costs little elsewhere, so this
    stage finds those nodes and leaves int8 nearly the whole tolerance.
 2. **int8**, the search of ``low_precision=int8`` as it is (its gates, ranking and exchange), with
-   those nodes in fp32 and every node outside int8 in fp16 (``runner.graph.mixed_qdq``): the fewest
+   those nodes in fp32 and every node outside int8 in fp16 (``runner.lowp.mixed_qdq``): the fewest
    nodes kept out of int8, judged in the arithmetic TensorRT deploys. Nothing in int8 is the first
    stage's answer, which passed: the search's premise holds.
 
@@ -31,9 +31,9 @@ from typing import Callable, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import onnx
 
-from runner.graph.convert import Converter
-from runner.graph.mixed_qdq import MixedQuantizer
-from runner.graph.precisions import FLOAT16
+from runner.lowp.convert import Converter
+from runner.lowp.mixed_qdq import MixedQuantizer
+from runner.lowp.precisions import FLOAT16
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,9 @@ from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
-from runner.graph.calibration import Calibration, calibrate
-from runner.graph.convert import has_low_precision, name_nodes, to_low_precision
 from runner.graph.feeds import graph_inputs
 from runner.graph.load import load_model
-from runner.graph.precisions import is_quantized
 from runner.graph.qdq import compute_nodes, has_qdq
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import make_quantizer, prepare_int8
 from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
@@ -45,6 +40,11 @@ from runner.layerwise.quant_report import pair_summary, write_pairs_csv
 from runner.layerwise.ranking import comparison_backend, lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
+from runner.lowp.calibration import Calibration, calibrate
+from runner.lowp.convert import has_low_precision, name_nodes, to_low_precision
+from runner.lowp.precisions import is_quantized
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import make_quantizer, prepare_int8
 from runner.terminal import console
 from strategies.base import Report
 

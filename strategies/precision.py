@@ -1,8 +1,8 @@
 """``mode=precision``: find the fewest nodes that must stay in fp32 for the check to pass.
 
 Each candidate is the ONNX model converted to the low precision (fp16 or bf16) except a kept
-set of nodes (``runner.graph.convert``), or with ``low_precision=int8`` quantized to QDQ except
-the kept nodes (``runner.graph.quantize``: calibrated once per run, each candidate quantized with
+set of nodes (``runner.lowp.convert``), or with ``low_precision=int8`` quantized to QDQ except
+the kept nodes (``runner.lowp.quantize``: calibrated once per run, each candidate quantized with
 those ranges); the same candidate runs on CPU (fp16 through emulation, QDQ as written) or is
 built strongly typed by TensorRT, and the final one is what the user deploys.
 
@@ -34,16 +34,16 @@ from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, S
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.blocks import Blocks, find_blocks
-from runner.graph.calibration import Calibration
-from runner.graph.convert import Converter
 from runner.graph.load import fingerprint, save_model
-from runner.graph.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import Quantizer
 from runner.graph.scope import Scope
-from runner.graph.switchboard import LazySwitchboard, Switched
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
+from runner.lowp.calibration import Calibration
+from runner.lowp.convert import Converter
+from runner.lowp.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import Quantizer
+from runner.lowp.switchboard import LazySwitchboard, Switched
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.exchange import ExchangeSearch

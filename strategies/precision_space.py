@@ -24,21 +24,21 @@ from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
-from runner.graph.calibration import calibrate
-from runner.graph.convert import Converter, float_nodes, prepare
-from runner.graph.fp16_switchboard import build_switchboard
 from runner.graph.load import fingerprint
-from runner.graph.mixed_qdq import MIXED_OPSET, MixedQuantizer
-from runner.graph.placement import PlacedQuantizer
-from runner.graph.precisions import FLOAT16, INT8, LowPrecision
 from runner.graph.qdq import quantized_nodes
-from runner.graph.qdq_switchboard import build_qdq_switchboard
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
 from runner.graph.scope import Scope
-from runner.graph.switchboard import LazySwitchboard, RunsOn, Switchboard
 from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
+from runner.lowp.calibration import calibrate
+from runner.lowp.convert import Converter, float_nodes, prepare
+from runner.lowp.fp16_switchboard import build_switchboard
+from runner.lowp.mixed_qdq import MIXED_OPSET, MixedQuantizer
+from runner.lowp.placement import PlacedQuantizer
+from runner.lowp.precisions import FLOAT16, INT8, LowPrecision
+from runner.lowp.qdq_switchboard import build_qdq_switchboard
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
+from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
 from strategies.float_rest import FloatRest
 from strategies.group_search import REORDER_FROM
 
@@ -81,8 +81,8 @@ class SearchSpace:
 
 def switchboard_of(builder: Any, key: str) -> Optional[LazySwitchboard]:
     """The switchboard of the candidates ``builder`` makes, built on first use: an fp16/bf16
-    ``Converter``'s (``runner.graph.fp16_switchboard``), a ``PlacedQuantizer``'s (int8 as TensorRT
-    places it: ``runner.graph.qdq_switchboard``); None for any other (ONNX Runtime's quantizer,
+    ``Converter``'s (``runner.lowp.fp16_switchboard``), a ``PlacedQuantizer``'s (int8 as TensorRT
+    places it: ``runner.lowp.qdq_switchboard``); None for any other (ONNX Runtime's quantizer,
     whose candidates are no sums of node choices; engines built with layer precisions)."""
     if isinstance(builder, Converter):
         converter: Converter = builder

@@ -1,6 +1,6 @@
 """fp16/bf16 emulation backend: ONNX Runtime in fp32, with every low-precision tensor rounded.
 
-See ``runner.graph.emulate`` for the rewrite: each fp16 tensor is rounded to fp16 and each bf16
+See ``runner.lowp.emulate`` for the rewrite: each fp16 tensor is rounded to fp16 and each bf16
 tensor to bf16 (ONNX Runtime's CPU Cast supports bfloat16 from opset 13). Outputs declared
 fp16 come back as float16; outputs declared bf16 as float32 arrays holding bf16-rounded
 values, since numpy has no bfloat16 type of its own.
@@ -15,8 +15,8 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.backends.onnxruntime import OnnxRuntimeBackend
-from runner.graph.emulate import emulate_low_precision
 from runner.graph.weight_file import is_mapped, maps, weight_bytes, weight_file
+from runner.lowp.emulate import emulate_low_precision
 
 
 class EmulationBackend(Backend):
@@ -90,7 +90,7 @@ class EmulationBackend(Backend):
         key: Optional[str] = None,
         outputs: Optional[Sequence[str]] = None,
     ) -> Dict[str, np.ndarray]:
-        """Run an fp32 model that rounds its fp16 tensors itself (``runner.graph.switchboard``'s) as it
+        """Run an fp32 model that rounds its fp16 tensors itself (``runner.lowp.switchboard``'s) as it
         is, in this backend's sessions: ``run``'s arguments and result, with no rewrite."""
         return self.ort.run(model, feeds, key=key, outputs=outputs)
 

@@ -33,13 +33,13 @@ from runner.errors import ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.files.samples import check_golden, save_golden_samples
 from runner.graph.activations import marked, run_tensors
-from runner.graph.convert import has_low_precision
 from runner.graph.decisions import Decision, data_dependent_outputs
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
-from runner.graph.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
 from runner.graph.qdq import has_qdq
-from runner.graph.switchboard import RunsOn, Switchboard
+from runner.lowp.convert import has_low_precision
+from runner.lowp.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
+from runner.lowp.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from typing import Optional, Tuple
 import onnx
 
 from runner.errors import ConfigError
-from runner.graph.convert import has_low_precision, to_low_precision
-from runner.graph.emulate import emulate_low_precision
-from runner.graph.precisions import LowPrecision, is_quantized
 from runner.graph.qdq import has_qdq
 from runner.graph.validate import converted
+from runner.lowp.convert import has_low_precision, to_low_precision
+from runner.lowp.emulate import emulate_low_precision
+from runner.lowp.precisions import LowPrecision, is_quantized
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """The compare checker's switched runs: precision's candidates on their search's switchboard.
 
 A candidate carrying ``Candidate.switched`` is run as one feed set of its search's switched model
-(``runner.graph.switchboard``), in one cached session, instead of being built, validated and loaded
+(``runner.lowp.switchboard``), in one cached session, instead of being built, validated and loaded
 in a session of its own. That gives the candidate's own values only where the checker's backend runs
 the candidate as written on ONNX Runtime's CPU provider with graph optimizations off: fp16 and bf16
-candidates (``runner.graph.fp16_switchboard``) under ``checker.backend=fp16_emulation`` or
+candidates (``runner.lowp.fp16_switchboard``) under ``checker.backend=fp16_emulation`` or
 ``bf16_emulation``, whose rounding Casts the switched model holds; int8 candidates with TensorRT's
-placement (``runner.graph.qdq_switchboard``) under ``checker.backend=onnxruntime``, whose Q/DQ it
+placement (``runner.lowp.qdq_switchboard``) under ``checker.backend=onnxruntime``, whose Q/DQ it
 holds (``Switchboard``'s ``RunsOn`` says which). Graph optimizations are off by default for both
 (``checker.graph_optimization_level``). The checker must compare graph outputs (all of them, those
 ``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors that are graph
@@ -29,7 +29,7 @@ from runner.backends.fp16_emulation import EmulationBackend
 from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.candidates import Candidate
 from runner.errors import ModelError
-from runner.graph.switchboard import RunsOn, Switchboard
+from runner.lowp.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class SwitchedRuns:
         if not self._said:
             self._said = True
             log.info(
-                "Candidates run on one switched model (%d nodes switched, runner.graph.switchboard); "
+                "Candidates run on one switched model (%d nodes switched, runner.lowp.switchboard); "
                 "their iteration artifacts are written only with artifacts.keep_intermediate=true",
                 len(board.switches),
             )

@@ -38,13 +38,13 @@ from runner.executors.spread import HERE
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.isolate import weight_names
-from runner.graph.precisions import LOW_PRECISIONS, LowPrecision
 from runner.graph.qdq import input_chains, is_qdq, qdq_aliases
 from runner.graph.weight_file import maps, weight_bytes
 from runner.layerwise.alone import AloneRuns
 from runner.layerwise.pairs import PairRow, QDQPairs
 from runner.layerwise.persistence import trace
 from runner.layerwise.tensors import cast_aliases, peak, tensor_types, worse
+from runner.lowp.precisions import LOW_PRECISIONS, LowPrecision
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import onnx
 from runner.backends.base import Backend, make_backend
 from runner.errors import ModelError
 from runner.executors.spread import HERE, spread
-from runner.graph.switchboard import Switchboard
+from runner.lowp.switchboard import Switchboard
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def output_error(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) 
 
 
 #: what ranks one item: the model with it alone in the low precision, or a switchboard and that
-#: candidate's switch feeds (``runner.graph.switchboard``: one session for every item)
+#: candidate's switch feeds (``runner.lowp.switchboard``: one session for every item)
 Made = Union[onnx.ModelProto, Tuple[Switchboard, Mapping[str, np.ndarray]]]
 
 

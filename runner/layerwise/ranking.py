@@ -36,11 +36,11 @@ from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.executors.spread import HERE
-from runner.graph.convert import to_low_precision
-from runner.graph.precisions import LowPrecision, is_quantized
 from runner.graph.summaries import TensorSummary, summarize
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.tensors import nan_as_inf, weight_peaks
+from runner.lowp.convert import to_low_precision
+from runner.lowp.precisions import LowPrecision, is_quantized
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import onnx
 from runner.errors import first_line
 from runner.graph.feeds import as_declared
 from runner.graph.meta import infer_shapes
-from runner.graph.precisions import FLOAT16
 from runner.graph.stubs import weightless
+from runner.lowp.precisions import FLOAT16
 
 log = logging.getLogger(__name__)
 

@@ -171,7 +171,7 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     """
     options = plain(config.checker)
     if "graph_optimization_level" in options and options["graph_optimization_level"] is None and _placed_int8(config):
-        # its candidates' Q/DQ run as written, so that they run switched (runner.graph.qdq_switchboard)
+        # its candidates' Q/DQ run as written, so that they run switched (runner.lowp.qdq_switchboard)
         options["graph_optimization_level"] = "disable"
     if "isolate" not in options:  # a checker that runs a program: its timeout_s is its own
         return CheckerPlan(options)

@@ -14,7 +14,7 @@ from typing import Iterable
 import tensorrt as trt
 
 from runner.errors import ConfigError, ModelError
-from runner.graph.precisions import FLOAT16, LowPrecision
+from runner.lowp.precisions import FLOAT16, LowPrecision
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import pytest
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
 from runner.executors.spread import HERE, spread
-from runner.graph.convert import float_nodes, prepare
 from runner.graph.load import load_model
 from runner.layerwise.ranking import introduced_ranking
+from runner.lowp.convert import float_nodes, prepare
 from tests.helpers.models import CLASSIFIER
 
 

@@ -13,10 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from runner.backends.base import make_backend
 from runner.checkers.tolerance import Tolerances
-from runner.graph.convert import name_nodes, to_low_precision
 from runner.graph.isolate import REF_SUFFIX, isolated_model
 from runner.layerwise.compute import LayerwiseComparison
 from runner.layerwise.tensors import tensor_types, weight_peaks
+from runner.lowp.convert import name_nodes, to_low_precision
 from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, chain_model, f32, make_model, need, overflow_model
 
 
@@ -210,9 +210,9 @@ def test_values_in_chunks_give_the_same_rows():
 def test_a_qdq_targets_chunks_count_the_values_its_q_dq_nodes_carry():
     """Sizes are known for the reference's tensors; a QDQ target's Q/DQ outputs are as large as the float
     tensor they carry. Counted as nothing, a chain of quantized Convs fit one chunk of a budget it passes."""
-    from runner.graph.calibration import calibrate
-    from runner.graph.quant_options import QuantOptions
-    from runner.graph.quantize import make_quantizer, prepare_int8
+    from runner.lowp.calibration import calibrate
+    from runner.lowp.quant_options import QuantOptions
+    from runner.lowp.quantize import make_quantizer, prepare_int8
     from tests.helpers.int8 import conv_outlier_model, samples
 
     model = prepare_int8(conv_outlier_model())

@@ -8,8 +8,8 @@ import csv
 import onnx
 import pytest
 
-from runner.graph.convert import name_nodes
 from runner.graph.qdq import compute_nodes
+from runner.lowp.convert import name_nodes
 from tests.helpers.cli import one_line_error
 from tests.helpers.int8 import calibration_reader, introduced_share, outlier_model, samples
 from tests.helpers.models import CLASSIFIER, need
@@ -92,7 +92,7 @@ def test_classifier_quantized_by_quantize_static_against_its_original(run, tmp_p
     from onnxruntime.quantization import QuantFormat, quantize_static
 
     from examples.text_pages import classifier_lines
-    from runner.graph.quantize import prepare_int8
+    from runner.lowp.quantize import prepare_int8
 
     fp32 = tmp_path / "cls_fp32.onnx"
     onnx.save(prepare_int8(onnx.load(str(need(CLASSIFIER)))), fp32)

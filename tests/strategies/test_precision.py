@@ -224,7 +224,7 @@ def test_rmsnorm_overflow_ranks_first_in_precision_and_layerwise(run, tmp_path, 
     four needed nodes last (69 checks on a 56M model). Now they rank first, the search keeps exactly
     them in a few checks, and layerwise names the Pow first by the same rule. Each weight is converted
     to fp16 once in the run: the search's candidates reuse the ranking's converter."""
-    from runner.graph import convert
+    from runner.lowp import convert
     from tests.helpers.graphs import DECODER_CHECK, rmsnorm_decoder_files
 
     converted = []

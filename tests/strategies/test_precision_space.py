@@ -8,10 +8,10 @@ import onnx
 
 from runner.backends.base import make_backend
 from runner.context import RunContext
-from runner.graph.calibration import calibrate
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import make_quantizer, prepare_int8
 from runner.layerwise.output_ranking import output_error_ranking
+from runner.lowp.calibration import calibrate
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import make_quantizer, prepare_int8
 from strategies.precision_space import OutputErrorOrder, switchboard_of
 from tests.helpers.int8 import dense_model, samples
 

@@ -9,9 +9,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from runner.graph.convert import to_low_precision
-from runner.graph.emulate import emulate_low_precision
 from runner.graph.validate import strict_problem
+from runner.lowp.convert import to_low_precision
+from runner.lowp.emulate import emulate_low_precision
 from tests.helpers.cli import one_line_error
 from tests.helpers.models import CLASSIFIER, DETECTOR, MODELS, VAD, VAD_IF, need
 
@@ -164,7 +164,7 @@ def test_a_candidate_the_tool_cannot_make_valid_stops_the_run_with_no_verdict(
     earlier verdicts but none for it. Without the switchboard the second conversion is iteration 3's
     candidate; with it, the switchboard's own conversion comes first and the second is iteration 2's
     candidate, built to cross-check its switched run."""
-    import runner.graph.convert as convert
+    import runner.lowp.convert as convert
     from examples.planted import one_sensitive
 
     real, calls = convert.bypass_round_trips, {"n": 0}

@@ -9,9 +9,9 @@ from onnx import TensorProto, helper
 
 from runner.backends.base import make_backend
 from runner.graph.constants import constants_to_initializers
-from runner.graph.convert import convert_except, name_nodes
-from runner.graph.emulate import emulate_low_precision
 from runner.graph.feeds import model_feeds
+from runner.lowp.convert import convert_except, name_nodes
+from runner.lowp.emulate import emulate_low_precision
 from tests.helpers.models import CLASSIFIER, DETECTOR, VAD_IF, need
 
 

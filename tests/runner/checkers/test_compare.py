@@ -208,7 +208,7 @@ def _fp16_reduce(fp16_path, golden) -> list:
 def _fp16_model_and_fp32_golden(run, tmp_path, fp32, x):
     """The fp16 workflow's first half: save ``fp32`` converted to fp16, and record the fp32 model's values
     on input ``x`` with save_golden. Returns (the fp16 model's path, the golden file)."""
-    from runner.graph.convert import convert_except
+    from runner.lowp.convert import convert_except
 
     fp32_path, fp16_path = tmp_path / "fp32.onnx", tmp_path / "fp16.onnx"
     onnx.save(fp32, fp32_path)

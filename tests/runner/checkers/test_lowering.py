@@ -6,8 +6,8 @@ import logging
 
 from examples.planted import two_branches
 from runner.checkers.lowering import warn_fp16_on_cpu
-from runner.graph.convert import Converter, prepare
-from runner.graph.precisions import FLOAT16
+from runner.lowp.convert import Converter, prepare
+from runner.lowp.precisions import FLOAT16
 
 
 def test_an_fp16_model_warns_that_the_cpu_can_hide_overflows_and_an_fp32_one_does_not(caplog):

@@ -15,10 +15,10 @@ from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate
 from runner.checkers.compare import CompareChecker
 from runner.checkers.switched import CROSS_CHECKS, SwitchedRuns
-from runner.graph.convert import Converter, prepare
-from runner.graph.fp16_switchboard import build_switchboard
-from runner.graph.precisions import FLOAT16
-from runner.graph.switchboard import LazySwitchboard, RunsOn, Switched
+from runner.lowp.convert import Converter, prepare
+from runner.lowp.fp16_switchboard import build_switchboard
+from runner.lowp.precisions import FLOAT16
+from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switched
 
 
 def _lazy(model, converter):

@@ -8,7 +8,7 @@ import pytest
 
 from examples.planted import GRAPHS, attention_decoder, rmsnorm_decoder
 from runner.graph.blocks import find_blocks, node_scope
-from runner.graph.convert import float_nodes, prepare
+from runner.lowp.convert import float_nodes, prepare
 from tests.helpers.models import CLASSIFIER, DETECTOR, MODELS, VAD, need
 
 

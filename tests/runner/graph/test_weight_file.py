@@ -11,11 +11,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.graph import weight_file as wf
-from runner.graph.convert import Converter, convert_except
-from runner.graph.emulate import emulate_low_precision
 from runner.graph.load import save_model
 from runner.graph.sessions import loads_on_cpu, session_for
 from runner.graph.stubs import nbytes
+from runner.lowp.convert import Converter, convert_except
+from runner.lowp.emulate import emulate_low_precision
 from tests.helpers.graphs import DECODER_CHECK, rmsnorm_decoder_files
 from tests.helpers.inprocess import run_in_process
 

@@ -1,4 +1,4 @@
-"""Entropy calibration (``runner.graph.entropy``): the threshold NVIDIA's reference computes candidate by
+"""Entropy calibration (``runner.lowp.entropy``): the threshold NVIDIA's reference computes candidate by
 candidate, from prefix sums; and a symmetric histogram folded into one of ``|x|``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from runner.graph.entropy import entropy_amax, fold
+from runner.lowp.entropy import entropy_amax, fold
 
 
 def reference_amax(counts: np.ndarray, edges: np.ndarray, start: int = 128) -> float:

@@ -2,7 +2,7 @@
 
 ``quantize_static`` calibrates every time it is called; here the calibration is its own step, as
 ``quantize_static`` itself calls it (``onnxruntime/python/tools/quantization/quantize.py``), and
-``runner.graph.quantize`` reuses the ranges for every candidate.
+``runner.lowp.quantize`` reuses the ranges for every candidate.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 
 from runner.errors import ArtifactError, ConfigError, ModelError, first_line
-from runner.graph import calibration_cache
-from runner.graph.entropy import entropy_amax, fold
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import as_file
-from runner.graph.quant_options import ENTROPY_BINS, ENTROPY_QUANTIZED_BINS, QuantOptions
+from runner.lowp import calibration_cache
+from runner.lowp.entropy import entropy_amax, fold
+from runner.lowp.quant_options import ENTROPY_BINS, ENTROPY_QUANTIZED_BINS, QuantOptions
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _cached_ranges(found: Mapping[str, Any], method: str) -> Any:
 
 
 def _entropy_ranges(histograms: Mapping[str, Any]) -> Any:
-    """ONNX Runtime's ``TensorsData`` of TensorRT's entropy thresholds (``runner.graph.entropy``) over the
+    """ONNX Runtime's ``TensorsData`` of TensorRT's entropy thresholds (``runner.lowp.entropy``) over the
     symmetric histograms its collector made (``{tensor: (counts, edges, min, max[, threshold])}``): ``[-amax, amax]``
     clipped to the tensor's own range, as ONNX Runtime clips its thresholds."""
     from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData

@@ -13,10 +13,10 @@ import pytest
 
 from examples.planted import one_sensitive, rmsnorm_decoder, two_branches
 from runner.backends.fp16_emulation import EmulationBackend
-from runner.graph.convert import Converter, float_nodes, prepare
-from runner.graph.fp16_switchboard import build_switchboard
-from runner.graph.precisions import BFLOAT16, FLOAT16
-from runner.graph.switchboard import LazySwitchboard
+from runner.lowp.convert import Converter, float_nodes, prepare
+from runner.lowp.fp16_switchboard import build_switchboard
+from runner.lowp.precisions import BFLOAT16, FLOAT16
+from runner.lowp.switchboard import LazySwitchboard
 from tests.helpers.models import need
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "models"

@@ -9,7 +9,7 @@ models, the If-bodied VAD model), all of its whole-model conversions load and ru
 where onnxconverter-common's left graph outputs that are also read inside the graph, explicit
 Casts and If bodies with contradictory types on 4 of 7.
 
-Its habits that would round kept values through fp16 are repaired (``runner.graph.conversion_repairs``):
+Its habits that would round kept values through fp16 are repaired (``runner.lowp.conversion_repairs``):
 
 - a weight read by a kept node and by a converted node is converted once and read by the kept
   node through a Cast back, rounded: kept nodes get an fp32 copy of such weights first;
@@ -35,7 +35,11 @@ from onnx import TensorProto, numpy_helper
 
 from runner.errors import ModelError, first_line
 from runner.graph.constants import constants_to_initializers
-from runner.graph.conversion_repairs import (
+from runner.graph.isolate import bodies, has_body
+from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, is_stub, raw_bytes, weightless
+from runner.graph.toposort import sort_topology
+from runner.graph.weight_file import maps, weight_bytes, weight_file
+from runner.lowp.conversion_repairs import (
     bypass_round_trips,
     declare_weights_as_stored,
     drop_duplicate_casts,
@@ -44,11 +48,7 @@ from runner.graph.conversion_repairs import (
     home_stray_casts,
     retype_bf16,
 )
-from runner.graph.isolate import bodies, has_body
-from runner.graph.precisions import BFLOAT16, FLOAT16, LOW_TYPES, LowPrecision, low_precision
-from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, is_stub, raw_bytes, weightless
-from runner.graph.toposort import sort_topology
-from runner.graph.weight_file import maps, weight_bytes, weight_file
+from runner.lowp.precisions import BFLOAT16, FLOAT16, LOW_TYPES, LowPrecision, low_precision
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from runner.errors import ConfigError, first_line
-from runner.graph.quant_options import QuantOptions
+from runner.lowp.quant_options import QuantOptions
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""int8 QDQ candidates (runner.graph.quantize) and reading their structure (runner.graph.qdq)."""
+"""int8 QDQ candidates (runner.lowp.quantize) and reading their structure (runner.graph.qdq)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import onnxruntime as ort
 import pytest
 
 from runner.errors import ConfigError
-from runner.graph.calibration import calibrate
 from runner.graph.isolate import REF_SUFFIX, isolated_model
 from runner.graph.qdq import compute_nodes, input_chains, qdq_aliases, quantized_nodes
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import Quantizer, prepare_int8
 from runner.graph.validate import strict_problem
 from runner.layerwise.tensors import tensor_types
+from runner.lowp.calibration import calibrate
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import Quantizer, prepare_int8
 from tests.helpers.int8 import integer_model, outlier_model, samples
 
 

@@ -10,8 +10,8 @@ for a kept one (``Switchboard.feeds``).
 
 This module holds what every switchboard shares: the switched model (``Switchboard``), the wiring of
 its ``If`` nodes (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
-(``Switched``). ``runner.graph.fp16_switchboard`` builds fp16's and bf16's (the emulation's rounding
-written into each branch); ``runner.graph.qdq_switchboard`` builds int8's (each node TensorRT's
+(``Switched``). ``runner.lowp.fp16_switchboard`` builds fp16's and bf16's (the emulation's rounding
+written into each branch); ``runner.lowp.qdq_switchboard`` builds int8's (each node TensorRT's
 placement quantizes reading its Q/DQ). ``runner.checkers.switched`` runs them and checks that they
 give the candidates' own bits.
 
@@ -88,7 +88,7 @@ class Wiring:
 
     Args:
         graph: the source model's graph (its names are taken).
-        types: the element type of each tensor of the source model (``runner.graph.emulate.tensor_types``).
+        types: the element type of each tensor of the source model (``runner.lowp.emulate.tensor_types``).
 
     Attributes:
         switches: ``{node index: its switch's input name}`` of the nodes switched so far.
@@ -200,7 +200,7 @@ class LazySwitchboard:
     """A switchboard built on first use, once, by whichever thread asks first.
 
     Args:
-        build: makes the switchboard (``build_switchboard``, ``runner.graph.qdq_switchboard``), or None.
+        build: makes the switchboard (``build_switchboard``, ``runner.lowp.qdq_switchboard``), or None.
         runs_on: the checker backend that runs its candidates as themselves.
     """
 

@@ -28,7 +28,7 @@ class LowPrecision:
         control_flow_opset: the first opset whose If, Loop and Scan carry it.
         emulation: the compare checker's backend that emulates it on CPU ("" for int8).
         quantized: int8 QDQ (Q/DQ pairs around float nodes, calibrated ranges, made by
-            ``runner.graph.quantize``), not a float type nodes are cast to.
+            ``runner.lowp.quantize``), not a float type nodes are cast to.
 
     ``str()`` gives ``name``: a precision reads as its config name in messages and keys.
     """
@@ -51,7 +51,7 @@ BFLOAT16 = LowPrecision(
     "bfloat16", TensorProto.BFLOAT16, "tensor(bfloat16)", 3.3895313892515355e38, 13, 16, "bf16_emulation"
 )
 
-#: the quantized low precision: int8 QDQ, made by ``runner.graph.quantize`` rather than by casting; a
+#: the quantized low precision: int8 QDQ, made by ``runner.lowp.quantize`` rather than by casting; a
 #: float type it is not, so it is not among ``LOW_PRECISIONS``
 INT8 = LowPrecision("int8", TensorProto.INT8, "tensor(int8)", 127.0, 13, 13, "", quantized=True)
 

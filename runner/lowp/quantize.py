@@ -5,7 +5,7 @@ candidate would pay a calibration (a run of the model over every sample with eve
 output) per check. Here the two halves it is made of are called apart, as ONNX Runtime's
 ``quantize_static`` calls them (``onnxruntime/python/tools/quantization/quantize.py``):
 
-- ``calibrate`` (``runner.graph.calibration``) runs ONNX Runtime's calibrator (``create_calibrator``:
+- ``calibrate`` (``runner.lowp.calibration``) runs ONNX Runtime's calibrator (``create_calibrator``:
   min/max, entropy or percentile) once over the samples and keeps the activation ranges (``TensorsData``);
 - ``Quantizer.convert(kept)`` hands those ranges to ``QDQQuantizer`` with ``nodes_to_exclude=kept``
   for each candidate: a second or so on the 672-node detector, no model run.
@@ -27,12 +27,12 @@ from typing import Any, Dict, Sequence, Tuple
 import onnx
 
 from runner.errors import ModelError, first_line
-from runner.graph.calibration import Calibration
-from runner.graph.convert import raise_opset
 from runner.graph.isolate import outer_reads
 from runner.graph.meta import infer_shapes
 from runner.graph.qdq import is_qdq
-from runner.graph.quant_options import QuantOptions
+from runner.lowp.calibration import Calibration
+from runner.lowp.convert import raise_opset
+from runner.lowp.quant_options import QuantOptions
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +43,15 @@ INT8_OPSET = 13
 def prepare_int8(model: onnx.ModelProto, in_place: bool = False, opset: int = 13) -> onnx.ModelProto:
     """``model`` made ready for ``calibrate`` and ``Quantizer``: opset ``opset`` (13 or more) or newer
     (raised with a log line; per-channel DequantizeLinear needs 13, fp16 Q/DQ 19:
-    ``runner.graph.mixed_qdq.MIXED_OPSET``), nodes named, Constant nodes as initializers (the
+    ``runner.lowp.mixed_qdq.MIXED_OPSET``), nodes named, Constant nodes as initializers (the
     quantizer quantizes weights and biases only when they are initializers). A copy, or ``model``
     itself with ``in_place`` when its opset is new enough (``prepare``).
 
     Raises:
         ModelError: ONNX's version converter cannot raise the opset.
     """
-    from runner.graph.convert import prepare
-    from runner.graph.precisions import FLOAT16
+    from runner.lowp.convert import prepare
+    from runner.lowp.precisions import FLOAT16
 
     why = "int8 QDQ with per-channel weights" if opset <= INT8_OPSET else "int8 QDQ in float16"
     raised = raise_opset(model, max(opset, INT8_OPSET), why)
@@ -59,14 +59,14 @@ def prepare_int8(model: onnx.ModelProto, in_place: bool = False, opset: int = 13
 
 
 def make_quantizer(model: onnx.ModelProto, calibration: Calibration, options: QuantOptions) -> Any:
-    """The candidate builder ``options.placement`` names: ``runner.graph.placement.PlacedQuantizer``
+    """The candidate builder ``options.placement`` names: ``runner.lowp.placement.PlacedQuantizer``
     (tensorrt) or ``Quantizer`` (onnxruntime); both have ``convert(kept)``, ``calibration``, ``model``.
 
     Raises:
         ModelError: shape inference fails on the model.
     """
     if options.placement == "tensorrt":
-        from runner.graph.placement import PlacedQuantizer
+        from runner.lowp.placement import PlacedQuantizer
 
         return PlacedQuantizer(model, calibration, options)
     return Quantizer(model, calibration, options)

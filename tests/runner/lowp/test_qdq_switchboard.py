@@ -12,12 +12,12 @@ import onnx
 import pytest
 
 from runner.backends.onnxruntime import OnnxRuntimeBackend
-from runner.graph.calibration import calibrate
-from runner.graph.placement import PlacedQuantizer
-from runner.graph.qdq_switchboard import build_qdq_switchboard
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import make_quantizer, prepare_int8
-from runner.graph.switchboard import LazySwitchboard, RunsOn
+from runner.lowp.calibration import calibrate
+from runner.lowp.placement import PlacedQuantizer
+from runner.lowp.qdq_switchboard import build_qdq_switchboard
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import make_quantizer, prepare_int8
+from runner.lowp.switchboard import LazySwitchboard, RunsOn
 from tests.helpers.int8 import conv_outlier_model, dense_model
 from tests.helpers.models import need
 
@@ -105,7 +105,7 @@ def test_the_outlier_and_a_dense_chain_give_the_built_candidates_bits():
 
 
 def test_no_switchboard_where_nothing_is_quantized():
-    """Bodies and large weights are ``runner.graph.switchboard.unsupported``'s, shared with fp16 (its tests)."""
+    """Bodies and large weights are ``runner.lowp.switchboard.unsupported``'s, shared with fp16 (its tests)."""
     samples = _pixels(1, 1, 8)
     narrow = _quantizer(dense_model(4), samples)  # 3 channels: TensorRT has no faster int8 kernel
     assert not narrow.sites and build_qdq_switchboard(narrow, "k") is None

@@ -1,10 +1,10 @@
 """The switchboard of int8 candidates placed as TensorRT deploys them: one model that runs each.
 
-``runner.graph.placement.PlacedQuantizer`` writes a candidate's Q/DQ where TensorRT's int8 kernels
+``runner.lowp.placement.PlacedQuantizer`` writes a candidate's Q/DQ where TensorRT's int8 kernels
 read them, site by site: each site is one input of one node, and a kept node reads its float inputs
 whatever its neighbours do. So a candidate is the sum of its nodes' choices, and one model holds
 them all: every node with sites becomes an ``If`` on a switch of its own
-(``runner.graph.switchboard.Wiring``), whose ``then`` branch reads its inputs through their
+(``runner.lowp.switchboard.Wiring``), whose ``then`` branch reads its inputs through their
 QuantizeLinear/DequantizeLinear (a weight through its int8 values' DequantizeLinear: the same
 scales and int8 values as the candidate's, initializers of the switched model) and whose ``else``
 branch is the node as it is.
@@ -26,8 +26,8 @@ from typing import Dict, List, Optional
 import onnx
 from onnx import TensorProto
 
-from runner.graph.placement import PlacedQuantizer
-from runner.graph.switchboard import Switchboard, Wiring, unsupported
+from runner.lowp.placement import PlacedQuantizer
+from runner.lowp.switchboard import Switchboard, Wiring, unsupported
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import first_line
-from runner.graph.precisions import LOW_TYPES
 from runner.graph.stubs import fill, raw_bytes, weightless, widened
 from runner.graph.weight_file import is_pointed, maps, weight_bytes, weight_file
+from runner.lowp.precisions import LOW_TYPES
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 TensorRT 11 takes precision from the ONNX graph: an int8 node reads its inputs through
 QuantizeLinear/DequantizeLinear (Q/DQ), and every other node runs in the type its tensors have. So
 "int8 where it holds, fp16 elsewhere, fp32 where fp16 breaks" is one ONNX model: the QDQ candidate
-(``runner.graph.placement`` or ``runner.graph.quantize``) converted to fp16 by ONNX Runtime's float16
-converter (``runner.graph.convert.Converter``) except a set of nodes that stay fp32, with the Q/DQ
+(``runner.lowp.placement`` or ``runner.lowp.quantize``) converted to fp16 by ONNX Runtime's float16
+converter (``runner.lowp.convert.Converter``) except a set of nodes that stay fp32, with the Q/DQ
 typed in fp16 where their neighbours are:
 
 - the converter keeps the Q/DQ nodes fp32 (they are in its node block list) and puts Casts at every
@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from runner.graph.convert import Converter
-from runner.graph.precisions import FLOAT16, LowPrecision
 from runner.graph.qdq import is_qdq
+from runner.lowp.convert import Converter
+from runner.lowp.precisions import FLOAT16, LowPrecision
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class MixedQuantizer:
     """Builds int8 candidates whose float rest is fp16 (TensorRT's ``--int8 --fp16``).
 
     Args:
-        quantizer: the run's int8 candidate builder (``runner.graph.quantize.make_quantizer``), on a
+        quantizer: the run's int8 candidate builder (``runner.lowp.quantize.make_quantizer``), on a
             model at opset 19 or newer (``MIXED_OPSET``).
         low: the float precision of the rest (fp16).
 

@@ -1,6 +1,6 @@
 """Repairs of what ONNX Runtime's float16 converter writes, so that kept nodes really stay fp32.
 
-Each function edits a converted model in place (``runner.graph.convert.Converter`` calls them in
+Each function edits a converted model in place (``runner.lowp.convert.Converter`` calls them in
 order): kept nodes get fp32 copies of weights they share with converted nodes, duplicate Casts
 an older converter wrote go, Casts the
 converter appended for nodes inside If bodies move into those bodies, fp32 -> fp16 -> fp32 round
@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.graph.isolate import bodies, has_body, outer_reads, outer_scope_inputs
-from runner.graph.precisions import LOW_TYPES
+from runner.lowp.precisions import LOW_TYPES
 
 
 def fp32_copies_for_kept(model: onnx.ModelProto, kept: FrozenSet[str], blocked_ops: Set[str]) -> Dict[str, str]:

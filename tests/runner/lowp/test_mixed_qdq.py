@@ -9,10 +9,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, numpy_helper
 
-from runner.graph.calibration import calibrate
-from runner.graph.mixed_qdq import FP16_TINY, MIXED_OPSET, MixedQuantizer
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import make_quantizer, prepare_int8
+from runner.lowp.calibration import calibrate
+from runner.lowp.mixed_qdq import FP16_TINY, MIXED_OPSET, MixedQuantizer
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import make_quantizer, prepare_int8
 from tests.helpers.int8 import conv_outlier_model, fp16_and_int8_model
 
 

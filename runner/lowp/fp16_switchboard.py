@@ -1,7 +1,7 @@
-"""The switchboard of fp16 and bf16 candidates (``runner.graph.switchboard``): one fp32 model that emulates each.
+"""The switchboard of fp16 and bf16 candidates (``runner.lowp.switchboard``): one fp32 model that emulates each.
 
 A candidate is the float16 (bfloat16) conversion keeping a set of nodes in fp32
-(``runner.graph.convert.Converter``), run through the emulation (``runner.graph.emulate``: fp32
+(``runner.lowp.convert.Converter``), run through the emulation (``runner.lowp.emulate``: fp32
 arithmetic, every fp16 tensor rounded through ``Cast``). In the switchboard every node the conversion
 changes is an ``If`` whose ``then`` branch is the node converted (its inputs that the conversion makes
 fp16 rounded to fp16, weights as the converter stores them; its fp16 outputs rounded) and whose
@@ -15,7 +15,7 @@ candidate computes the same values as its emulated conversion; ``runner.checkers
 that on its first candidates and stops using the switchboard when any output differs by a bit.
 
 Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
-(``runner.graph.switchboard.unsupported``): each converted weight is held again in its low-precision
+(``runner.lowp.switchboard.unsupported``): each converted weight is held again in its low-precision
 values. fp16 reads "the low precision" below where the conversion is to bfloat16.
 """
 
@@ -28,10 +28,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from runner.graph.convert import Converter
-from runner.graph.emulate import tensor_types
 from runner.graph.stubs import weightless
-from runner.graph.switchboard import Switchboard, Wiring, cast_twice, unsupported
+from runner.lowp.convert import Converter
+from runner.lowp.emulate import tensor_types
+from runner.lowp.switchboard import Switchboard, Wiring, cast_twice, unsupported
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     """The switchboard of ``converter``'s candidates of ``model``, or None where it cannot be made.
 
     Args:
-        model: the prepared fp32 model the converter converts (``runner.graph.convert.prepare``);
+        model: the prepared fp32 model the converter converts (``runner.lowp.convert.prepare``);
             not modified. Node indices of the switches are this model's.
         converter: its float16 or bfloat16 converter.
         key: the session key of the switched model.

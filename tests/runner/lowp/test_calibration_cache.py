@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from runner.errors import ConfigError
-from runner.graph.calibration import calibrate
-from runner.graph.quant_options import QuantOptions
-from runner.graph.quantize import prepare_int8
+from runner.lowp.calibration import calibrate
+from runner.lowp.quant_options import QuantOptions
+from runner.lowp.quantize import prepare_int8
 from tests.helpers.int8 import conv_outlier_model, samples
 
 

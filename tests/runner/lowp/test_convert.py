@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from examples.planted import one_sensitive
 from runner.errors import ModelError
 from runner.graph.constants import constants_to_initializers, fold_weight_identities
-from runner.graph.convert import (
+from runner.graph.validate import strict_problem
+from runner.lowp.convert import (
     Converter,
     convert_except,
     float_nodes,
@@ -21,7 +22,6 @@ from runner.graph.convert import (
     prepare,
     to_low_precision,
 )
-from runner.graph.validate import strict_problem
 from tests.helpers.models import chain_model, f32, make_model, need
 
 
@@ -183,7 +183,7 @@ def test_bf16_keeps_ops_whose_schema_has_no_bf16_in_fp32_and_raises_the_opset():
 def test_duplicate_casts_of_an_older_converter_are_dropped():
     """onnxruntime < 1.32's converter gives each fp32 reader of an fp16 tensor its own Cast, all
     named ``<tensor>_cast_to_fp32``: one is kept, the graph is valid again and computes the same."""
-    from runner.graph.conversion_repairs import drop_duplicate_casts
+    from runner.lowp.conversion_repairs import drop_duplicate_casts
 
     cast = helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node")
     nodes = [
@@ -212,7 +212,7 @@ def test_weightless_conversion_and_emulation_match_the_whole_model_ones(monkeypa
     (``runner.graph.stubs``): the models are the ones made with every weight copied and converted
     each time (values of every initializer, nodes), on a real model with shared weights (BERT)."""
     import runner.graph.stubs as stubs
-    from runner.graph.emulate import emulate_low_precision
+    from runner.lowp.emulate import emulate_low_precision
     from tests.helpers.models import MODELS
 
     model = prepare(onnx.load(str(need(MODELS / "zoo" / "bert_tiny.onnx"))), low)

@@ -15,7 +15,7 @@ METHODS = ("minmax", "entropy", "percentile")
 #: the entropy calibrator's histogram: TensorRT's (``IInt8EntropyCalibrator2``: 2048 bins, thresholds
 #: searched from 128 quantized bins up); ONNX Runtime's default 128/128 leaves one threshold, the maximum
 ENTROPY_BINS, ENTROPY_QUANTIZED_BINS = 2048, 128
-#: where Q/DQ go: as TensorRT fuses them (``runner.graph.placement``), or ONNX Runtime's CPU placement
+#: where Q/DQ go: as TensorRT fuses them (``runner.lowp.placement``), or ONNX Runtime's CPU placement
 PLACEMENTS = ("tensorrt", "onnxruntime")
 #: what the nodes outside int8 may run in (``quantization.float_precision``)
 FLOAT_PRECISIONS = ("float32", "float16")
@@ -34,11 +34,11 @@ class QuantOptions:
             uint8 with a zero point (ONNX Runtime's CPU default).
         op_types_to_quantize: only nodes of these op types are quantized; empty: every op type
             ONNX Runtime's QDQ quantizer handles.
-        placement: "tensorrt" (Q/DQ where TensorRT fuses them, ``runner.graph.placement``) or
+        placement: "tensorrt" (Q/DQ where TensorRT fuses them, ``runner.lowp.placement``) or
             "onnxruntime" (ONNX Runtime's ``QDQQuantizer``, every removable activation kept).
-        cache: a calibration cache file (``runner.graph.calibration_cache``), or None.
+        cache: a calibration cache file (``runner.lowp.calibration_cache``), or None.
         float_precision: what the nodes outside int8 run in: "float32", or "float16" (TensorRT's
-            ``--int8 --fp16``: ``runner.graph.mixed_qdq``, opset 19).
+            ``--int8 --fp16``: ``runner.lowp.mixed_qdq``, opset 19).
     """
 
     method: str = "minmax"

@@ -16,7 +16,7 @@ ModelOpt's ``quantize_mode=int8`` place them:
   ``find_nodes_from_convs_to_exclude``, ``_MIN_MATMUL_DIM``), graph outputs.
 
 Scales are symmetric int8 (zero point 0, -127..127 as TensorRT's ``amax / 127``): an activation's
-from its calibrated range (``runner.graph.calibration.calibrate``), a weight's from its values. Each
+from its calibrated range (``runner.lowp.calibration.calibrate``), a weight's from its values. Each
 weight is quantized once per run and each candidate is the graph with its Q/DQ nodes written in
 (``runner.graph.stubs``: no weight copied or converted per candidate), where ONNX Runtime's
 quantizer took a second per candidate on the 672-node detector.
@@ -35,10 +35,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import ModelError, first_line
-from runner.graph.emulate import tensor_types
 from runner.graph.isolate import outer_reads
 from runner.graph.meta import infer_shapes
 from runner.graph.stubs import fill, raw_bytes, weightless
+from runner.lowp.emulate import tensor_types
 
 #: ops whose data input TensorRT reads int8 (index 0), with their weight input and its channel axis
 WEIGHTED = {"Conv": 0, "ConvTranspose": 1, "MatMul": -1, "Gemm": None}
@@ -80,8 +80,8 @@ class PlacedQuantizer:
 
     Args:
         model: the fp32 model (opset 13+, nodes named, Constant nodes as initializers: ``prepare_int8``).
-        calibration: the run's ranges (``runner.graph.calibration.Calibration``).
-        options: ``runner.graph.quant_options.QuantOptions`` (per_channel, op_types_to_quantize).
+        calibration: the run's ranges (``runner.lowp.calibration.Calibration``).
+        options: ``runner.lowp.quant_options.QuantOptions`` (per_channel, op_types_to_quantize).
 
     Attributes:
         sites: ``{node name: its quantized inputs}`` when no node is kept.
@@ -266,7 +266,7 @@ class PlacedQuantizer:
 
         Args:
             name: the tensor read at ``site``.
-            rename: maps each new node's name and output name (``runner.graph.qdq_switchboard``:
+            rename: maps each new node's name and output name (``runner.lowp.qdq_switchboard``:
                 fresh names in each switched node's branch); initializer names stay as made.
 
         Raises:
