@@ -7,6 +7,7 @@ type checking only).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional
@@ -14,7 +15,19 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Optional
 if TYPE_CHECKING:
     import onnx
 
-    from runner.lowp.switchboard import Switched
+
+@dataclass(frozen=True)
+class Switched:
+    """A candidate as one feed set of its search's switchboard (``runner.lowp.switchboard``).
+
+    Attributes:
+        board: the search's switchboard, built on first use (a ``runner.lowp.switchboard.LazySwitchboard``:
+            ``runs_on`` and ``get()``; typed loosely here, at the bottom of the import graph).
+        kept: indices of the nodes the candidate keeps in fp32 (forced ones included).
+    """
+
+    board: Any
+    kept: FrozenSet[int]
 
 
 @dataclass
@@ -132,3 +145,8 @@ class Candidate:
     units: Optional[FrozenSet[int]] = None
     as_reference: bool = False
     switched: Optional[Switched] = None
+
+    def portable(self, payload: Optional[Callable[[], Any]]) -> Candidate:
+        """The candidate as a check in another process receives it: ``payload`` (its model, built here), no
+        writer and no switchboard (a task elsewhere cannot call back into the strategy)."""
+        return dataclasses.replace(self, write=None, payload=payload, switched=None)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 from runner import malloc
 from runner.candidates import Candidate, Verdict
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, Need
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
 from runner.executors.serial import SerialExecutor
@@ -136,7 +136,6 @@ class Lifecycle:
         self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
         self.passes = 0
         self.errors = 0
-        self.switched_checks = 0  # checks run here as feeds of a switched model (``runner.checkers.switched``)
         self.failure_codes: set = set()
         self.round: List[Pending] = []
         self.verdict: Optional[Verdict] = None
@@ -228,7 +227,8 @@ class Lifecycle:
             ahead = sum(p.candidate.key in self._built_ahead for p in todo)
             if ahead:
                 log.info("Round %d: %d of %d candidates were built ahead", self.rounds + 1, ahead, len(todo))
-            switched = any(self._switched(p.candidate) for p in todo)  # the search needs nothing built ahead
+            # a round whose checks need nothing made (Need.nothing) has nothing worth building ahead either
+            nothing_made = any(self._need(p.candidate) is Need.nothing for p in todo)
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
@@ -243,7 +243,7 @@ class Lifecycle:
                 todo,
                 lambda: self.strategy.settled([p.verdict for p in self.round]),
                 self._progress if parallel else None,
-                self._lookahead() if parallel and self.executor.lookahead and not switched else None,
+                self._lookahead() if parallel and self.executor.lookahead and not nothing_made else None,
             )
         except BaseException:
             self._salvage(todo)
@@ -278,17 +278,18 @@ class Lifecycle:
             yield True
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
-        """Write the candidate's artifact here (unless its check writes it, or never reads it: it runs
-        switched, or runs the in-memory model, ``Checker.reads_artifact``); with several workers, build
-        an in-process checker's model here too, where the strategy lives."""
+        """Write the candidate's artifact here (unless its check writes it, or needs no file: it runs
+        nothing made or runs the in-memory model, ``Checker.needs``); with several workers, build an
+        in-process checker's model here too, where the strategy lives."""
         candidate = pending.candidate
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
-        if self._switched(candidate):
+        need = self._need(candidate)
+        if need is Need.nothing:
             return
         unread = not self.executor.elsewhere and not self.sorter.keep_intermediate
-        if unread and self.checker is not None and not self.checker.reads_artifact(candidate):
-            if parallel and candidate.payload is not None and self.checker.uses_payload:
+        if unread and need is Need.model:
+            if parallel and candidate.payload is not None:
                 candidate.payload()
             return
         if candidate.write is not None and not candidate.write_in_check:
@@ -303,16 +304,18 @@ class Lifecycle:
             except ArtifactError:
                 remove_partial(pending.artifact)
                 raise
-        if parallel and candidate.payload is not None and self.checker is not None and self.checker.uses_payload:
+        if parallel and candidate.payload is not None and need is Need.model:
             candidate.payload()
 
-    def _switched(self, candidate: Candidate) -> bool:
-        """Whether ``candidate``'s check runs it in this process as feeds of a switched model
-        (``Checker.runs_switched``): it needs neither its file (unless every one is kept) nor its model."""
+    def _need(self, candidate: Candidate) -> Need:
+        """What ``candidate``'s check needs made here (``Checker.needs``). A check that would need nothing
+        needs its model (or file) where it runs in another process (``Candidate.portable``), and its file
+        where every one is kept."""
         assert self.checker is not None
-        if self.executor.elsewhere or self.sorter.keep_intermediate:
-            return False
-        return self.checker.runs_switched(candidate)
+        need = self.checker.needs(candidate)
+        if need is Need.nothing and (self.executor.elsewhere or self.sorter.keep_intermediate):
+            return Need.model if candidate.payload is not None else Need.file
+        return need
 
     def _salvage(self, todo: List[Pending]) -> None:
         """When the run stops mid-round: sort and record the checks that ended (a resumed run reuses them)."""
@@ -388,8 +391,6 @@ class Lifecycle:
             self.crashed.add(candidate.twin or candidate.key)
         if verdict.error:
             self.errors += 1
-        if verdict.switched and not verdict.reused:
-            self.switched_checks += 1
         if verdict.passed:
             self.passes += 1
         else:

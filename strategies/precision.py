@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 import onnx
 from omegaconf import MISSING
 
-from runner.candidates import Candidate, Verdict
+from runner.candidates import Candidate, Switched, Verdict
 from runner.checkers.base import Checker
 from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
@@ -43,7 +43,7 @@ from runner.lowp.convert import Converter
 from runner.lowp.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import Quantizer
-from runner.lowp.switchboard import LazySwitchboard, Switched
+from runner.lowp.switchboard import LazySwitchboard
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.exchange import ExchangeSearch

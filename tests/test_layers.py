@@ -198,3 +198,15 @@ def test_benchmarks_and_examples_do_not_import_the_tests(tmp_path):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "b.py").write_text("import os\n\ndef f():\n    from tests.helpers.graphs import x\n")
     assert imports_of_tests(tmp_path) == [("benchmarks/b.py", 4)]
+
+
+def test_shared_rooms_name_nothing_of_switched_runs():
+    """Precision's switched runs live in the low-precision package, the compare checker and the strategy:
+    the lifecycle and the executors ask ``Checker.needs`` and read ``Checker.facts``, and ``candidates.py``,
+    the vocabulary every layer shares, imports nothing of the project."""
+    shared = [ROOT / "statemachine" / "lifecycle.py", *sorted((ROOT / "runner" / "executors").glob("*.py"))]
+    naming = [path.name for path in shared if "switch" in path.read_text().lower()]
+    assert naming == []
+    ours = ("runner", "strategies", "statemachine", "conf")
+    imports = [name for name, _ in imported_modules(ROOT / "runner" / "candidates.py") if name.split(".")[0] in ours]
+    assert imports == []

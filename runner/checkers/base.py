@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import abc
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, FrozenSet, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Optional
 
 from runner.candidates import Candidate, Verdict
 from runner.executors.slot import Slot
 
 if TYPE_CHECKING:
     from runner.context import RunContext
+
+
+class Need(Enum):
+    """What the check of a candidate needs made before it runs (``Checker.needs``)."""
+
+    #: its iteration artifact, written first
+    file = "file"
+    #: its in-memory model (``Candidate.payload``), built where the strategy lives in a parallel run
+    model = "model"
+    #: neither: it runs as feeds of its search's switched model (``Candidate.switched``)
+    nothing = "nothing"
 
 
 class Checker(abc.ABC):
@@ -22,10 +34,6 @@ class Checker(abc.ABC):
     """
 
     output_dir: Optional[Path] = None
-
-    #: the checker runs the candidate's in-memory model (``Candidate.payload``): a parallel run builds
-    #: it before the check, in the runner's thread
-    uses_payload = False
 
     #: several checks may run at once (``executor.workers`` > 1); False for a checker that asks a person
     concurrent = True
@@ -59,10 +67,10 @@ class Checker(abc.ABC):
             The verdict; ``passed`` is False when the candidate shows the failure.
         """
 
-    def runs_switched(self, candidate: Candidate) -> bool:
-        """Whether the check of ``candidate`` runs it as feeds of its search's switched model
-        (``Candidate.switched``), building neither its model nor reading its artifact (default: no)."""
-        return False
+    def needs(self, candidate: Candidate) -> Need:
+        """What the check of ``candidate`` needs made first: its file (the default), its in-memory model
+        (``Candidate.payload``), or nothing (it runs as feeds of its search's switched model)."""
+        return Need.file
 
     def compared_tensors(self) -> Optional[FrozenSet[str]]:
         """The tensors of the full model whose golden values the check holds itself (a ``polygraphy run
@@ -70,10 +78,9 @@ class Checker(abc.ABC):
         them; None: the check says nothing of the kind (default)."""
         return None
 
-    def reads_artifact(self, candidate: Candidate) -> bool:
-        """Whether the check of ``candidate`` reads its iteration artifact, so that the file must be
-        written first (default: yes; an in-process checker that runs ``Candidate.payload`` does not)."""
-        return True
+    def facts(self) -> Dict[str, Any]:
+        """This checker's own fields for ``summary.json`` (none here), as ``Executor.facts`` gives the executor's."""
+        return {}
 
     def close(self) -> None:
         """Release resources (sessions, processes) at the end of the run."""

@@ -18,7 +18,7 @@ from runner.backends.base import Backend, backend_class, make_backend, onnxrunti
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.arithmetics import Arithmetic, arithmetics, margin_of, verify
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, Need
 from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
 from runner.checkers.lowering import as_run, lowered, warn_fp16_on_cpu
@@ -174,8 +174,6 @@ class CompareChecker(Checker):
         self.margin = None if margin is None else float(margin)
         self.verify_on = None if verify_on is None else [Arithmetic.parse(n).name for n in verify_on]
 
-    uses_payload = True
-
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the
         reference run of each sample.
@@ -327,11 +325,13 @@ class CompareChecker(Checker):
                 more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
                 details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
                 reason = (f"sample {index}: " if several else "") + problems[0] + more
+                self.switched.counted(board is not None)
                 return Verdict(False, reason=reason, details=details, outputs=stats, switched=board is not None)
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
         reason = what + (f" with margin {margin:g}" if margin else "")
         reason += f" on all {len(self.samples)} samples" if several else ""
         verified = self._verified(candidate, model, quantized, margin, wanted, names, declared)
+        self.switched.counted(board is not None)
         return Verdict(
             True, reason=reason, details=dict(found), outputs=stats, switched=board is not None, verified=verified
         )
@@ -473,13 +473,16 @@ class CompareChecker(Checker):
         if not self._warned and self.backend_name == "onnxruntime" and self.providers == ["CPUExecutionProvider"]:
             self._warned = warn_fp16_on_cpu(model)
 
-    def runs_switched(self, candidate: Candidate) -> bool:
-        """Whether ``candidate`` runs on its search's switchboard (``runner.checkers.switched``)."""
-        return self.switched.takes(candidate)
+    def facts(self) -> Dict[str, Any]:
+        """``switched_checks``: the checks this checker ran as feeds of a switched model, when any did."""
+        return {"switched_checks": self.switched.checks} if self.switched.checks else {}
 
-    def reads_artifact(self, candidate: Candidate) -> bool:
-        """Only a candidate without an in-memory model (``Candidate.payload``) is read from its file."""
-        return candidate.payload is None and not self.runs_switched(candidate)
+    def needs(self, candidate: Candidate) -> Need:
+        """Nothing for a candidate that runs on its search's switchboard (``runner.checkers.switched``), its
+        in-memory model where it has one (``Candidate.payload``), else its file."""
+        if self.switched.takes(candidate):
+            return Need.nothing
+        return Need.model if candidate.payload is not None else Need.file
 
     def close(self) -> None:
         """Release the backends' sessions."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import onnx
 
 from runner.candidates import Candidate, Verdict
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, Need
 from runner.errors import CheckError, first_line
 from runner.executors.slot import Slot
 from runner.executors.worker import end_with_parent
@@ -116,7 +116,6 @@ class IsolatedChecker(Checker):
     def __init__(self, inner: Checker, timeout_s: Optional[float] = None):
         self.inner = inner
         self.timeout_s = timeout_s
-        self.uses_payload = inner.uses_payload
         self.concurrent = inner.concurrent
         self.fix_hint = inner.fix_hint
         self._pool: Optional[ProcessPoolExecutor] = None
@@ -135,9 +134,13 @@ class IsolatedChecker(Checker):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    def reads_artifact(self, candidate: Candidate) -> bool:
-        """The inner checker's answer: the child gets the candidate's model as bytes, or reads the file."""
-        return self.inner.reads_artifact(candidate)
+    def needs(self, candidate: Candidate) -> Need:
+        """The inner checker's need, a switched run's as its model (or file): the child gets the candidate's
+        model as bytes, or reads the file; it holds no switchboard."""
+        need = self.inner.needs(candidate)
+        if need is Need.nothing:
+            return Need.model if candidate.payload is not None else Need.file
+        return need
 
     def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:

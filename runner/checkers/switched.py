@@ -68,6 +68,8 @@ class SwitchedRuns:
         self._left = cross_checks
         self._lock = threading.Lock()
         self._said = False
+        #: checks that ran switched (``summary.json``'s ``switched_checks``)
+        self.checks = 0
 
     def __getstate__(self) -> Dict[str, object]:
         """Pickled (a checker sent to a worker process) without its lock."""
@@ -81,6 +83,12 @@ class SwitchedRuns:
         """Turn switched runs off when the checker compares a tensor that is no graph output of ``model``."""
         if not self.named <= {o.name for o in model.graph.output}:
             self.on = False
+
+    def counted(self, switched: bool) -> None:
+        """Count a check that ran switched (``checks``); checks of several threads may end at once."""
+        if switched:
+            with self._lock:
+                self.checks += 1
 
     def takes(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import concurrent.futures
 import contextlib
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ class Shipped:
 
 def shipped(candidate: Candidate, executor: str) -> Candidate:
     """``candidate`` with its model built here (a task elsewhere cannot call back into the strategy)
-    and no writer or switchboard: what a check in another process receives.
+    (``Candidate.portable``): what a check in another process receives.
 
     Raises:
         ConfigError: the candidate is built in its check (TensorRT engines), on this machine only.
@@ -49,7 +48,7 @@ def shipped(candidate: Candidate, executor: str) -> Candidate:
         )
     # a large model's candidate points into this process's weight file: it travels with its values
     payload = Shipped(weight_file().portable(candidate.payload())) if candidate.payload is not None else None
-    return dataclasses.replace(candidate, write=None, payload=payload, switched=None)
+    return candidate.portable(payload)
 
 
 def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate, slot: Slot) -> Verdict:

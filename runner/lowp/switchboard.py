@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
 
@@ -232,16 +231,3 @@ class LazySwitchboard:
     def __setstate__(self, state: Dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Switched:
-    """A candidate as one feed set of its search's switchboard.
-
-    Attributes:
-        board: the search's switchboard (built on first use).
-        kept: indices of the nodes the candidate keeps in fp32 (forced ones included).
-    """
-
-    board: LazySwitchboard
-    kept: FrozenSet[int]

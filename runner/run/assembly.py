@@ -327,7 +327,7 @@ def counters(state: RunState) -> None:
             workers=lifecycle.executor.workers,
             executor=lifecycle.executor.name,
             **({"cancelled": lifecycle.cancelled} if lifecycle.cancelled else {}),
-            **({"switched_checks": lifecycle.switched_checks} if lifecycle.switched_checks else {}),
+            **(lifecycle.checker.facts() if lifecycle.checker is not None else {}),
             **lifecycle.executor.facts(summary.started),
         )
         summary.reused_from_other_identity = lifecycle.reused_foreign

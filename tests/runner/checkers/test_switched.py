@@ -12,13 +12,15 @@ import pytest
 
 from examples.planted import rmsnorm_decoder, two_branches
 from runner.backends.fp16_emulation import EmulationBackend
-from runner.candidates import Candidate
+from runner.candidates import Candidate, Switched
+from runner.checkers.base import Need
 from runner.checkers.compare import CompareChecker
+from runner.checkers.isolated import IsolatedChecker
 from runner.checkers.switched import CROSS_CHECKS, SwitchedRuns
 from runner.lowp.convert import Converter, prepare
 from runner.lowp.fp16_switchboard import build_switchboard
 from runner.lowp.precisions import FLOAT16
-from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switched
+from runner.lowp.switchboard import LazySwitchboard, RunsOn
 
 
 def _lazy(model, converter):
@@ -44,8 +46,11 @@ def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
     checker.switched.bind(model)
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(_lazy(prepared, Converter(prepared)), frozenset()))
-    assert checker.runs_switched(candidate) is on
-    assert not checker.runs_switched(Candidate("k", "c")), "a candidate with no switchboard runs as itself"
+    assert (checker.needs(candidate) is Need.nothing) is on
+    assert checker.needs(Candidate("k", "c")) is Need.file, "a candidate with no switchboard runs as itself"
+    assert checker.needs(Candidate("k", "c", payload=lambda: model)) is Need.model
+    isolated = IsolatedChecker(checker)
+    assert isolated.needs(candidate) is Need.file, "a child process holds no switchboard: it reads the file"
 
 
 def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
@@ -154,7 +159,7 @@ def test_a_checker_with_switched_runs_pickles():
     model, _, _ = two_branches()
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(_lazy(prepared, Converter(prepared)), frozenset()))
-    assert checker.runs_switched(candidate)
+    assert checker.needs(candidate) is Need.nothing
 
 
 @pytest.mark.slow
@@ -200,9 +205,9 @@ def test_detections_on_graph_outputs_run_switched(run, tmp_path):
 def test_int8_switchboards_run_on_onnxruntime_with_optimizations_off(options, on):
     checker = CompareChecker(**options)
     qdq = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.ONNXRUNTIME), frozenset()))
-    assert checker.runs_switched(qdq) is on
+    assert (checker.needs(qdq) is Need.nothing) is on
     fp16 = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.EMULATION), frozenset()))
-    assert checker.runs_switched(fp16) is (options.get("backend") == "fp16_emulation")
+    assert (checker.needs(fp16) is Need.nothing) is (options.get("backend") == "fp16_emulation")
 
 
 def _int8(run, tmp_path, int8_feeds, name, *extra):
