@@ -26,7 +26,7 @@ import onnx
 from runner import malloc
 from runner.backends.base import make_backend, onnxruntime_options
 from runner.checkers.base import Checker
-from runner.checkers.compare import CompareChecker
+from runner.checkers.comparison import Comparison
 from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
@@ -37,7 +37,7 @@ from runner.graph.scope import Scope
 from runner.graph.validate import converted
 from runner.layerwise.compute import LayerwiseComparison, NodeRow
 from runner.layerwise.quant_report import pair_summary, write_pairs_csv
-from runner.layerwise.ranking import comparison_backend, lost
+from runner.layerwise.ranking import lost
 from runner.layerwise.report import absorbed, describe, diverges, first_divergence, plot, ranked, table, write_csv
 from runner.layerwise.tensors import weight_peaks
 from runner.lowp.calibration import Calibration, calibrate
@@ -76,7 +76,7 @@ class LayerwiseStrategy(Report):
 
     Args:
         ctx: the run context (model, input samples, run directory).
-        checker: the compare checker whose backend, reference, tolerances and low precision apply.
+        comparison: the compare checker's backend, reference, tolerances and low precision (``Checker.comparison``).
         reference_model: a model to compare against, or None for the model itself on the reference.
         top: how many nodes ``top_introduced`` and the printed table hold.
         max_memory_mb: the budget in MiB for tensor values held at once; past it values are
@@ -89,7 +89,7 @@ class LayerwiseStrategy(Report):
     def __init__(
         self,
         ctx: RunContext,
-        checker: CompareChecker,
+        comparison: Comparison,
         reference_model: Optional[str],
         top: int,
         max_memory_mb: Optional[float],
@@ -97,7 +97,7 @@ class LayerwiseStrategy(Report):
         quant: Optional[QuantOptions] = None,
         scope: Optional[Scope] = None,
     ):
-        self.ctx, self.checker, self.reference_model = ctx, checker, reference_model
+        self.ctx, self.comparison, self.reference_model = ctx, comparison, reference_model
         self.top, self.max_memory_mb, self.plot = top, max_memory_mb, plot
         self.quant = quant or QuantOptions()
         self.calibration: Optional[Calibration] = None
@@ -121,7 +121,8 @@ class LayerwiseStrategy(Report):
                 loaded), ``layerwise.top`` below 1 or ``layerwise.max_memory_mb`` not positive,
                 bad ``calibration.*``/``quantization.*``.
         """
-        if not isinstance(checker, CompareChecker):
+        comparison = checker.comparison() if checker is not None else None
+        if comparison is None:
             raise ConfigError("mode=layerwise compares tensors in-process; use checker=compare (its default)")
         if keys.golden:
             raise ConfigError(
@@ -139,7 +140,7 @@ class LayerwiseStrategy(Report):
                 "quantization.float_precision=float16 applies to mode=precision (int8 with the rest in fp16); "
                 "mode=layerwise quantizes nodes one at a time against float32: drop it"
             )
-        return cls(ctx, checker, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
+        return cls(ctx, comparison, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
 
     def _excluded(self, model: onnx.ModelProto) -> Set[str]:
         """``checker.exclude_outputs``: graph outputs whose divergence is no first divergence.
@@ -147,7 +148,7 @@ class LayerwiseStrategy(Report):
         Raises:
             ConfigError: a name that is no graph output of the model, or every graph output.
         """
-        excluded = set(self.checker.exclude_outputs)
+        excluded = set(self.comparison.exclude_outputs)
         outputs = [o.name for o in model.graph.output]
         unknown = sorted(excluded - set(outputs))
         if unknown:
@@ -174,7 +175,7 @@ class LayerwiseStrategy(Report):
                     f"reference_model={self.reference_model} takes inputs {theirs} but the model takes {ours}; "
                     "compare models with the same inputs"
                 )
-        low = self.checker.low
+        low = self.comparison.low
         target = model
         if has_qdq(model) and not self.reference_model:
             raise ConfigError(
@@ -219,13 +220,13 @@ class LayerwiseStrategy(Report):
                 f"{self.ctx.model_path} has no nodes that compute (its graph is empty or only constants); "
                 "there is no layer to compare"
             )
-        name = self.checker.reference_name
+        name = self.comparison.reference_name
         # every tensor is marked: a session's CPU arena would keep all the values of a run after it
         ref_options = onnxruntime_options(
-            name, providers=self.checker.providers, graph_optimization_level="disable", cpu_arena=False
+            name, providers=self.comparison.providers, graph_optimization_level="disable", cpu_arena=False
         )
         ref_backend = make_backend(name, **ref_options)
-        target_backend = comparison_backend(self.checker)
+        target_backend = self.comparison.backend()
         budget = None if self.max_memory_mb is None else int(float(self.max_memory_mb) * 2**20)
         try:
             comparison = LayerwiseComparison(
@@ -235,8 +236,8 @@ class LayerwiseStrategy(Report):
                 weight_peaks(given),
                 ref_backend.run,
                 target_backend,
-                self.checker.rule,
-                self.checker.low,
+                self.comparison.rule,
+                self.comparison.low,
                 budget,
                 self.ctx.tensor_sizes(reference) if budget is not None else None,
                 excluded=self._excluded(given),
@@ -275,8 +276,8 @@ class LayerwiseStrategy(Report):
             "first_divergence": describe(first) if first is not None else None,
             "absorbed": absorbed(self.rows),
             "top_introduced": [describe(r) for r in top],
-            "target": self.checker.backend_name + (f" ({self.checker.low})" if self.checker.low else ""),
-            "reference": self.reference_model or self.checker.reference_name,
+            "target": self.comparison.backend_name + (f" ({self.comparison.low})" if self.comparison.low else ""),
+            "reference": self.reference_model or self.comparison.reference_name,
             "csv": str(csv_path),
             "plot": str(png_path) if self.plot else None,
         }

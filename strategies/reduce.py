@@ -27,7 +27,6 @@ from omegaconf import MISSING
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.checkers.compare import CompareChecker
 from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
@@ -178,6 +177,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
         index = GraphIndex(model, meta, keep_constant_nodes=keys.keep_constant_nodes)
         compared = checker.compared_tensors() if checker is not None else None
+        comparison = checker.comparison() if checker is not None else None
         if compared:
             marked = index.mark(compared)
             log.info(
@@ -207,15 +207,15 @@ class ReduceStrategy(OnnxSearchStrategy):
             weights,
             # the compare checker's values are the check's own; another check decides on its own data, and
             # running the original here could meet the very backend crash being reduced
-            (lambda: checker.samples) if isinstance(checker, CompareChecker) else None,
+            comparison.samples if comparison is not None else None,
             in_scope,
             bool(ctx.input_shapes or ctx.inputs or ctx.data_loader),
-            checker.as_run if isinstance(checker, CompareChecker) else None,
+            comparison.as_run if comparison is not None else None,
         )
         if checker is not None:
             strategy.fix_hint = checker.fix_hint
-        if isinstance(checker, CompareChecker):
-            strategy.tolerance = checker.rule.polygraphy_args()
+        if comparison is not None:
+            strategy.tolerance = comparison.rule.polygraphy_args()
         return strategy
 
     # -- candidates ---------------------------------------------------------------------------

@@ -210,3 +210,15 @@ def test_shared_rooms_name_nothing_of_switched_runs():
     ours = ("runner", "strategies", "statemachine", "conf")
     imports = [name for name, _ in imported_modules(ROOT / "runner" / "candidates.py") if name.split(".")[0] in ours]
     assert imports == []
+
+
+def test_no_module_outside_the_checkers_reaches_into_the_compare_checker():
+    """Layerwise, reduce and the rankings read ``Checker.comparison()``, a record, instead of testing for
+    the compare checker's class and reading its attributes."""
+    reaching = [
+        str(path.relative_to(ROOT))
+        for package in ("runner", "strategies", "statemachine")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "checkers" not in path.parts and "CompareChecker)" in path.read_text()
+    ]
+    assert reaching == []

@@ -11,6 +11,7 @@ from runner.candidates import Candidate, Verdict
 from runner.executors.slot import Slot
 
 if TYPE_CHECKING:
+    from runner.checkers.comparison import Comparison
     from runner.context import RunContext
 
 
@@ -76,6 +77,11 @@ class Checker(abc.ABC):
         """The tensors of the full model whose golden values the check holds itself (a ``polygraphy run
         --load-outputs`` file of every tensor), which a reduce candidate should output wherever it computes
         them; None: the check says nothing of the kind (default)."""
+        return None
+
+    def comparison(self) -> Optional[Comparison]:
+        """How this checker runs and judges a model, for the work that must do the same beside its checks
+        (layerwise, reduce's own runs, precision's rankings); None (the default): it compares nothing."""
         return None
 
     def facts(self) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
 from runner.checkers.arithmetics import Arithmetic, arithmetics, margin_of, verify
 from runner.checkers.base import Checker, Need
+from runner.checkers.comparison import Comparison
 from runner.checkers.detections import DetectionRule, judge_logged
 from runner.checkers.golden_casts import through_casts
 from runner.checkers.lowering import as_run, lowered, warn_fp16_on_cpu
@@ -151,7 +152,7 @@ class CompareChecker(Checker):
                 "checker.providers and checker.provider_options do not apply; drop them"
             )
         self.backend: Backend = make_backend(backend, **options)
-        #: the ONNX Runtime options ``backend`` was made with (``runner.layerwise.ranking.comparison_backend``)
+        #: the ONNX Runtime options ``backend`` was made with (``Comparison.backend``)
         self.backend_options = options
         self.backend_name = backend
         self.reference_name = reference
@@ -472,6 +473,20 @@ class CompareChecker(Checker):
         """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""
         if not self._warned and self.backend_name == "onnxruntime" and self.providers == ["CPUExecutionProvider"]:
             self._warned = warn_fp16_on_cpu(model)
+
+    def comparison(self) -> Comparison:
+        """This checker's way of running and judging, as data (``runner.checkers.comparison``)."""
+        return Comparison(
+            self.backend_name,
+            dict(self.backend_options),
+            tuple(self.providers),
+            self.reference_name,
+            self.low,
+            self.rule,
+            frozenset(self.exclude_outputs),
+            lambda: self.samples,
+            self.as_run,
+        )
 
     def facts(self) -> Dict[str, Any]:
         """``switched_checks``: the checks this checker ran as feeds of a switched model, when any did."""

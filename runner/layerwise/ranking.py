@@ -30,9 +30,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
-from runner.backends.base import Backend, make_backend, onnxruntime_options
+from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
-from runner.checkers.compare import CompareChecker
 from runner.checkers.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.executors.spread import HERE
@@ -76,35 +75,16 @@ def lost(row: NodeRow) -> bool:
     )
 
 
-def on_device(backend: str, providers: Sequence[str]) -> bool:
-    """Whether a checker backend runs candidates on a device (TensorRT, or ONNX Runtime with a GPU
-    execution provider) rather than on the CPU."""
-    from runner.backends.onnxruntime import GPU_PROVIDERS
-
-    return backend == "tensorrt" or (backend == "onnxruntime" and any(p in GPU_PROVIDERS for p in providers))
-
-
-def comparison_backend(checker: CompareChecker) -> Backend:
-    """A new backend like ``checker``'s own (the same name and ONNX Runtime options) for a layerwise
-    comparison, whose models have every tensor marked: on ONNX Runtime its sessions keep no CPU memory
-    arena, which would hold all the values of a run after it. The caller closes it.
-
-    Raises:
-        MissingExtraError: the backend is TensorRT and TensorRT is not installed.
-    """
-    extra = onnxruntime_options(checker.backend_name, cpu_arena=False)
-    return make_backend(checker.backend_name, **checker.backend_options, **extra)
-
-
 def ranking_backend(checker: Optional[Checker]) -> Optional[Backend]:
     """A backend like the checker's own when it judges on a device (so precision's ranking sees the
-    device's arithmetic, e.g. its fp16 kernels; ``comparison_backend``: its sessions of
+    device's arithmetic, e.g. its fp16 kernels; ``Comparison.backend``: its sessions of
     marked models are not left in the checker's cache), else None: ``introduced_ranking`` then runs
     fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8
     ONNX Runtime on CPU (it runs Q/DQ as written). ``introduced_ranking`` closes either."""
-    if isinstance(checker, CompareChecker) and on_device(checker.backend_name, checker.providers):
-        log.info("Nodes are ranked on the checker's backend (%s, %s)", checker.backend_name, checker.providers)
-        return comparison_backend(checker)
+    comparison = checker.comparison() if checker is not None else None
+    if comparison is not None and comparison.on_device:
+        log.info("Nodes are ranked on the checker's backend (%s, %s)", comparison.backend_name, comparison.providers)
+        return comparison.backend()
     return None
 
 

@@ -241,13 +241,12 @@ def test_the_comparisons_sessions_keep_no_cpu_arena():
     after it (``layerwise.max_memory_mb=64`` peaked at 477 MB). The checker's own sessions keep theirs."""
     from runner.checkers.compare import CompareChecker
     from runner.graph.sessions import session_for
-    from runner.layerwise.ranking import comparison_backend
 
     model = chain_model(3)
     assert session_for(model).get_session_options().enable_cpu_mem_arena
     assert not session_for(model, cpu_arena=False).get_session_options().enable_cpu_mem_arena
     checker = CompareChecker(backend="fp16_emulation", graph_optimization_level="basic")
-    comparison = comparison_backend(checker)
+    comparison = checker.comparison().backend()
     try:
         assert comparison is not checker.backend and comparison.ort.level == checker.backend.ort.level
         assert comparison.ort.cpu_arena is False and checker.backend.ort.cpu_arena is True
