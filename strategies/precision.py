@@ -95,6 +95,13 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     # for int8, whose rankings leave smaller answers than the 1-minimal one more often, 0 for fp16/bf16)
     exchange_checks: Optional[int] = None
 
+    def checker_defaults(self) -> Dict[str, Any]:
+        """Checker options this search defaults where they are left null (``runner.run.plan``): an int8 search
+        with TensorRT's placement runs its candidates' Q/DQ as written (``graph_optimization_level=disable``),
+        and so as feeds of one switched model (``runner.lowp.qdq_switchboard``)."""
+        int8 = getattr(self.low_precision, "value", self.low_precision) == "int8"
+        return {"graph_optimization_level": "disable"} if int8 and self.quantization.placement == "tensorrt" else {}
+
 
 KEYS = PrecisionKeys
 

@@ -222,3 +222,17 @@ def test_no_module_outside_the_checkers_reaches_into_the_compare_checker():
         if "checkers" not in path.parts and "CompareChecker)" in path.read_text()
     ]
     assert reaching == []
+
+
+def test_the_run_names_no_mode_and_no_precision():
+    """``runner/run/`` assembles any mode: what a mode defaults for its checker comes from its keys
+    (``checker_defaults``), not from tests of its name or its precision there."""
+    import re
+
+    named = re.compile(r"""[=!]=\s*["'](precision|reduce|layerwise|int8|float16|bfloat16|tensorrt)["']""")
+    found = [
+        f"{path.name}: {match.group(0)}"
+        for path in sorted((ROOT / "runner" / "run").glob("*.py"))
+        for match in named.finditer(path.read_text())
+    ]
+    assert found == []

@@ -19,7 +19,16 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from runner.config import plain, seconds_limit
-from runner.config_keys import check_mode_keys, check_option_keys, group_keys, group_targets, mode_uses, set_keys
+from runner.config_keys import (
+    check_mode_keys,
+    check_option_keys,
+    group_keys,
+    group_targets,
+    keys_of,
+    mode_keys,
+    mode_uses,
+    set_keys,
+)
 from runner.errors import ConfigError
 from runner.files.inputs import files_read
 from runner.files.paths import in_job_dir
@@ -162,17 +171,17 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
 
 
 def checker_plan(config: DictConfig) -> CheckerPlan:
-    """The checker group's plan (``config.checker``). ``checker.graph_optimization_level`` left null
-    is "disable" for an int8 precision search with TensorRT's placement: its candidates run as
-    written, and so as feeds of one switched model (``runner.checkers.switched``).
+    """The checker group's plan (``config.checker``). A checker option left null takes the mode's default
+    for it where the mode's keys give one (``checker_defaults`` of its keys dataclass: an int8 precision
+    search with TensorRT's placement runs its candidates with ``graph_optimization_level=disable``).
 
     Raises:
         ConfigError: ``checker.timeout_s`` without ``checker.isolate``, or not above 0.
     """
     options = plain(config.checker)
-    if "graph_optimization_level" in options and options["graph_optimization_level"] is None and _placed_int8(config):
-        # its candidates' Q/DQ run as written, so that they run switched (runner.lowp.qdq_switchboard)
-        options["graph_optimization_level"] = "disable"
+    for key, value in _mode_checker_defaults(config).items():
+        if key in options and options[key] is None:
+            options[key] = value
     if "isolate" not in options:  # a checker that runs a program: its timeout_s is its own
         return CheckerPlan(options)
     isolate = bool(options.pop("isolate"))
@@ -185,12 +194,18 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     return CheckerPlan(options, isolate, seconds_limit(timeout_s, "checker.timeout_s"))
 
 
-def _placed_int8(config: DictConfig) -> bool:
-    """Whether the run is an int8 precision search placed as TensorRT deploys it (``low_precision=int8``,
-    ``quantization.placement=tensorrt``), whose checks default to ONNX Runtime's optimizations off."""
-    if str(config.mode.name) != "precision" or str(plain(OmegaConf.select(config, "low_precision"))) != "int8":
-        return False
-    return str(OmegaConf.select(config, "quantization.placement", default="tensorrt")) == "tensorrt"
+def _mode_checker_defaults(config: DictConfig) -> Dict[str, Any]:
+    """The checker options the run's mode defaults: its keys dataclass's ``checker_defaults()``, filled from
+    the config (``keys_of``); none for a config without a mode or a mode without them.
+
+    Raises:
+        ConfigError: a mode key's value its schema refuses.
+    """
+    mode = OmegaConf.select(config, "mode.name")
+    if mode is None or not hasattr(mode_keys().get(str(mode)), "checker_defaults"):
+        return {}
+    defaults: Dict[str, Any] = keys_of(str(mode), config).checker_defaults()
+    return defaults
 
 
 @functools.cache
