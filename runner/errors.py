@@ -6,6 +6,8 @@ Each message says what is wrong and how to fix it; the entry point prints it, wr
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message, for a one-line error; its type's name when empty."""
@@ -86,7 +88,7 @@ class AnswerNotVerifiedError(CheckError):
     exit_code = 3
     status = "answer not verified"
 
-    def __init__(self, message: str, verified: dict):
+    def __init__(self, message: str, verified: Dict[str, Any]):
         super().__init__(message)
         self.verified = verified
 

@@ -136,7 +136,7 @@ class Lifecycle:
         self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
         self.passes = 0
         self.errors = 0
-        self.failure_codes: set = set()
+        self.failure_codes: Set[Optional[int]] = set()
         self.round: List[Pending] = []
         self.verdict: Optional[Verdict] = None
         self._checks: Optional[RoundChecks] = None

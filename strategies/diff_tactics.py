@@ -13,7 +13,7 @@ import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
@@ -78,11 +78,11 @@ def potentially_bad(good: Records, bad: Records) -> Dict[str, List[Dict[str, Any
         ``{layer: [{"tactic": str, "bad_records": count}, ...]}``, layers ordered by their
         most frequent suspicious tactic.
     """
-    seen_good: Dict[str, set] = defaultdict(set)
+    seen_good: Dict[str, Set[Any]] = defaultdict(set)
     for _, rec in good:
         for layer, tactic in rec.items():
             seen_good[layer].add(tactic)
-    counts: Dict[str, Counter] = defaultdict(Counter)
+    counts: Dict[str, Counter[Any]] = defaultdict(Counter)
     for _, rec in bad:
         for layer, tactic in rec.items():
             if tactic not in seen_good[layer]:

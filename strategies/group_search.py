@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 from strategies.boundary import BoundaryMarker
 from strategies.search_rounds import RoundSearch
@@ -57,7 +57,7 @@ class _Shared:
     def __init__(self, fn: Callable[[List[Any]], List[Any]]):
         self.fn = fn
 
-    def __deepcopy__(self, memo: dict) -> _Shared:
+    def __deepcopy__(self, memo: Dict[int, Any]) -> _Shared:
         return self
 
 

@@ -63,7 +63,7 @@ class _Fixed:
     ):
         self.members, self.labels, self.ranks, self.reorder = members, labels, ranks, reorder
 
-    def __deepcopy__(self, memo: dict) -> _Fixed:
+    def __deepcopy__(self, memo: Dict[int, Any]) -> _Fixed:
         return self
 
 
@@ -266,7 +266,7 @@ class TiedSearch(RoundSearch[int]):
             if self._tied is not None:
                 self._tied._forking = False
 
-    def __deepcopy__(self, memo: dict) -> TiedSearch:
+    def __deepcopy__(self, memo: Dict[int, Any]) -> TiedSearch:
         fork = copy.copy(self)
         for name in ("_tied", "_blocks"):
             setattr(fork, name, copy.deepcopy(getattr(self, name), memo))

@@ -313,7 +313,7 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _wait(proc: subprocess.Popen, timeout_s: Optional[float], slot: Optional[Slot]) -> bool:
+def _wait(proc: subprocess.Popen[bytes], timeout_s: Optional[float], slot: Optional[Slot]) -> bool:
     """Wait for the check's process: True when it exited, False after ``timeout_s`` seconds.
 
     Raises:
@@ -339,7 +339,7 @@ def _wait(proc: subprocess.Popen, timeout_s: Optional[float], slot: Optional[Slo
             return False
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill every process left in the check's process group (it leads its own session)."""
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

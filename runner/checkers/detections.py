@@ -121,6 +121,11 @@ def _flat(values: np.ndarray, width: int) -> np.ndarray:
     return a.reshape(-1, width) if width else a.reshape(-1)
 
 
+def _area(boxes: np.ndarray) -> np.ndarray:
+    """The area of each box of ``boxes`` ``[N, 4]`` (x1, y1, x2, y2), 0 for an inverted one."""
+    return np.clip(boxes[:, 2] - boxes[:, 0], 0, None) * np.clip(boxes[:, 3] - boxes[:, 1], 0, None)
+
+
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU of every box of ``a`` ``[N, 4]`` with every box of ``b`` ``[M, 4]`` (x1, y1, x2, y2): ``[N, M]``.
     A box with a coordinate that is not finite (an fp16 overflow) has IoU 0 with every box."""
@@ -130,8 +135,7 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         x2 = np.minimum(a[:, None, 2], b[None, :, 2])
         y2 = np.minimum(a[:, None, 3], b[None, :, 3])
         inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
-        area = lambda z: np.clip(z[:, 2] - z[:, 0], 0, None) * np.clip(z[:, 3] - z[:, 1], 0, None)  # noqa: E731
-        union = area(a)[:, None] + area(b)[None, :] - inter
+        union = _area(a)[:, None] + _area(b)[None, :] - inter
         iou = np.where(union > 0, inter / union, 0.0)
     return np.where(np.isfinite(iou), iou, 0.0)
 

@@ -17,6 +17,7 @@ import errno
 import os
 import signal
 import sys
+from typing import List
 
 PR_SET_PDEATHSIG = 1
 ENDING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -41,7 +42,7 @@ def _die_with_parent(parent: int) -> None:
         _end_group(signal.SIGTERM, None)
 
 
-def main(argv: list) -> int:
+def main(argv: List[str]) -> int:
     """Start ``argv[2:]``, wait for it, and return or re-raise how it ended."""
     parent, command = int(argv[1]), argv[2:]
     if os.getpgrp() != os.getpid():  # lead a group of our own, so ending "the group" never reaches the caller

@@ -281,7 +281,7 @@ def compare_tensor(
 
 def compare_outputs(
     actual: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], rule: Tolerances
-) -> Tuple[bool, Dict[str, Dict], List[str]]:
+) -> Tuple[bool, Dict[str, Dict[str, Any]], List[str]]:
     """Compare every output in ``actual`` with ``golden`` by name.
 
     Returns:
@@ -290,7 +290,7 @@ def compare_outputs(
     Raises:
         KeyError: when an output has no golden value.
     """
-    stats: Dict[str, Dict] = {}
+    stats: Dict[str, Dict[str, Any]] = {}
     problems: List[str] = []
     for name, value in actual.items():
         atol, rtol = rule.for_output(name)

@@ -85,7 +85,9 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         set_current(None)
 
 
-def relay(source: Any, error: Optional[Callable[[BaseException], BaseException]] = None) -> concurrent.futures.Future:
+def relay(
+    source: Any, error: Optional[Callable[[BaseException], BaseException]] = None
+) -> concurrent.futures.Future[Verdict]:
     """A ``concurrent.futures.Future`` that ends as ``source`` ends (a ``distributed.Future``, or a worker
     process's future), and that ``cancel`` ends at once even while ``source`` runs: the check is
     abandoned (it ends where it runs, unseen), so a round or a stopping run does not wait for it.
@@ -94,7 +96,7 @@ def relay(source: Any, error: Optional[Callable[[BaseException], BaseException]]
         source: a future with ``add_done_callback``, ``cancelled``, ``exception``, ``result`` and ``cancel``.
         error: maps what ``source`` raised to what the relay raises (default: the same).
     """
-    proxy: concurrent.futures.Future = concurrent.futures.Future()
+    proxy: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
 
     def ended(_: Any) -> None:
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # cancelled meanwhile
@@ -179,7 +181,7 @@ class Executor(abc.ABC):
         return obj
 
     @abc.abstractmethod
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future[Verdict]:
         """Start ``fn(*args)`` for the check of slot ``worker`` (0-based); return its future."""
 
     def lanes(self) -> Sequence[Any]:

@@ -83,7 +83,7 @@ class DaskExecutor(Executor):
         """Scatter ``obj`` to every worker once; tasks receive it by reference."""
         return self.client.scatter(obj, broadcast=True, hash=False)
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future[Verdict]:
         """Submit ``fn(*args)`` as a task (never cached: ``pure=False``) on any worker; its future relayed."""
         return relay(self.client.submit(fn, *args, pure=False))
 

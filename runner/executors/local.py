@@ -36,7 +36,7 @@ class LocalExecutor(Executor):
         """A ``threading.Event``."""
         return threading.Event()
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future[Verdict]:
         """Run ``fn(*args)`` on a pool thread (any: the slot carries the GPU)."""
         return self.pool.submit(fn, *args)
 

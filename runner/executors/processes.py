@@ -102,7 +102,7 @@ class ProcessExecutor(Executor):
                 for process in self._processes:
                     process.ready.add_done_callback(self._one_ready)
 
-    def _one_ready(self, future: concurrent.futures.Future) -> None:
+    def _one_ready(self, future: concurrent.futures.Future[None]) -> None:
         """A worker started (or failed to): the log says when the last one is ready."""
         if self._ready_at is None and all(p.ready.done() and not p.ready.exception() for p in self._processes):
             self._ready_at = time.monotonic()
@@ -168,7 +168,7 @@ class ProcessExecutor(Executor):
             )
         return Held(obj)
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future[Verdict]:
         """Start ``fn(*args)``: in a thread here when its slot was made to run here (it has a cancel flag),
         else on worker ``worker`` (started, and ready within ``timeout_s``, first).
 
@@ -188,7 +188,7 @@ class ProcessExecutor(Executor):
         future.add_done_callback(self._timed_check)
         return future
 
-    def _timed_check(self, future: concurrent.futures.Future) -> None:
+    def _timed_check(self, future: concurrent.futures.Future[Verdict]) -> None:
         if not future.cancelled() and future.exception() is None:
             self._took_here(future.result().check_s or 0.0)
 

@@ -25,8 +25,8 @@ class SerialExecutor(Executor):
             raise ConfigError(f"executor.workers={workers} runs checks at once: add executor=local (or executor=dask)")
         super().__init__(1)
 
-    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Verdict], *args: Any, worker: int = 0) -> concurrent.futures.Future[Verdict]:
         """Run ``fn(*args)`` now; return a finished future holding its verdict."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[Verdict] = concurrent.futures.Future()
         future.set_result(fn(*args))
         return future

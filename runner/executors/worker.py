@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
 from runner.executors.slot import Slot, set_current
 
@@ -109,7 +109,7 @@ class Worker:
         )
         #: done once the process has started and warmed (``_warm``)
         self.ready = self.pool.submit(_warm)
-        self._held: set = set()
+        self._held: Set[str] = set()
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], slot: Optional[Slot] = None) -> Any:
         """``fn(*args)`` in the worker, after its queued tasks; a ``Held`` is sent the first time only."""

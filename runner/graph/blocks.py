@@ -30,7 +30,7 @@ import ast
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -136,8 +136,8 @@ def _block_of(scope: str) -> Optional[Tuple[str, int, str]]:
 def _by_scopes(model: onnx.ModelProto, nodes: Sequence[int]) -> Optional[Blocks]:
     graph = model.graph
     positions: Dict[Tuple[str, str, str, int], List[Tuple[int, int]]] = defaultdict(list)
-    ordinals: Counter = Counter()
-    indices: Dict[str, set] = defaultdict(set)
+    ordinals: Counter[Tuple[str, int, str, str]] = Counter()
+    indices: Dict[str, Set[int]] = defaultdict(set)
     for i in nodes:
         node = graph.node[i]
         found = _block_of(node_scope(node))

@@ -22,7 +22,7 @@ channel weights) and what ONNX Runtime runs on CPU.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, Sequence, Set, Tuple
 
 import onnx
 
@@ -146,7 +146,7 @@ class Quantizer:
         del out.graph.value_info[:]  # inferred before quantization; Q/DQ renamed what they describe
         return out
 
-    def _float_inputs(self, model: onnx.ModelProto, kept: set) -> None:
+    def _float_inputs(self, model: onnx.ModelProto, kept: Set[str]) -> None:
         """Wire each kept node's inputs back to the float tensors and weights of the original, then
         drop the Q/DQ nodes and initializers nothing reads any more."""
         if not kept:

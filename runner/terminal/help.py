@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, FrozenSet, List, Optional
 
 from conf import CONF, checker_groups, checker_schema
 
@@ -67,7 +67,7 @@ def _value(node: Optional[ast.expr], modules: List[_Module], prefix: str) -> Lis
     return [f"{prefix}={text}"]
 
 
-def _fields(name: str, modules: List[_Module], prefix: str = "", skip: frozenset = frozenset()) -> List[str]:
+def _fields(name: str, modules: List[_Module], prefix: str = "", skip: FrozenSet[str] = frozenset()) -> List[str]:
     """Every key of dataclass ``name`` (its bases' first), found in ``modules``."""
     cls = next((m.classes[name] for m in modules if name in m.classes), None)
     if cls is None:

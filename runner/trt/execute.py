@@ -70,7 +70,7 @@ def run_engine(engine_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> Dict[str
             if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
                 if name not in feeds:
                     raise ModelError(f"no value for engine input {name!r}")
-                array = np.ascontiguousarray(feeds[name], dtype=trt.nptype(engine.get_tensor_dtype(name)))
+                array = np.ascontiguousarray(feeds[name], dtype=trt.nptype(engine.get_tensor_dtype(name)))  # type: ignore[no-untyped-call]
                 context.set_input_shape(name, tuple(array.shape))
                 buffers[name] = _ok(cudart.cudaMalloc(max(array.nbytes, 1)))
                 _ok(
@@ -84,7 +84,7 @@ def run_engine(engine_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> Dict[str
             if engine.get_tensor_mode(name) == trt.TensorIOMode.OUTPUT:
                 dims = context.get_tensor_shape(name)
                 shape = tuple(dims[i] for i in range(len(dims)))
-                outputs[name] = np.empty(shape, dtype=trt.nptype(engine.get_tensor_dtype(name)))
+                outputs[name] = np.empty(shape, dtype=trt.nptype(engine.get_tensor_dtype(name)))  # type: ignore[no-untyped-call, arg-type]
                 buffers[name] = _ok(cudart.cudaMalloc(max(outputs[name].nbytes, 1)))
                 context.set_tensor_address(name, buffers[name])
         if not context.execute_async_v3(int(stream)):
