@@ -290,6 +290,7 @@ def test_rerun_from_config_snapshot(run_cli, flaky, tmp_path):
     assert again.summary["runs"] == 3 and again.summary["bad"] == 1
 
 
+@pytest.mark.slow  # the classifier on ONNX's reference evaluator, four times: 1.2-1.9 s
 def test_repeat_compare_checks_a_backend_run_after_run(run, tmp_path):
     from tests.helpers.models import CLASSIFIER, need
 
