@@ -209,3 +209,20 @@ def test_precision_on_the_vad_models_ends_with_a_verified_answer(run, tmp_path, 
     r = run("mode=precision", "marker=minimal", f"model={model}", f"inputs={inputs}", "output=vad_mixed.onnx", *check)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.summary["answer_verified"]["passed"] and 0 < r.summary["kept"] < r.summary["total"]
+
+
+@pytest.mark.slow
+def test_bert_int8_with_the_rest_in_fp16_keeps_its_planted_nodes_fp32(run, tmp_path):
+    """``low_precision=int8 quantization.float_precision=float16`` on the BERT export: the fp16 stage keeps
+    exactly the planted FFN output in fp32 (its overflow), the int8 stage then runs with it there, and the
+    answer is verified as written on both CPU levels."""
+    inputs = need(BERT).with_suffix(".npz")
+    fp16_rest = ("low_precision=int8", "quantization.float_precision=float16", "checker.backend=fp16_emulation")
+    r = run("mode=precision", "marker=minimal", f"model={BERT}", f"inputs={inputs}", *fp16_rest, *REL_L2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = r.summary
+    assert [n["name"] for n in s["fp32_nodes"]] == PLANTED
+    verified = s["answer_verified"]
+    assert verified["passed"] and set(verified["verified_on"]) >= {"cpu:disable", "cpu:all"}
+    written = onnx.load(s["output"])
+    assert max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) == 19
