@@ -154,8 +154,8 @@ class OnnxSearchStrategy(RoundStrategy):
         return None
 
     def answer_of(self, result: Units) -> Units:
-        """The unit set the search's ``result`` stands for (default: itself; a stage whose sets carry the
-        stage before's answer closes it, as its candidates are)."""
+        """The unit set the search's ``result`` (or ``universe``, when it ends with none) stands for (default:
+        itself; a stage whose sets carry the stage before's answer closes it, as its candidates are)."""
         return result
 
     def next_stage(self) -> bool:
@@ -269,7 +269,7 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._round = sets
                 return made + [self.candidate(units, self.search.label(self.noun, i)) for i, units in enumerate(sets)]
             result = self.search.result
-            self.final = self.answer_of(result) if result is not None else self.universe
+            self.final = self.answer_of(result if result is not None else self.universe)
             self.gates.extend(self._rechecks(self.final))
             after = self.after_search()
             if after is not None:

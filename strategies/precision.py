@@ -263,6 +263,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self._pipeline_checked = self.original is None or weak_typing or scoped
         self._search_passed = False
         if rest is not None:  # the fp16 stage first; the int8 gate below comes with the int8 stage
+            self.universe = frozenset(rest.encode(rest.layers))  # every float node in fp32
             self._none_queued = True
             self.gates.append(
                 Gate(
@@ -418,6 +419,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         assert self.rest is not None
         self.rest.start_int8(self.final)
         self.begin_stage(self._int8_search)
+        self.universe = frozenset(self.layers)  # every node out of int8
+        self._search_passed = False
         self.gates.append(self._int8_gate())
         return True
 
