@@ -167,10 +167,10 @@ class Quantizer:
                     g.initializer.append(self.inits[name])
                     present.add(name)
                 node.input[k] = name
-        _drop_unread(model)
+        drop_unread(model)
 
 
-def _drop_unread(model: onnx.ModelProto) -> None:
+def drop_unread(model: onnx.ModelProto) -> None:
     """Remove Q/DQ nodes whose outputs nothing reads (repeatedly), then unread initializers."""
     g = model.graph
     outputs = {o.name for o in g.output}

@@ -7,6 +7,7 @@ from typing import Dict, List
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, numpy_helper
 
 from runner.lowp.calibration import calibrate
@@ -14,6 +15,7 @@ from runner.lowp.mixed_qdq import FP16_TINY, MIXED_OPSET, MixedQuantizer
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import make_quantizer, prepare_int8
 from tests.helpers.int8 import conv_outlier_model, fp16_and_int8_model
+from tests.helpers.models import DETECTOR, need
 
 
 def _samples(count: int = 4) -> List[Dict[str, np.ndarray]]:
@@ -104,3 +106,48 @@ def test_a_weight_channel_scale_below_fp16_normals_is_raised_and_the_channel_qua
     assert np.all(weights[3] == 0)
     step = np.abs(values).reshape(8, -1).max(axis=1) / 127
     assert np.all(np.abs(weights[:3] - values[:3]) <= step[:3].reshape(-1, 1, 1, 1) * 0.51 + 1e-3)
+
+
+def _same_outputs(fast: onnx.ModelProto, whole: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> bool:
+    return bool(np.array_equal(_run(fast, feeds), _run(whole, feeds), equal_nan=True))
+
+
+def test_a_node_out_of_int8_made_from_the_fully_quantized_model_is_the_whole_conversion():
+    """The fast candidate (nodes bypassing their Q/DQ in the converted fully quantized model) is valid ONNX and
+    gives the bits of the candidate converted whole; a node out of int8 kept in fp32 is converted whole."""
+    mixed = _mixed(fp16_and_int8_model())
+    feeds = _samples(1)[0]
+    fast = mixed.convert(["conv2"], ["shrink"])
+    assert mixed._converter is not None and mixed._converter[0] == (), "made from the fully quantized model"
+    onnx.checker.check_model(fast, full_check=True)
+    assert _same_outputs(fast, mixed._converted(["conv2"], ["shrink"]), feeds)
+    both = mixed.convert(["conv2"], ["conv2", "shrink"])  # out of int8 and fp32: the whole conversion
+    assert _same_outputs(both, mixed._converted(["conv2"], ["conv2", "shrink"]), feeds)
+
+
+@pytest.mark.slow
+def test_the_detectors_fast_candidates_are_the_whole_conversions():
+    """On the detector: random sets of nodes out of int8 (its BatchNormalization in fp32), each fast candidate
+    gives the bits of the candidate converted whole, on a rendered page."""
+    import random
+
+    from examples.text_pages import detector_pages
+
+    model = onnx.load(need(DETECTOR))
+    prepared = prepare_int8(model, opset=MIXED_OPSET)
+    pages = list(detector_pages(2))
+    options = QuantOptions()
+    mixed = MixedQuantizer(make_quantizer(prepared, calibrate(prepared, pages, options), options))
+    sited = sorted(mixed.quantizer.sites)
+    whole = mixed._converted
+    converted: List[tuple] = []
+    mixed._converted = lambda kept, fp32: converted.append(tuple(kept)) or whole(kept, fp32)  # type: ignore[method-assign]
+    rng = random.Random(0)
+    for size in (1, 5, 20, 60):
+        kept = [name for name in rng.sample(sited, size + 1) if name != "p2o.Conv.0"][:size]
+        fast = mixed.convert(kept, ["p2o.BatchNormalization.1"])
+        assert _same_outputs(fast, whole(kept, ["p2o.BatchNormalization.1"]), pages[0]), size
+    assert converted == [()], "every set made from the one fully quantized model"
+    # the first conv reads the fp32 graph input through an fp32 Q: out of int8, it is converted whole
+    mixed.convert(["p2o.Conv.0"], ["p2o.BatchNormalization.1"])
+    assert converted[-1] == ("p2o.Conv.0",)
