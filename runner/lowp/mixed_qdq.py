@@ -31,6 +31,7 @@ from onnx import TensorProto, numpy_helper
 
 from runner.graph.qdq import is_qdq
 from runner.graph.stubs import float16_bytes
+from runner.graph.toposort import sort_topology
 from runner.lowp.convert import Converter
 from runner.lowp.precisions import FLOAT16, LowPrecision
 from runner.lowp.quantize import drop_unread
@@ -250,8 +251,9 @@ def _bypassed(
     """``base`` (every placed node in int8, converted and folded) with the nodes named in ``kept`` out of
     int8: each reads the ``low`` tensor its activation Q/DQ rounds, and its weight as the converter makes
     it (``low``, clipped as ONNX Runtime's converter clips); Q/DQ and weights nothing reads any more go.
-    None where that would not be the whole conversion's model: a kept node in fp32, or a Q/DQ of a kept
-    node that is not a folded ``low`` pair.
+    An fp32 Q's input (the graph's fp32 input, an activation whose scale stayed fp32) is read in ``low``
+    through a Cast, as the converter casts it. None where that would not be the whole conversion's
+    model: a kept node in fp32, or a kept node's Q/DQ that is not a DequantizeLinear in ``low``.
 
     Args:
         base: the fully quantized candidate of the fp32 nodes (``MixedQuantizer._converted``); not modified.
@@ -272,6 +274,24 @@ def _bypassed(
     def low_scale(node: onnx.NodeProto) -> bool:
         scale = inits.get(node.input[1]) if len(node.input) > 1 else None
         return scale is not None and scale.data_type == low.elem_type
+
+    types: Dict[str, int] = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
+    casts: Dict[str, onnx.NodeProto] = {}  # fp32 tensor -> the Cast to ``low`` a kept node reads it through
+    taken = {o for n in g.node for o in n.output} | set(inits) | {i.name for i in g.input}
+
+    def low_of(tensor: str) -> str:
+        """``tensor`` (an fp32 Q's input) in ``low``: the fp16 tensor a converter's Cast widened, or a Cast
+        to ``low`` of it, as the converter puts one at a graph input a converted node reads."""
+        cast = producer.get(tensor)
+        if cast is not None and cast.op_type == "Cast" and types.get(cast.input[0]) == low.elem_type:
+            return cast.input[0]
+        if tensor not in casts:
+            name, k = f"{tensor}_{low}", 1
+            while name in taken:
+                name, k = f"{tensor}_{low}_{k}", k + 1
+            taken.add(name)
+            casts[tensor] = onnx.helper.make_node("Cast", [tensor], [name], name=f"{name}_cast", to=low.elem_type)
+        return casts[tensor].output[0]
 
     added: Dict[str, TensorProto] = {}
     for node in g.node:
@@ -294,10 +314,13 @@ def _bypassed(
                 node.input[site.index] = name
             else:
                 q = producer.get(dq.input[0])
-                if q is None or q.op_type != "QuantizeLinear" or not low_scale(q):
+                if q is None or q.op_type != "QuantizeLinear":
                     return None
-                node.input[site.index] = q.input[0]
+                node.input[site.index] = q.input[0] if low_scale(q) else low_of(q.input[0])
     g.initializer.extend(added.values())
+    if casts:
+        g.node.extend(casts.values())
+        sort_topology(g)
     drop_unread(out)
     produced = {o for n in g.node for o in n.output} | {i.name for i in g.input}
     infos = [v for v in g.value_info if v.name in produced]
