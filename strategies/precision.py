@@ -376,6 +376,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         if self.original is None or self.weak_typing or self.scoped:  # with a scope, nodes out of it are converted
             return made
         original = self.original
+        size = "every node in float32" if self.rest is not None else self.size(everything)
 
         def write(path: Path) -> None:
             save_model(original, path, **self.save_opts)
@@ -383,7 +384,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         return dataclasses.replace(
             made,
             key=f"{made.key}:as-given",  # its verdict is the model's as given, not the built candidate's
-            label=f"all nodes kept (the model as given): {'float32' if self.rest else self.size(everything)}",
+            label=f"all nodes kept (the model as given): {size}",
             write=write,
             payload=lambda: original,
             as_reference=True,
@@ -433,8 +434,8 @@ class PrecisionStrategy(OnnxSearchStrategy):
         return sorted(self.model.graph.node[i].name for i in units)
 
     def model_for(self, units: Units) -> onnx.ModelProto:
-        """The model in the low precision except ``units``, which stay in float32 (in the fp16 stage: out of
-        int8, and in float32 where ``FloatRest.split`` says)."""
+        """The model in the low precision except ``units``, which stay in float32 (with the rest in fp16, the
+        stage's candidate: ``FloatRest.convert``)."""
         if self.rest is not None:
             return self.rest.convert(units)
         if self.converter is None:
