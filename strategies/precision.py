@@ -50,6 +50,7 @@ from strategies.exchange import ExchangeSearch
 from strategies.float_rest import FloatRest
 from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
+from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
 from strategies.precision_space import OutputErrorOrder, float_rest, search_space, switchboard_of
 from strategies.prefix_search import PrefixSearch
 from strategies.tied_search import TiedSearch, Untie
@@ -568,9 +569,15 @@ class PrecisionStrategy(OnnxSearchStrategy):
 
     # -- results --------------------------------------------------------------------------
 
+    def _built_search(self) -> Any:
+        """The int8 (or only) stage's search itself: a deferred search's, once built (``DeferredSearch``),
+        else the search."""
+        return getattr(self._int8_search, "_search", self._int8_search)
+
     def result(self) -> Dict[str, Any]:
         """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json; int8's
-        ``calibration``, and ``ranked_again`` (nodes, seconds, switched) when the nodes were ranked again."""
+        ``calibration``, and ``ranked_again`` (nodes, seconds, switched) when the nodes were ranked again;
+        the search's own facts (``strategies.precision_facts``)."""
         assert self.final is not None
         kept = self.rest.split(self.final)[0] if self.rest is not None else self.final
         return {
@@ -584,63 +591,9 @@ class PrecisionStrategy(OnnxSearchStrategy):
             "low_precision": self.low.name,
             **({"calibration": self.calibration.summary()} if self.calibration is not None else {}),
             **({"ranked_again": self.reorder.facts} if self.reorder is not None and self.reorder.facts else {}),
-            **self._tied_facts(),
-            **self._exchange_facts(),
-            **self._rest_facts(),
+            **tied_facts(self.blocks, self._built_search()),
+            **exchange_facts(self._built_search()),
+            **rest_facts(self.rest, self.final, self.forced, self.describe),
             **self.answer_outputs(),
             **self.answer_verified(),
-        }
-
-    def _built_search(self) -> Any:
-        """The int8 (or only) stage's search itself: a deferred search's, once built (``DeferredSearch``),
-        else the search."""
-        return getattr(self._int8_search, "_search", self._int8_search)
-
-    def _rest_facts(self) -> Dict[str, Any]:
-        """With the rest in fp16 (``strategies.float_rest``): ``float_precision``, ``fp16_nodes`` (kept out of
-        int8, in fp16), ``fp32_nodes`` (in float32: shown needed by the search, or outside the scope) and
-        ``fp32_always`` (op types the fp16 converter never converts); empty otherwise."""
-        if self.rest is None or self.final is None:
-            return {}
-        out, fp32 = self.rest.split(self.final)
-        fp32 = fp32 | self.forced
-        return {
-            "float_precision": "float16",
-            "fp16_nodes": self.describe(out - fp32),
-            "fp32_nodes": self.describe(fp32),
-            "fp32_always": self.describe(self.rest.blocked() - fp32),
-        }
-
-    def _exchange_facts(self) -> Dict[str, Any]:
-        """``{"exchange": {"budget", "checks", "trades", "from"}}`` when the 1-minimal answer was traded
-        smaller (``strategies.exchange``): the checks spent, the trades made, the 1-minimal answer's size."""
-        found = self._built_search()
-        if not isinstance(found, ExchangeSearch) or found.started is None:
-            return {}
-        facts = {"budget": found.budget, "checks": found.spent, "trades": found.trades, "from": found.started}
-        return {"exchange": facts}
-
-    def _tied_facts(self) -> Dict[str, Any]:
-        """``{"blocks": ...}`` for a search over repeated blocks (``runner.graph.blocks``): how they were
-        found, the units the tied phase searched, the level the answer is 1-minimal at (``minimal_at``),
-        and each kept position with the blocks that keep it (``kept_positions``: ``unit`` true where those
-        nodes are kept as one unit, false where each was shown needed); empty otherwise."""
-        if self.blocks is None:
-            return {}
-        found = self._built_search()
-        if not isinstance(found, TiedSearch):
-            return {"blocks": self.blocks.summary()}
-        block_of = {i: block for tie in self.blocks.ties for i, block in zip(tie.nodes, tie.blocks)}
-        kept = [
-            {"position": fact["position"], "blocks": [block_of[i] for i in fact["nodes"]], "unit": fact["unit"]}
-            for fact in found.facts()
-        ]
-        return {
-            "blocks": {
-                **self.blocks.summary(),
-                "units": found.units,
-                "untie": found.untie.value,
-                "minimal_at": found.level,
-                "kept_positions": kept,
-            }
         }
