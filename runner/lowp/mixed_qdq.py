@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from runner.graph.isolate import outer_reads
 from runner.graph.qdq import is_qdq
 from runner.graph.stubs import float16_bytes
 from runner.graph.toposort import sort_topology
@@ -75,7 +76,7 @@ def fold_qdq_casts(model: onnx.ModelProto, low: LowPrecision = FLOAT16) -> Tuple
         for name in node.input:
             readers.setdefault(name, []).append(node)
     inits = {i.name: i for i in g.initializer}
-    outputs = {o.name for o in g.output}
+    outputs = {o.name for o in g.output} | outer_reads(g)  # a tensor a body reads keeps its name and type
     lowered: Dict[str, Optional[str]] = {}  # scale name -> its ``low`` copy (None: it does not fit)
     raised: Dict[Tuple[str, str], Tuple[str, str]] = {}  # (weight, scale) -> (int8 values, scale) raised
     taken = {i.name for i in g.initializer} | set(producer) | {i.name for i in g.input}
@@ -163,8 +164,9 @@ def fold_qdq_casts(model: onnx.ModelProto, low: LowPrecision = FLOAT16) -> Tuple
 
 
 def _drop_dead_casts(g: onnx.GraphProto) -> None:
-    """Remove Casts whose outputs nothing reads (repeatedly), then unread initializers and stale value_info."""
-    outputs = {o.name for o in g.output}
+    """Remove Casts whose outputs nothing reads (repeatedly; a body's read counts), then unread initializers
+    and stale value_info."""
+    outputs = {o.name for o in g.output} | outer_reads(g)
     while True:
         read = {name for node in g.node for name in node.input} | outputs
         dead = [k for k, n in enumerate(g.node) if n.op_type == "Cast" and not any(o and o in read for o in n.output)]
@@ -172,7 +174,7 @@ def _drop_dead_casts(g: onnx.GraphProto) -> None:
             break
         for k in reversed(dead):
             del g.node[k]
-    read = {name for node in g.node for name in node.input}
+    read = {name for node in g.node for name in node.input} | outputs
     kept_inits = [i for i in g.initializer if i.name in read]
     if len(kept_inits) != len(g.initializer):
         del g.initializer[:]
