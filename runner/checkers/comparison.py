@@ -18,6 +18,27 @@ from runner.backends.base import Backend, make_backend, onnxruntime_options
 from runner.checkers.tolerance import Tolerances
 from runner.lowp.precisions import LowPrecision
 
+#: what sessions made for an order (precision's rankings) use on the CUDA provider, whatever the checks use:
+#: cuDNN's heuristic choice of convolution algorithms. A ranking is an order, not a verdict, and cuDNN's
+#: exhaustive search costs about 5 s a session on the detector (benchmarks/README.md, issue 56), paid by
+#: every chunk of the ranking in every process that runs it.
+ORDER_PROVIDER_OPTIONS: Dict[str, Dict[str, str]] = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}
+
+
+def order_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """ONNX Runtime's options (``providers``, ``provider_options``, ...) for runs that make an order:
+    ``ORDER_PROVIDER_OPTIONS`` over the options of each of its providers that is among ``providers``;
+    the others as they are."""
+    made = dict(options)
+    providers = set(made.get("providers") or ())
+    if providers & set(ORDER_PROVIDER_OPTIONS):
+        merged = {p: dict(o) for p, o in (made.get("provider_options") or {}).items()}
+        for provider, values in ORDER_PROVIDER_OPTIONS.items():
+            if provider in providers:
+                merged.setdefault(provider, {}).update(values)
+        made["provider_options"] = merged
+    return made
+
 
 def on_device(backend: str, providers: Sequence[str]) -> bool:
     """Whether a checker backend runs candidates on a device (TensorRT, or ONNX Runtime with a GPU
@@ -59,13 +80,18 @@ class Comparison:
         """Whether candidates run on a device (TensorRT, or a GPU provider of ONNX Runtime)."""
         return on_device(self.backend_name, self.providers)
 
-    def backend(self) -> Backend:
+    def backend(self, for_order: bool = False) -> Backend:
         """A new backend like the checker's own (the same name and ONNX Runtime options) for a comparison
         whose models have every tensor marked: on ONNX Runtime its sessions keep no CPU memory arena,
         which would hold all the values of a run after it. The caller closes it.
 
+        Args:
+            for_order: the runs make an order (a ranking), not a verdict: on ONNX Runtime with the CUDA
+                provider, ``ORDER_PROVIDER_OPTIONS`` replace the checks' own choice.
+
         Raises:
             MissingExtraError: the backend is TensorRT and TensorRT is not installed.
         """
+        options = order_options(self.backend_options) if for_order else dict(self.backend_options)
         extra = onnxruntime_options(self.backend_name, cpu_arena=False)
-        return make_backend(self.backend_name, **self.backend_options, **extra)
+        return make_backend(self.backend_name, **options, **extra)

@@ -341,3 +341,20 @@ def test_a_comparison_and_its_alone_runs_go_with_their_last_reference():
         assert [ref() for ref in gone] == [None, None], "no reference cycle keeps the comparison or its alone runs"
     finally:
         gc.enable()
+
+
+def test_a_ranking_on_the_cuda_provider_chooses_cudnn_algorithms_by_heuristic():
+    """A ranking is an order: its sessions do not pay cuDNN's exhaustive search that the checks may ask
+    for; the checks' other provider options stay, and options without the CUDA provider are left alone."""
+    from runner.checkers.comparison import order_options
+
+    exhaustive = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "0"}}
+    options = {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"], "provider_options": exhaustive}
+    made = order_options(options)
+    assert made["provider_options"]["CUDAExecutionProvider"] == {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
+    assert exhaustive["CUDAExecutionProvider"]["cudnn_conv_algo_search"] == "EXHAUSTIVE", "the checks' own untouched"
+    assert order_options({"providers": ["CUDAExecutionProvider"]})["provider_options"] == {
+        "CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}
+    }
+    cpu = {"providers": ["CPUExecutionProvider"], "graph_optimization_level": "all"}
+    assert order_options(cpu) == cpu
