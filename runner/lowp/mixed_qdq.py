@@ -23,6 +23,7 @@ An activation's scale that fp16 cannot hold stays fp32 with its Casts, said in t
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -197,15 +198,16 @@ class MixedQuantizer:
     TensorRT's placement, whose Q/DQ a node reads are its own (``PlacedQuantizer.sites``), a candidate
     is made from the fully quantized model of its fp32 nodes, converted once (``_bypassed``): each node
     kept out of int8 reads the tensors its Q/DQ round, as the conversion of its own QDQ model would
-    have it read them, 0.02 s instead of the converter's 0.4 s on the 672-node detector. Where that
-    cannot give the same model (a node out of int8 kept in fp32, a Q/DQ left fp32), the candidate is
-    converted whole.
+    have it read them, 0.02 s instead of the converter's 0.2-0.4 s on the 672-node detector. Where that
+    cannot give the same model (a node out of int8 kept in fp32, a DequantizeLinear left fp32), the
+    candidate is converted whole. Threads may build candidates at once.
     """
 
     def __init__(self, quantizer: Any, low: LowPrecision = FLOAT16):
         self.quantizer, self.low = quantizer, low
         self._converter: Optional[Tuple[Tuple[str, ...], Converter, List[str]]] = None
         self._base: Optional[Tuple[Tuple[str, ...], onnx.ModelProto]] = None  # all int8, by fp32 nodes
+        self._lock, self._converting = threading.Lock(), threading.Lock()
 
     def convert(self, out_of_int8: Sequence[str], fp32: Iterable[str]) -> onnx.ModelProto:
         """The model quantized except ``out_of_int8``, in ``low`` except ``fp32`` (node names).
@@ -219,9 +221,11 @@ class MixedQuantizer:
         """
         kept, fp32 = tuple(sorted(out_of_int8)), tuple(sorted(fp32))
         if kept and hasattr(self.quantizer, "sites"):
-            if self._base is None or self._base[0] != fp32:
-                self._base = (fp32, self._converted((), fp32))
-            fast = _bypassed(self._base[1], frozenset(kept), frozenset(fp32), self.quantizer, self.low)
+            with self._lock:  # candidates built ahead in threads share the base
+                if self._base is None or self._base[0] != fp32:
+                    self._base = (fp32, self._converted((), fp32))
+                base = self._base[1]
+            fast = _bypassed(base, frozenset(kept), frozenset(fp32), self.quantizer, self.low)
             if fast is not None:
                 return fast
         return self._converted(kept, fp32)
@@ -229,10 +233,11 @@ class MixedQuantizer:
     def _converted(self, kept: Sequence[str], fp32: Iterable[str]) -> onnx.ModelProto:
         """The QDQ model of ``kept`` converted whole by the float16 converter, Casts folded."""
         key = tuple(kept)
-        if self._converter is None or self._converter[0] != key:
-            qdq = self.quantizer.convert(list(key))
-            self._converter = (key, Converter(qdq, self.low), [n.name for n in qdq.graph.node if is_qdq(n)])
-        _, converter, qdq_nodes = self._converter
+        with self._converting:  # the converter in hand is this key's, whichever thread asks for another
+            if self._converter is None or self._converter[0] != key:
+                qdq = self.quantizer.convert(list(key))
+                self._converter = (key, Converter(qdq, self.low), [n.name for n in qdq.graph.node if is_qdq(n)])
+            _, converter, qdq_nodes = self._converter
         mixed = converter.convert([*fp32, *qdq_nodes])
         fold_qdq_casts(mixed, self.low)
         return mixed
