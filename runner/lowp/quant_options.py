@@ -105,6 +105,12 @@ class QuantOptions:
                 f"quantization.float_precision={rest}: the nodes outside int8 run in float32 or float16 (TensorRT's "
                 "--int8 --fp16); use one of those"
             )
+        if rest == "float16" and placement != "tensorrt":
+            raise ConfigError(
+                f"quantization.float_precision=float16 with quantization.placement={placement}: int8 with fp16 is "
+                "TensorRT's --int8 --fp16, and ONNX Runtime fuses its own placement's Q/DQ into QLinear kernels that "
+                "take float32 scales only; use quantization.placement=tensorrt"
+            )
         return cls(
             method,
             None if samples is None else int(samples),

@@ -99,6 +99,10 @@ def test_a_resume_checks_nothing_its_replay_holds(run, tmp_path, model, int8_fee
             ["mode=layerwise", "checker.low_precision=int8", "quantization.float_precision=float16"],
             "applies to mode=precision",
         ),
+        (
+            ["mode=precision", "marker=minimal", *CHECK, *FP16_REST, "quantization.placement=onnxruntime"],
+            "use quantization.placement=tensorrt",
+        ),
     ],
 )
 def test_unsupported_float_precision_is_a_one_line_error(run, model, int8_feeds, argv, says):
