@@ -127,10 +127,18 @@ class FloatRest:
         nodes = self.model.graph.node
         kept = sorted(nodes[j].name for j in fp32 | self.forced)
         if self.fp32 is None:
-            if self._converter is None:
-                self._converter = Converter(self.model, FLOAT16)
-            return self._converter.convert(kept)
+            return self.converter().convert(kept)
         return self.mixed.convert(sorted(nodes[i].name for i in out | self.forced), kept)
+
+    def converter(self) -> Converter:
+        """The fp16 converter of the fp32 model (made once: the fp16 stage's candidates and its ranking share it).
+
+        Raises:
+            ModelError: bfloat16 below opset 13 (never for fp16).
+        """
+        if self._converter is None:
+            self._converter = Converter(self.model, FLOAT16)
+        return self._converter
 
     def blocked(self) -> Set[int]:
         """Float nodes the fp16 converter never converts (op types without fp16 kernels): fp32 always."""

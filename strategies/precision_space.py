@@ -295,10 +295,11 @@ def float_rest(
     def rank() -> List[int]:
         target = None
         with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
-            target = Converter(model, FLOAT16).convert([])
+            target = rest.converter().convert([])
         return introduced_order(ctx, model, layers, FLOAT16, target, checker, ranking_budget)
 
-    return FloatRest(MixedQuantizer(space.quantizer, FLOAT16), model, layers, forced, rank)
+    rest = FloatRest(MixedQuantizer(space.quantizer, FLOAT16), model, layers, forced, rank)
+    return rest
 
 
 def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:

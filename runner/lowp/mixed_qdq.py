@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -80,14 +80,7 @@ def fold_qdq_casts(model: onnx.ModelProto, low: LowPrecision = FLOAT16) -> Tuple
     outputs = {o.name for o in g.output} | outer_reads(g)  # a tensor a body reads keeps its name and type
     lowered: Dict[str, Optional[str]] = {}  # scale name -> its ``low`` copy (None: it does not fit)
     raised: Dict[Tuple[str, str], Tuple[str, str]] = {}  # (weight, scale) -> (int8 values, scale) raised
-    taken = {i.name for i in g.initializer} | set(producer) | {i.name for i in g.input}
-
-    def fresh(name: str) -> str:
-        made, k = name, 1
-        while made in taken:
-            made, k = f"{name}_{k}", k + 1
-        taken.add(made)
-        return made
+    fresh = _namer(g)
 
     def low_scale(name: str) -> Optional[str]:
         if name not in lowered:
@@ -180,6 +173,25 @@ def _drop_dead_casts(g: onnx.GraphProto) -> None:
     if len(kept_inits) != len(g.initializer):
         del g.initializer[:]
         g.initializer.extend(kept_inits)
+    _drop_stale_value_info(g)
+
+
+def _namer(g: onnx.GraphProto) -> Callable[[str], str]:
+    """A maker of tensor and initializer names not yet in ``g``: ``name``, else ``name_1``, ``name_2``, ..."""
+    taken = {i.name for i in g.initializer} | {o for n in g.node for o in n.output} | {i.name for i in g.input}
+
+    def fresh(name: str) -> str:
+        made, k = name, 1
+        while made in taken:
+            made, k = f"{name}_{k}", k + 1
+        taken.add(made)
+        return made
+
+    return fresh
+
+
+def _drop_stale_value_info(g: onnx.GraphProto) -> None:
+    """Drop the ``value_info`` of tensors no node or graph input gives any more."""
     produced = {o for node in g.node for o in node.output} | {i.name for i in g.input}
     infos = [v for v in g.value_info if v.name in produced]
     del g.value_info[:]
@@ -284,7 +296,7 @@ def _bypassed(
 
     types: Dict[str, int] = {v.name: v.type.tensor_type.elem_type for v in [*g.value_info, *g.input, *g.output]}
     casts: Dict[str, onnx.NodeProto] = {}  # fp32 tensor -> the Cast to ``low`` a kept node reads it through
-    taken = {o for n in g.node for o in n.output} | set(inits) | {i.name for i in g.input}
+    fresh = _namer(g)
 
     def low_of(tensor: str) -> str:
         """``tensor`` (an fp32 Q's input) in ``low``: the fp16 tensor a converter's Cast widened, or a Cast
@@ -293,10 +305,7 @@ def _bypassed(
         if cast is not None and cast.op_type == "Cast" and types.get(cast.input[0]) == low.elem_type:
             return cast.input[0]
         if tensor not in casts:
-            name, k = f"{tensor}_{low}", 1
-            while name in taken:
-                name, k = f"{tensor}_{low}_{k}", k + 1
-            taken.add(name)
+            name = fresh(f"{tensor}_{low}")
             casts[tensor] = onnx.helper.make_node("Cast", [tensor], [name], name=f"{name}_cast", to=low.elem_type)
         return casts[tensor].output[0]
 
@@ -329,8 +338,5 @@ def _bypassed(
         g.node.extend(casts.values())
         sort_topology(g)
     drop_unread(out)
-    produced = {o for n in g.node for o in n.output} | {i.name for i in g.input}
-    infos = [v for v in g.value_info if v.name in produced]
-    del g.value_info[:]
-    g.value_info.extend(infos)
+    _drop_stale_value_info(g)
     return out

@@ -77,6 +77,23 @@ def conv_outlier_model() -> onnx.ModelProto:
     return _image_model(nodes, "conv_outlier", inits, 8, 13)
 
 
+def detector_int8(run, model, out, *extra):
+    """The README's int8 run (``run``: the ``run`` fixture), ``extra`` overrides added: the detector at
+    ``model`` on rendered pages, judged by the text map's IoU, its answer written to ``out``."""
+    return run(
+        "mode=precision",
+        "low_precision=int8",
+        "marker=minimal",
+        f"model={model}",
+        "data_loader=examples.text_pages.detector_pages",
+        "checker=python",
+        "checker.target=examples.text_pages.text_map_iou",
+        f"checker.args=[{model}]",
+        f"output={out}",
+        *extra,
+    )
+
+
 def fp16_and_int8_model() -> onnx.ModelProto:
     """``conv_outlier_model`` followed by ``Div "shrink"`` by 1e5: int8 breaks at ``conv2`` (the outlier's
     shared scale), fp16 at ``shrink`` (its divisor past 65504 is clipped to it: the output 1.5x too large).

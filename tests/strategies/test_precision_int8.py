@@ -9,7 +9,7 @@ import pytest
 
 from runner.graph.qdq import has_qdq, quantized_nodes
 from tests.helpers.cli import one_line_error
-from tests.helpers.int8 import integer_model, outlier_model
+from tests.helpers.int8 import detector_int8, integer_model, outlier_model
 from tests.helpers.models import CLASSIFIER, DETECTOR, need
 
 CHECK = ["checker=compare", "checker.check_error_stat=rel_l2", "checker.rtol=0.05"]
@@ -179,22 +179,6 @@ def test_classifier_int8_needs_no_float_node(run, tmp_path):
     assert has_qdq(onnx.load(str(tmp_path / "cls_int8.onnx")))
 
 
-def _detector_int8(run, model, out, *extra):
-    """The README's int8 run: the detector on rendered pages, judged by the text map's IoU."""
-    return run(
-        "mode=precision",
-        "low_precision=int8",
-        "marker=minimal",
-        f"model={model}",
-        "data_loader=examples.text_pages.detector_pages",
-        "checker=python",
-        "checker.target=examples.text_pages.text_map_iou",
-        f"checker.args=[{model}]",
-        f"output={out}",
-        *extra,
-    )
-
-
 # The README's int8 run as written (no node kept in 3 checks, 204 Q/DQ as ModelOpt places them) is
 # tests/test_docs_commands.py's.
 
@@ -207,7 +191,7 @@ def test_detector_int8_keeps_a_1_minimal_set_that_passes_as_written(run, tmp_pat
 
     model = need(DETECTOR)
     out = tmp_path / "det_int8.onnx"
-    r = _detector_int8(run, model, out, ORT)
+    r = detector_int8(run, model, out, ORT)
     assert r.returncode == 0, r.stderr[-2000:]
     s = r.summary
     assert 1 <= s["kept"] <= 3 and s["answer_verified"]["check_passed"] is True

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto
 
 from tests.helpers.cli import one_line_error
-from tests.helpers.int8 import fp16_and_int8_model
+from tests.helpers.int8 import detector_int8, fp16_and_int8_model
 from tests.helpers.models import DETECTOR, need
 
 FP16_REST = ["low_precision=int8", "quantization.float_precision=float16"]
@@ -118,17 +118,7 @@ def test_detector_int8_with_fp16_keeps_the_batchnorm_fp32(run, tmp_path):
 
     model = need(DETECTOR)
     out = tmp_path / "det_int8_fp16.onnx"
-    r = run(
-        "mode=precision",
-        "marker=minimal",
-        f"model={model}",
-        "data_loader=examples.text_pages.detector_pages",
-        "checker=python",
-        "checker.target=examples.text_pages.text_map_iou",
-        f"checker.args=[{model}]",
-        f"output={out}",
-        *FP16_REST,
-    )
+    r = detector_int8(run, model, out, "quantization.float_precision=float16")
     assert r.returncode == 0, r.stderr[-2000:]
     s = r.summary
     assert s["kept"] == 0 and [n["name"] for n in s["fp32_nodes"]] == ["p2o.BatchNormalization.1"]
