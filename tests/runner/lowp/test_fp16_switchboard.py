@@ -61,6 +61,7 @@ def test_an_rmsnorm_decoder_gives_the_built_candidates_bits():
     _agree(model, {"ids": ids}, 6)
 
 
+@pytest.mark.slow  # 1.2-2.3 s: the detector built and switched, over the 1.5 s of an unmarked test under load
 def test_the_detector_gives_the_built_candidates_bits():
     """Conv, Resize (its scales stay fp32), BatchNormalization, HardSigmoid: 330 switched nodes."""
     model = onnx.load(str(need(SHARED / "ch_PP-OCRv4_det_infer.onnx")))
