@@ -45,6 +45,11 @@ class Backend(abc.ABC):
             runner.errors.ModelError: when the backend cannot load or run the model.
         """
 
+    def keep(self, models: int) -> None:
+        """Keep the state of at least ``models`` models at once (sessions, rewritten models), for a caller
+        that cycles through that many keyed models, e.g. a layerwise comparison's jobs on each sample:
+        with fewer kept, every sample would build each one again. Nothing here (no cache)."""
+
     def close(self) -> None:
         """Release cached sessions or engines."""
 

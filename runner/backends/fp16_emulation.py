@@ -44,6 +44,7 @@ class EmulationBackend(Backend):
             providers, graph_optimization_level, provider_options=provider_options, cpu_arena=cpu_arena
         )
         self._rewritten: Dict[str, Tuple[onnx.ModelProto, List[str], List[str]]] = {}
+        self._kept = 1  # rewritten models held (``keep``)
 
     def __getstate__(self) -> Dict[str, Any]:
         """Pickled without its rewritten models (a large one points into this process's weight file)."""
@@ -62,8 +63,9 @@ class EmulationBackend(Backend):
         ):  # kept with its weights in the weight file, not in memory
             rewritten = weight_file().mapped(rewritten) or rewritten
         entry = (rewritten, low_in, low_out)
-        if key is not None:
-            self._rewritten = {key: entry}
+        if key is not None:  # a new dict, swapped in whole: other threads read the old one meanwhile
+            older = [(k, v) for k, v in self._rewritten.items() if k != key][::-1][: self._kept - 1][::-1]
+            self._rewritten = {**dict(older), key: entry}
         return entry
 
     def run(
@@ -93,6 +95,11 @@ class EmulationBackend(Backend):
         """Run an fp32 model that rounds its fp16 tensors itself (``runner.lowp.switchboard``'s) as it
         is, in this backend's sessions: ``run``'s arguments and result, with no rewrite."""
         return self.ort.run(model, feeds, key=key, outputs=outputs)
+
+    def keep(self, models: int) -> None:
+        """Hold at least ``models`` rewritten models and their sessions (never fewer than before)."""
+        self._kept = max(self._kept, int(models))
+        self.ort.keep(models)
 
     def close(self) -> None:
         """Drop cached sessions and rewritten models."""

@@ -156,6 +156,11 @@ class OnnxRuntimeBackend(Backend):
             raise ModelError(f"ONNX Runtime cannot run the model: {first_line(e)}") from None
         return {n: np.asarray(v) for n, v in zip(names, got)}
 
+    def keep(self, models: int) -> None:
+        """Hold at least ``models`` sessions (``cache_size`` raised, never lowered; the large-model rule stays)."""
+        with self._lock:
+            self.cache_size = max(self.cache_size, int(models))
+
     def close(self) -> None:
         """Drop cached sessions."""
         with self._lock:

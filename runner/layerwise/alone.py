@@ -127,6 +127,9 @@ class AloneRuns:
             )
         sizes: List[int] = []  # nodes of each job run alone, in the jobs' order
         groups = self._groups(runnable)
+        # each job's session is built once, not again for each sample: on every device a lane may take it to
+        devices = {lane.slot.device for lane in self.lanes}
+        self.backend.keep((len(groups) + 1) * len(devices))
         jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
         (whole, failed), *results = spread(self.lanes, run_alone, self.backend, jobs)
         if failed:

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
 from runner.executors.spread import HERE, spread
@@ -194,3 +195,33 @@ def test_a_spread_in_a_checks_thread_leaves_its_slot_as_it_was():
         assert current().worker == 3 and current().device == "1"
     finally:
         set_current(None)
+
+
+class _Counted(OnnxRuntimeBackend):
+    """ONNX Runtime's backend, counting the sessions it builds."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.built = 0
+
+    def session(self, model, key):
+        with self._lock:
+            new = key not in self._sessions and f"{key}@gpuNone" not in self._sessions
+        self.built += new
+        return super().session(model, key)
+
+
+def test_a_ranking_on_many_lanes_builds_each_jobs_session_once():
+    """Three lanes split the nodes alone into 6 models, run beside the whole model on each of 3 samples:
+    7 sessions, built on the first sample and held for the others (a cache of 4 built 20)."""
+    model = prepare(load_model(CLASSIFIER), "float16")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)} for _ in range(3)]
+    backend = _Counted(cpu_arena=False)
+    executor = LocalExecutor(workers=3)
+    try:
+        order = introduced_ranking(model, float_nodes(model), feeds, "float16", backend, lanes=executor.lanes())
+    finally:
+        executor.close()
+    assert order is not None
+    assert backend.built == 7

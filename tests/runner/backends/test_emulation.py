@@ -91,3 +91,21 @@ def test_bf16_rounding_loses_precision_but_not_range():
     assert got[0] == pytest.approx(1e20, rel=1e-2) and np.isfinite(got[0]), "bf16 has fp32's range"
     assert got[1] == 1.0, "bf16 keeps 8 significant bits"
     assert got[2] == 3.0
+
+
+def test_emulation_holds_as_many_rewritten_models_as_it_is_asked_to_keep():
+    """One rewritten model by default (the next key replaces it); ``keep(3)``: three cycled keys are each
+    rewritten once, a fourth pushes out the oldest."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    backend = make_backend("fp16_emulation")
+    first = backend.prepare(model, "a")
+    backend.prepare(model, "b")
+    assert backend.prepare(model, "a") is not first, "one kept: a was rewritten again"
+    backend.keep(3)
+    kept = {k: backend.prepare(model, k) for k in "abc"}
+    assert all(backend.prepare(model, k) is kept[k] for k in "abcabc")
+    backend.prepare(model, "d")
+    assert backend.prepare(model, "a") is not kept["a"] and backend.prepare(model, "d") is not None
+    assert backend.prepare(model, "c") is kept["c"]
