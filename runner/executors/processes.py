@@ -193,10 +193,10 @@ class ProcessExecutor(Executor):
             self._took_here(future.result().check_s or 0.0)
 
     def lanes(self) -> List[Lane]:
-        """A thread here per slot, each on its slot's GPU (one without ``local_start``), each timed for
-        ``start="lazy"``: jobs stay in the runner (why: benchmarks/README.md, "GPU checks")."""
-        here = [Slot(w, self.gpu(w)) for w in range(self.workers)] if self.local_start else [Slot()]
-        return [Lane(slot, self._took_here) for slot in here]
+        """A lane per worker: its jobs run in a thread here on the worker's GPU, each timed for
+        ``start="lazy"``, until the worker is ready, and in the worker after (``runner.executors.spread.held``).
+        Without ``local_start``, every job waits for its worker (up to ``timeout_s``)."""
+        return [Lane(Slot(w, self.gpu(w)), self._took_here, _WorkerLane(self, w)) for w in range(self.workers)]
 
     def facts(self, started: float) -> Dict[str, Any]:
         """``local_checks`` (checks run here while the workers started; with ``local_start``) and
@@ -211,6 +211,39 @@ class ProcessExecutor(Executor):
             self._pool = None
         for process in self._processes:
             process.kill()
+
+
+class _WorkerLane:
+    """Worker ``worker`` of ``executor`` as a lane's ``Remote``: ready once every worker is, then it runs
+    the lane's jobs on its own GPU."""
+
+    def __init__(self, executor: ProcessExecutor, worker: int):
+        self.executor, self.worker = executor, worker
+
+    def ready(self) -> bool:
+        """True once the workers are ready; without ``local_start`` they are waited for (``ready``'s
+        errors raised), with it a worker that failed to start leaves the jobs here."""
+        if not self.executor.local_start:
+            self.executor.start()
+            return self.executor.ready(self.executor.timeout_s)
+        try:
+            return self.executor.ready()
+        except ConfigError:
+            return False
+
+    def call(self, fn: Callable[..., Any], shared: Held, job: Any) -> Any:
+        """``fn(shared, job)`` in the worker, pinned to its GPU; a dead worker raises ``WorkerDiedError``."""
+        slot = Slot(self.worker, self.executor.gpu(self.worker), None, self.executor.poll_s, bool(self.executor.gpus))
+        process = self.executor._processes[self.worker]
+        try:
+            return process.call(fn, (shared, job), slot).result()
+        except BrokenProcessPool as e:
+            raise _died(e) from None
+
+    def drop(self, shared: Held) -> None:
+        """Let go of ``shared`` in the worker, once it was started."""
+        if self.executor.launched_at is not None:
+            self.executor._processes[self.worker].drop(shared)
 
 
 def _died(error: BaseException) -> BaseException:

@@ -76,6 +76,10 @@ def _hold(key: str, obj: Any) -> None:
     _HELD[key] = obj
 
 
+def _drop(key: str) -> None:
+    _HELD.pop(key, None)
+
+
 def _call(fn: Callable[..., Any], args: Tuple[Any, ...], slot: Optional[Slot] = None) -> Any:
     """A task in a worker: ``fn(*args)`` with each ``Held`` replaced by what it names, ``slot`` current."""
     set_current(slot)
@@ -117,6 +121,12 @@ class Worker:
             self.pool.submit(_hold, held.key, held.obj)
             self._held.add(held.key)
         return self.pool.submit(_call, fn, tuple(args), slot)
+
+    def drop(self, held: Held) -> None:
+        """Let go of ``held`` in the worker (after its queued tasks), if it was ever sent."""
+        if held.key in self._held:
+            self._held.discard(held.key)
+            self.pool.submit(_drop, held.key)
 
     def kill(self) -> None:
         """End the process now, whatever it runs."""

@@ -10,6 +10,7 @@ alike, and the lanes take them as they free up; one more job, given by the calle
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
@@ -19,7 +20,7 @@ import onnx
 
 from runner.backends.base import Backend
 from runner.errors import ModelError
-from runner.executors.spread import HERE, spread
+from runner.executors.spread import HERE, RunHere, held, spread
 from runner.graph.isolate import REF_SUFFIX, isolated_groups, isolated_model
 from runner.graph.qdq import Chain, is_qdq
 from runner.graph.weight_file import weight_file
@@ -37,12 +38,12 @@ def run_alone(backend: Backend, job: ModelJob) -> Tuple[Dict[str, np.ndarray], s
     run the model (a ``ModelError``).
 
     Raises:
-        RuntimeError: in a worker process, for a model whose weights are in the runner's weight file
-            (``executor=processes`` then runs the job in the runner).
+        RunHere: in a worker process, for a model whose weights are in the runner's weight file
+            (the lane then runs the job in the runner).
     """
     model, feeds, key = job
     if not weight_file().holds(model):  # a large model's mapped copy reached a worker process
-        raise RuntimeError("the model's weights are in the runner's weight file: run this job in the runner")
+        raise RunHere("the model's weights are in the runner's weight file")
     try:
         return backend.run(model, feeds, key=key), ""
     except ModelError as e:
@@ -73,6 +74,18 @@ class AloneRuns:
         self.target, self.types, self.weights, self.chains = target, types, weights, chains
         self.backend, self.key, self.lanes = backend, key, lanes
         self._models: Dict[Tuple[str, ...], onnx.ModelProto] = {}  # the chunk's isolated models
+        self._shared: Any = backend  # the backend as the lanes' jobs share it (``on_lanes``)
+
+    @contextlib.contextmanager
+    def on_lanes(self) -> Iterator[None]:
+        """For the ``with`` block, the backend is held in the lanes' worker processes (``executor=processes``,
+        ``runner.executors.spread.held``): their sessions serve every chunk and sample, and are let go after."""
+        with held(self.lanes, self.backend) as shared:
+            self._shared = shared
+            try:
+                yield
+            finally:
+                self._shared = self.backend
 
     def clear(self) -> None:
         """Forget the isolated models built for the previous chunk."""
@@ -131,7 +144,7 @@ class AloneRuns:
         devices = {lane.slot.device for lane in self.lanes}
         self.backend.keep((len(groups) + 1) * len(devices))
         jobs = itertools.chain([first], self._jobs(groups, ref_value, saturated, sizes))
-        (whole, failed), *results = spread(self.lanes, run_alone, self.backend, jobs)
+        (whole, failed), *results = spread(self.lanes, run_alone, self._shared, jobs)
         if failed:
             raise ModelError(failed)
         for size, (got, error) in zip(sizes, results):

@@ -210,9 +210,10 @@ class LayerwiseComparison:
             n.name: NodeRow(i, n.name, n.op_type, [o for o in n.output if o], weights=self.weights_of.get(n.name, 0.0))
             for i, n in enumerate(self.nodes)
         }
-        for chunk in self.chunks:
-            for feeds in samples:
-                self._compare_chunk(chunk, feeds, rows, reported)
+        with self.alone.on_lanes():
+            for chunk in self.chunks:
+                for feeds in samples:
+                    self._compare_chunk(chunk, feeds, rows, reported)
         known = LOW_PRECISIONS.get(str(self.low))
         limit = known.max_finite if known is not None else float("inf")
         for row in rows.values():

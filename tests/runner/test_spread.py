@@ -14,7 +14,7 @@ import pytest
 from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.executors.local import LocalExecutor
 from runner.executors.slot import current
-from runner.executors.spread import HERE, spread
+from runner.executors.spread import HERE, RunHere, held, spread
 from runner.graph.load import load_model
 from runner.layerwise.ranking import introduced_ranking
 from runner.lowp.convert import float_nodes, prepare
@@ -211,6 +211,7 @@ class _Counted(OnnxRuntimeBackend):
         return super().session(model, key)
 
 
+@pytest.mark.slow
 def test_a_ranking_on_many_lanes_builds_each_jobs_session_once():
     """Three lanes split the nodes alone into 6 models, run beside the whole model on each of 3 samples:
     7 sessions, built on the first sample and held for the others (a cache of 4 built 20)."""
@@ -225,3 +226,45 @@ def test_a_ranking_on_many_lanes_builds_each_jobs_session_once():
         executor.close()
     assert order is not None
     assert backend.built == 7
+
+
+def _held_here(shared, job):
+    """Whether this process holds anything sent once, and the job's value: for the let-go test."""
+    from runner.executors.worker import _HELD
+
+    return len(_HELD)
+
+
+def _needs_runner(shared: int, job: int):
+    """A job only the runner runs (as a model in the runner's weight file): ``RunHere`` in a worker."""
+    if os.getpid() != shared:
+        raise RunHere("not the runner")
+    return job, os.getpid()
+
+
+@pytest.mark.slow
+def test_held_jobs_run_in_the_ready_workers_on_their_gpus_and_are_let_go_after():
+    """Once every worker is ready, the lanes hand held jobs to their workers (each pinned: its device is
+    "0"); a plain object's jobs stay here; after the block no worker holds the object; a job that must
+    run in the runner (``RunHere``) runs here."""
+    from runner.executors.processes import ProcessExecutor
+
+    executor = ProcessExecutor(gpus=["0", "1"], start="now")
+    try:
+        assert executor.ready(60)
+        lanes = executor.lanes()
+        with held(lanes, 3) as shared:
+            got = spread(lanes, _where, shared, range(12))
+            again = spread(lanes, _held_here, shared, range(4))
+        assert [g[0] for g in got] == [3 * i for i in range(12)]
+        assert os.getpid() not in {g[1] for g in got} and len({g[1] for g in got}) == 2, "both workers, not here"
+        assert {g[2] for g in got} == {"0"}, "each worker sees only its own GPU"
+        assert set(again) == {1}, "the object is sent once and held by each worker during the block"
+        with held(lanes, None) as nothing:
+            assert set(spread(lanes, _held_here, nothing, range(4))) == {1}, "the first object was let go"
+        plain = spread(lanes, _where, 3, range(4))
+        assert {g[1] for g in plain} == {os.getpid()}, "a plain object's jobs run here"
+        with held(lanes, os.getpid()) as runner_pid:
+            assert spread(lanes, _needs_runner, runner_pid, range(3)) == [(i, os.getpid()) for i in range(3)]
+    finally:
+        executor.close()
