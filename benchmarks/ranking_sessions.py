@@ -29,6 +29,7 @@ from runner.graph.load import load_model
 from runner.graph.meta import value_sizes
 from runner.layerwise.ranking import introduced_ranking
 from runner.lowp.convert import float_nodes, prepare
+from runner.lowp.precisions import FLOAT16
 
 DETECTOR = MODELS / "ch_PP-OCRv4_det_infer.onnx"
 
@@ -75,7 +76,7 @@ def one(
     spread_on = HERE if lanes == 1 else [Lane(Slot(w, gpus[w % len(gpus)] if gpus else None)) for w in range(lanes)]
     began = time.perf_counter()
     introduced_ranking(
-        model, float_nodes(model), [{"x": x}], "float16", backend, lanes=spread_on, budget=budget, sizes=sizes
+        model, float_nodes(model), [{"x": x}], FLOAT16, backend, lanes=spread_on, budget=budget, sizes=sizes
     )
     return {
         "lanes": lanes,
@@ -99,7 +100,7 @@ def main() -> None:
     parser.add_argument("--budget-mb", type=float, default=512.0, help="ranking_memory_mb; the rows also run with none")
     args = parser.parse_args()
     gpus = args.gpus if args.provider != "CPUExecutionProvider" else []
-    model = prepare(load_model(str(args.model)), "float16")
+    model = prepare(load_model(str(args.model)), FLOAT16)
     rows = [one(model, args.size, args.provider, 1, gpus, None)]  # warms CUDA and cuDNN
     rows[0]["lanes"] = "1 (warm-up)"
     for lanes in args.lanes:

@@ -56,7 +56,7 @@ class Verdict:
             instead of being built (``summary.json``'s ``switched_checks`` counts these).
         verified: for a precision answer as written, the margin it was searched with and its run on
             each arithmetic at the full tolerance, ``{"margin": float, "on": {"cpu:all": {"provider",
-            "level", "passed", "reason", "statistic": {output: value}}}}`` (``runner.checkers.arithmetics``);
+            "level", "passed", "reason", "statistic": {output: value}}}}`` (``runner.checkers.compare.arithmetics``);
             None for other candidates and checkers.
     """
 

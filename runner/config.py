@@ -144,7 +144,7 @@ class PythonCheckerConf:
 class CompareCheckerConf:
     """Runs the candidate in-process and compares its outputs with golden outputs."""
 
-    _target_: str = "runner.checkers.compare.CompareChecker"
+    _target_: str = "runner.checkers.compare.checker.CompareChecker"
     backend: str = "onnxruntime"
     reference: str = "onnxruntime"
     atol: Any = 1e-3  # a number, or {output_name: number, default: number}
@@ -163,7 +163,7 @@ class CompareCheckerConf:
     # TensorRT's placement (Q/DQ as written, runner.run.plan)
     graph_optimization_level: Optional[GraphOptimization] = None
     # on CPU: precision's fp16/bf16 (emulated) and int8 (TensorRT's placement) candidates run on one
-    # switched model (runner.checkers.switched)
+    # switched model (runner.checkers.compare.switched)
     switchboard: bool = True
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
     outputs: List[str] = field(
@@ -171,7 +171,7 @@ class CompareCheckerConf:
     )  # compare these tensors (any of the model's) instead of the outputs
     exclude_outputs: List[str] = field(default_factory=list)  # leave these graph outputs out
     # judge detections: {boxes: name, scores: name, labels: name, iou: 0.5, score_atol: 0.05, max_unmatched: 0}
-    detections: Any = None  # a map (see runner.checkers.detections); null: off
+    detections: Any = None  # a map (see runner.checkers.compare.detections); null: off
     # {provider: {option: value}}: ONNX Runtime provider options (options of providers not used are ignored).
     # CUDA: cuDNN's default convolution algorithm instead of an exhaustive search per new session (18x
     # cheaper checks on the detector, benchmarks/gpu_checks.py), and no TF32, so fp32 means fp32

@@ -26,7 +26,7 @@ import onnx
 from runner import malloc
 from runner.backends.base import make_backend, onnxruntime_options
 from runner.checkers.base import Checker
-from runner.checkers.comparison import Comparison
+from runner.checkers.compare.comparison import Comparison
 from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError

@@ -11,7 +11,7 @@ from runner.candidates import Candidate, Verdict
 from runner.executors.slot import Slot
 
 if TYPE_CHECKING:
-    from runner.checkers.comparison import Comparison
+    from runner.checkers.compare.comparison import Comparison
     from runner.context import RunContext
 
 

@@ -24,7 +24,7 @@ from runner.executors.slot import Slot, set_current
 PARENT_WATCH_S = 0.5
 
 #: what a check imports, imported while a worker warms (by name: executors sit below the checkers they run)
-WARM_IMPORTS = ("onnxruntime", "runner.checkers.compare")
+WARM_IMPORTS = ("onnxruntime", "runner.checkers.compare.checker")
 
 _HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
 

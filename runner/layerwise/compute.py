@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 from runner.backends.base import Backend
-from runner.checkers.tolerance import Tolerances, compare_tensor
+from runner.checkers.compare.tolerance import Tolerances, compare_tensor
 from runner.executors.spread import HERE
 from runner.graph.activations import marked
 from runner.graph.feeds import as_declared, graph_inputs

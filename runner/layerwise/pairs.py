@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx
 
-from runner.checkers.tolerance import Tolerances, compare_tensor
+from runner.checkers.compare.tolerance import Tolerances, compare_tensor
 from runner.graph.qdq import Chain, is_qdq
 from runner.layerwise.tensors import worse
 

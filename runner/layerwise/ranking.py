@@ -32,7 +32,7 @@ import onnx
 
 from runner.backends.base import Backend, make_backend
 from runner.checkers.base import Checker
-from runner.checkers.tolerance import Tolerances
+from runner.checkers.compare.tolerance import Tolerances
 from runner.errors import ModelError
 from runner.executors.spread import HERE
 from runner.graph.summaries import TensorSummary, summarize

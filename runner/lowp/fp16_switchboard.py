@@ -11,7 +11,7 @@ What each node's conversion rounds is read from the converter's own output (the 
 kept, typed by shape inference), not assumed: an input the converter keeps fp32 (Resize's scales), an
 op it never converts (its block list), a weight's clipped fp16 form all come from there. A node
 reading a converted node rounds again what is rounded already (rounding is idempotent), so every
-candidate computes the same values as its emulated conversion; ``runner.checkers.switched`` checks
+candidate computes the same values as its emulated conversion; ``runner.checkers.compare.switched`` checks
 that on its first candidates and stops using the switchboard when any output differs by a bit.
 
 Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one

@@ -12,7 +12,7 @@ branch is the node as it is.
 Q/DQ are exact functions of their input, so a node that reads a shared tensor through its own Q/DQ
 reads what the candidate's one shared Q/DQ gives; with ONNX Runtime's graph optimizations off (the
 candidates' Q/DQ run as written, ``checker.graph_optimization_level=disable``) every candidate's
-switched run gives its own run's bits, which ``runner.checkers.switched`` checks on its first
+switched run gives its own run's bits, which ``runner.checkers.compare.switched`` checks on its first
 candidates. ONNX Runtime's own placement (``quantization.placement=onnxruntime``) gets none: its
 quantizer decides a node's Q/DQ from its neighbours' (keeping one node changes what the others
 read), so its candidates are not sums of node choices.

@@ -12,7 +12,7 @@ This module holds what every switchboard shares: the switched model (``Switchboa
 its ``If`` nodes (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
 (``Switched``). ``runner.lowp.fp16_switchboard`` builds fp16's and bf16's (the emulation's rounding
 written into each branch); ``runner.lowp.qdq_switchboard`` builds int8's (each node TensorRT's
-placement quantizes reading its Q/DQ). ``runner.checkers.switched`` runs them and checks that they
+placement quantizes reading its Q/DQ). ``runner.checkers.compare.switched`` runs them and checks that they
 give the candidates' own bits.
 
 Only models without If/Loop/Scan bodies and with less than ``MAP_BYTES`` of weights get one

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.backends.base import make_backend
-from runner.checkers.tolerance import Tolerances
+from runner.checkers.compare.tolerance import Tolerances
 from runner.graph.isolate import REF_SUFFIX, isolated_model
 from runner.layerwise.compute import LayerwiseComparison
 from runner.layerwise.tensors import tensor_types, weight_peaks
@@ -346,7 +346,7 @@ def test_a_comparison_and_its_alone_runs_go_with_their_last_reference():
 def test_a_ranking_on_the_cuda_provider_chooses_cudnn_algorithms_by_heuristic():
     """A ranking is an order: its sessions do not pay cuDNN's exhaustive search that the checks may ask
     for; the checks' other provider options stay, and options without the CUDA provider are left alone."""
-    from runner.checkers.comparison import order_options
+    from runner.checkers.compare.comparison import order_options
 
     exhaustive = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "0"}}
     options = {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"], "provider_options": exhaustive}

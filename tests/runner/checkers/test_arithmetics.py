@@ -1,4 +1,4 @@
-"""Where a precision answer is verified (``runner.checkers.arithmetics``): the arithmetics named, the
+"""Where a precision answer is verified (``runner.checkers.compare.arithmetics``): the arithmetics named, the
 margin, a real model's run under ONNX Runtime's optimization levels, and the answer that fails one."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.candidates import Verdict
-from runner.checkers.arithmetics import AUTO_MARGIN, Arithmetic, arithmetics, margin_of, runs_here, verify
-from runner.checkers.tolerance import Tolerances, compare_outputs
+from runner.checkers.compare.arithmetics import AUTO_MARGIN, Arithmetic, arithmetics, margin_of, runs_here, verify
+from runner.checkers.compare.tolerance import Tolerances, compare_outputs
 from runner.errors import AnswerNotVerifiedError, ConfigError
 from strategies.answer_check import WrittenAnswer
 

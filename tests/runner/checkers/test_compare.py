@@ -169,7 +169,7 @@ def test_bad_tolerances_and_backend():
 
 
 def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
-    from runner.checkers.tolerance import Tolerances, compare_tensor
+    from runner.checkers.compare.tolerance import Tolerances, compare_tensor
 
     golden = np.zeros(100, np.float32)
     actual = golden.copy()

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from examples.planted import threshold_detector
-from runner.checkers.detections import DetectionRule, judge
+from runner.checkers.compare.detections import DetectionRule, judge
 from runner.graph.decisions import data_dependent_outputs
 
 
@@ -121,7 +121,7 @@ def test_a_box_that_overflowed_matches_nothing_and_warns_nothing():
     """fp16 overflow makes a box's coordinates inf (inf - inf is NaN): IoU 0, no RuntimeWarning."""
     import warnings
 
-    from runner.checkers.detections import iou_matrix
+    from runner.checkers.compare.detections import iou_matrix
 
     golden = np.array([[0.0, 0.0, 10.0, 10.0]])
     got = np.array([[np.inf, 0.0, np.inf, 10.0], [0.0, 0.0, np.inf, 10.0], [0.0, 0.0, 10.0, 10.0]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from examples.planted import two_branches
-from runner.checkers.lowering import warn_fp16_on_cpu
+from runner.checkers.compare.lowering import warn_fp16_on_cpu
 from runner.lowp.convert import Converter, prepare
 from runner.lowp.precisions import FLOAT16
 

@@ -15,8 +15,8 @@ from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Switched
 from runner.checkers.base import Need
 from runner.checkers.compare import CompareChecker
+from runner.checkers.compare.switched import CROSS_CHECKS, SwitchedRuns
 from runner.checkers.isolated import IsolatedChecker
-from runner.checkers.switched import CROSS_CHECKS, SwitchedRuns
 from runner.lowp.convert import Converter, prepare
 from runner.lowp.fp16_switchboard import build_switchboard
 from runner.lowp.precisions import FLOAT16

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from runner.checkers.tolerance import Tolerances, compare_outputs, compare_tensor
+from runner.checkers.compare.tolerance import Tolerances, compare_outputs, compare_tensor
 from runner.errors import ConfigError
 
 GOLDEN = np.array([1.0, 2.0, 4.0, 0.0], np.float32)

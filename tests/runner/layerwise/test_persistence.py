@@ -48,7 +48,7 @@ def test_a_divergence_persists_through_one_branch_even_if_another_absorbs_it():
 
 
 def test_precision_ranks_on_the_checker_backend_only_on_a_device():
-    from runner.checkers.comparison import on_device
+    from runner.checkers.compare.comparison import on_device
 
     assert on_device("onnxruntime", ["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert on_device("tensorrt", [])

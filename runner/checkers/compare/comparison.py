@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend, onnxruntime_options
-from runner.checkers.tolerance import Tolerances
+from runner.checkers.compare.tolerance import Tolerances
 from runner.lowp.precisions import LowPrecision
 
 #: what sessions made for an order (precision's rankings) use on the CUDA provider, whatever the checks use:

@@ -17,17 +17,18 @@ import onnx
 from runner.backends.base import Backend, backend_class, make_backend, onnxruntime_options
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
-from runner.checkers.arithmetics import Arithmetic, arithmetics, margin_of, verify
 from runner.checkers.base import Checker, Need
-from runner.checkers.comparison import Comparison
-from runner.checkers.detections import DetectionRule, judge_logged
-from runner.checkers.golden_casts import through_casts
-from runner.checkers.lowering import as_run, lowered, warn_fp16_on_cpu
-from runner.checkers.noise import NoiseFloor
+from runner.checkers.compare.arithmetics import Arithmetic, arithmetics, margin_of, verify
+from runner.checkers.compare.comparison import Comparison
+from runner.checkers.compare.detections import DetectionRule, judge_logged
+from runner.checkers.compare.golden_casts import through_casts
+from runner.checkers.compare.lowering import as_run, lowered, warn_fp16_on_cpu
+from runner.checkers.compare.noise import NoiseFloor
+from runner.checkers.compare.outputs import check_compared, compared
+from runner.checkers.compare.reference import reference_run
+from runner.checkers.compare.switched import SwitchedRuns
+from runner.checkers.compare.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.checkers.on_error import OnError
-from runner.checkers.reference import reference_run
-from runner.checkers.switched import SwitchedRuns
-from runner.checkers.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
 from runner.config import plain
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
@@ -49,7 +50,7 @@ class CompareChecker(Checker):
     """Judges a candidate by comparing its outputs with golden outputs, per output tensor.
 
     A candidate fails when any output has NaN/Inf where the golden value has none, or breaks the
-    tolerance by the chosen statistic (``runner.checkers.tolerance``: by default more than
+    tolerance by the chosen statistic (``runner.checkers.compare.tolerance``: by default more than
     ``max_mismatch_fraction`` of its elements outside ``atol + rtol * |golden|``), or when the
     backend cannot run it.
 
@@ -84,19 +85,19 @@ class CompareChecker(Checker):
             outputs of each candidate that computes them (Polygraphy's ``--onnx-outputs``); a
             candidate that computes none of them shows nothing to fail and passes (a reduce subgraph).
         exclude_outputs: leave these graph outputs out of the comparison (``--onnx-exclude-outputs``).
-        detections: judge detections instead of arrays (``runner.checkers.detections``):
+        detections: judge detections instead of arrays (``runner.checkers.compare.detections``):
             ``{boxes: name, scores: name, labels: name, iou: 0.5, score_atol: 0.05, min_score: 0,
             max_unmatched: 0}``.
         noise_floor: when an fp32 candidate fails on ONNX Runtime, run it once more in another
             reduction order and pass it if it shows only fp32 re-association noise, which the
-            reference itself cannot tell from a fault (``runner.checkers.noise``). Candidates in a
+            reference itself cannot tell from a fault (``runner.checkers.compare.noise``). Candidates in a
             low precision are never judged so.
         switchboard: on CPU, run precision's candidates as feeds of one switched model
-            (``runner.checkers.switched``) where that gives their own values: fp16 and bf16 ones with
+            (``runner.checkers.compare.switched``) where that gives their own values: fp16 and bf16 ones with
             ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``.
         margin: the fraction (0 to 1) of the tolerance a precision candidate (``as_typed``) leaves free: it
             passes only within atol and rtol times ``1 - margin``, so that its answer holds on other
-            arithmetics; None: ``runner.checkers.arithmetics.AUTO_MARGIN`` (0.33) for int8 (Q/DQ)
+            arithmetics; None: ``runner.checkers.compare.arithmetics.AUTO_MARGIN`` (0.33) for int8 (Q/DQ)
             candidates, 0 for others.
         verify_on: the arithmetics (``cpu:disable``, ``cpu:all``, ``cuda:all``, ...) the written precision
             answer is run on and judged at the full tolerance (``Verdict.verified``); None: for an int8
@@ -234,7 +235,7 @@ class CompareChecker(Checker):
     def reference_values(
         self, model: onnx.ModelProto, feeds: Dict[str, np.ndarray], ctx: Optional[RunContext] = None
     ) -> Dict[str, np.ndarray]:
-        """Every tensor's value from one reference run (``runner.checkers.reference``); the run's shared
+        """Every tensor's value from one reference run (``runner.checkers.compare.reference``); the run's shared
         fp32 values (``ctx.activations``) when ``ctx`` is given and the reference is ONNX Runtime on its feeds."""
         if self.reference_name == "onnxruntime" and ctx is not None:
             return ctx.activations
@@ -352,7 +353,7 @@ class CompareChecker(Checker):
         declared: Dict[str, int],
     ) -> Optional[Dict[str, Any]]:
         """For a precision answer as written (``Candidate.info``'s ``answer``): its margin and its run on each
-        arithmetic of ``verify_on`` at the full tolerance (``runner.checkers.arithmetics.verify``); None for
+        arithmetic of ``verify_on`` at the full tolerance (``runner.checkers.compare.arithmetics.verify``); None for
         other candidates, or with no margin and nothing to verify on."""
         if not candidate.as_typed or "answer" not in candidate.info:
             return None
@@ -386,46 +387,22 @@ class CompareChecker(Checker):
     def _judged(
         self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray]
     ) -> Tuple[bool, Dict[str, float], str]:
-        """``got`` judged at the full tolerance (``_judge``), for ``runner.checkers.arithmetics.verify``:
+        """``got`` judged at the full tolerance (``_judge``), for ``runner.checkers.compare.arithmetics.verify``:
         (passed, {output: statistic compared}, the first problem or "")."""
         passed, stats, problems, _ = self._judge(got, values, self.rule, "On another arithmetic")
         return passed, {n: float(st["statistic"]) for n, st in stats.items()}, problems[0] if problems else ""
 
     def _check_compared(self, model: onnx.ModelProto) -> None:
-        """Refuse options that leave nothing to compare on the model as given.
-
-        Raises:
-            ConfigError: a tensor both in ``checker.outputs`` (or the detections) and in
-                ``checker.exclude_outputs``; a named tensor that is a graph input (fed, never
-                computed); every graph output excluded.
-        """
-        named = self.outputs + (self.detections.tensors() if self.detections else [])
-        both = sorted(set(named) & self.exclude_outputs)
-        if both:
-            raise ConfigError(
-                f"checker.exclude_outputs leaves out {both}, which checker.outputs/detections name to compare; "
-                "name each tensor in one of them"
-            )
-        fed = sorted(set(named) & {i.name for i in model.graph.input} - {o for n in model.graph.node for o in n.output})
-        if fed:
-            raise ConfigError(
-                f"checker.outputs/detections name graph inputs {fed}: they are fed, never computed, so comparing "
-                "them compares nothing; name tensors that nodes compute"
-            )
-        if not self._compared(model):
-            raise ConfigError(
-                f"checker.exclude_outputs={sorted(self.exclude_outputs)} leaves none of the graph outputs "
-                f"{[o.name for o in model.graph.output]} to compare; exclude fewer, or name tensors in checker.outputs"
-            )
+        """Refuse options that leave nothing to compare on the model as given (``outputs.check_compared``)."""
+        check_compared(model, self._named(), self.exclude_outputs)
 
     def _compared(self, model: onnx.ModelProto) -> List[str]:
-        """The tensors compared for ``model``: ``checker.outputs`` (and the detection tensors) that it
-        computes, else its graph outputs but ``checker.exclude_outputs``."""
-        named = self.outputs + (self.detections.tensors() if self.detections else [])
-        if not named:
-            return [o.name for o in model.graph.output if o.name not in self.exclude_outputs]
-        computed = {o for n in model.graph.node for o in n.output} | {o.name for o in model.graph.output}
-        return [n for n in dict.fromkeys(named) if n in computed and n not in self.exclude_outputs]
+        """The tensors compared for ``model`` (``outputs.compared``)."""
+        return compared(model, self._named(), self.exclude_outputs)
+
+    def _named(self) -> List[str]:
+        """``checker.outputs`` and the detection tensors."""
+        return self.outputs + (self.detections.tensors() if self.detections else [])
 
     def _decision_hint(self, problem: str) -> str:
         """A shape mismatch of an output whose shape depends on the data, said as a decision flip."""
@@ -475,7 +452,7 @@ class CompareChecker(Checker):
             self._warned = warn_fp16_on_cpu(model)
 
     def comparison(self) -> Comparison:
-        """This checker's way of running and judging, as data (``runner.checkers.comparison``)."""
+        """This checker's way of running and judging, as data (``runner.checkers.compare.comparison``)."""
         return Comparison(
             self.backend_name,
             dict(self.backend_options),
@@ -493,7 +470,7 @@ class CompareChecker(Checker):
         return {"switched_checks": self.switched.checks} if self.switched.checks else {}
 
     def needs(self, candidate: Candidate) -> Need:
-        """Nothing for a candidate that runs on its search's switchboard (``runner.checkers.switched``), its
+        """Nothing for a candidate that runs on its search's switchboard (``runner.checkers.compare.switched``), its
         in-memory model where it has one (``Candidate.payload``), else its file."""
         if self.switched.takes(candidate):
             return Need.nothing

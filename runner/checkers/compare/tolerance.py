@@ -134,7 +134,7 @@ class Tolerances:
 
     def scaled(self, factor: float) -> Tolerances:
         """This rule with every atol and rtol multiplied by ``factor`` (0 to 1: a tighter rule, for a
-        search with margin, ``runner.checkers.arithmetics``); the statistic and fraction unchanged."""
+        search with margin, ``runner.checkers.compare.arithmetics``); the statistic and fraction unchanged."""
 
         def scale(value: Tolerance) -> Tolerance:
             if isinstance(value, Mapping):
