@@ -126,7 +126,8 @@ class Worker:
         """Let go of ``held`` in the worker (after its queued tasks), if it was ever sent."""
         if held.key in self._held:
             self._held.discard(held.key)
-            self.pool.submit(_drop, held.key)
+            with contextlib.suppress(RuntimeError):  # a dead or shut pool holds nothing any more
+                self.pool.submit(_drop, held.key)
 
     def kill(self) -> None:
         """End the process now, whatever it runs."""

@@ -214,12 +214,13 @@ def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
     here = backend.run(half, x, key="k")["y"]
     sent, shipped = pickle.dumps(backend), wf.weight_file().portable(half)  # as a candidate is shipped
     from runner.backends.onnxruntime import OnnxRuntimeBackend
+    from runner.executors.spread import RunHere
     from runner.layerwise.alone import run_alone
 
     assert run_alone(OnnxRuntimeBackend(), (mapped, x, None))[1] == ""  # in its own process it runs
     other = wf.WeightFile()  # the worker's own weight file, holding other weights
     monkeypatch.setattr(wf, "_shared", other)
-    with pytest.raises(RuntimeError, match="run this job in the runner"):  # a worker hands it back
+    with pytest.raises(RunHere, match="in the runner's weight file"):  # a worker hands it back to its lane
         run_alone(OnnxRuntimeBackend(), (mapped, x, None))
     session_for(_mlp(seed=1))
     with pytest.raises(ModelError):
