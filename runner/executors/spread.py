@@ -5,7 +5,7 @@ the next job when it is free, so a slow lane takes fewer.
 A lane of ``executor=processes`` hands its jobs to its worker process once that is ready (``Remote``),
 when the object they share was sent there (``held``): each process then runs its jobs with its own
 sessions, where threads of one process slow each other (a CUDA session's first run, cuDNN's set-up of
-each convolution: benchmarks/README.md, "GPU checks").
+each convolution: benchmarks/README.md, "On 2 GPUs").
 """
 
 from __future__ import annotations
