@@ -36,3 +36,27 @@ def checker_schema(name: str) -> str:
         The class name.
     """
     return "".join(part.capitalize() for part in name.split("_")) + "CheckerConf"
+
+
+def executor_groups() -> List[str]:
+    """The executor names ``executor=`` takes, sorted: the stems of ``conf/executor/*.yaml``.
+
+    Returns:
+        e.g. ``["dask", "local", "processes", "serial"]``.
+    """
+    return sorted(p.stem for p in (CONF / "executor").glob("*.yaml"))
+
+
+def executor_schema(name: str) -> str:
+    """The name of executor ``name``'s schema dataclass in ``runner/config.py`` (``processes`` ->
+    ``ProcessesExecutorConf``), stored in Hydra's ConfigStore as ``<name>_executor_schema``, which its
+    group file extends (``defaults: [/<name>_executor_schema@_here_]``); it names the class
+    (``_target_``) and holds the keys that class takes.
+
+    Args:
+        name: an executor group's name (``executor_groups``).
+
+    Returns:
+        The class name.
+    """
+    return "".join(part.capitalize() for part in name.split("_")) + "ExecutorConf"

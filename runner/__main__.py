@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, cast
+from typing import Any, Dict, List, Optional, cast
 
 from runner.terminal import pipes, signals  # standard library only
 
@@ -152,10 +152,34 @@ def composition_error(e: BaseException) -> Optional[str]:
     override = first.split("override ", 1)[1] if first.startswith("Error merging override ") else ""
     if first.startswith("Could not override"):
         key = first.split("'")[1] if "'" in first else first
-        return f"{key}= is not an option; see python -m runner --help for the options of each mode"
+        return (
+            _group_key_hint(key, cause)
+            or f"{key}= is not an option; see python -m runner --help for the options of each mode"
+        )
     why = cause[0] if cause else (text[1] if len(text) > 1 else "")
     head = override or first.rstrip(".")
     return f"{head}: {why}; see python -m runner --help for each key's values" if why else head
+
+
+def _group_key_hint(key: str, cause: List[str]) -> Optional[str]:
+    """For a key of the checker or executor group that the chosen option's schema lacks (Hydra's cause
+    names the schema: ``Key 'gpus' not in 'SerialExecutorConf'``): the line that names the chosen option
+    and the options that take the key; None for any other key."""
+    import re
+
+    group, _, name = key.partition(".")
+    found = re.search(r"not in '(\w+?)(Checker|Executor)Conf'", " ".join(cause))
+    if group not in ("checker", "executor") or not found or "." in name:
+        return None
+    import conf
+    from runner import config as schemas
+
+    names = conf.checker_groups() if group == "checker" else conf.executor_groups()
+    schema = conf.checker_schema if group == "checker" else conf.executor_schema
+    chosen = next((n for n in names if schema(n) == found.group(1) + found.group(2) + "Conf"), found.group(1).lower())
+    users = [n for n in names if name in getattr(getattr(schemas, schema(n)), "__dataclass_fields__", {})]
+    where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
+    return f"{key}= is not used by {group}={chosen}{where}"
 
 
 if __name__ == "__main__":

@@ -185,25 +185,60 @@ class CompareCheckerConf:
     verify_on: Optional[List[str]] = None
 
 
-@dataclass
-class ExecutorConf:
-    """Where checks run (``runner/executors/``): ``serial`` (one at a time), ``local`` (``workers``
-    threads on this machine, one GPU each from ``gpus``), ``processes`` (worker processes on this
-    machine, ``per_gpu`` pinned to each GPU of ``gpus``) or ``dask`` (tasks on the cluster at ``address``)."""
+class Start(Enum):
+    """When ``executor=processes`` starts its worker processes: ``lazy`` once a check or job run in the
+    runner (after the first) takes a second or more; ``now`` with the run."""
 
-    _target_: str = MISSING
-    name: str = MISSING
-    # checks at once: local, threads (len(gpus) or the cores); processes, worker processes (len(gpus) * per_gpu
-    # or 2); dask, tasks (the cluster's threads)
-    workers: Optional[int] = None
+    lazy = "lazy"
+    now = "now"
+
+
+@dataclass
+class SerialExecutorConf:
+    """One check at a time, in the runner's own thread (the default)."""
+
+    _target_: str = "runner.executors.serial.SerialExecutor"
+    name: str = "serial"
+    workers: Optional[int] = None  # 1 only: more checks at once need executor=local, processes or dask
+
+
+@dataclass
+class LocalExecutorConf:
+    """Several checks at once on this machine, one thread each, each with its GPU from ``gpus``."""
+
+    _target_: str = "runner.executors.local.LocalExecutor"
+    name: str = "local"
+    workers: Optional[int] = None  # checks at once (default: len(gpus), else this machine's cores)
     gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
-    address: Optional[str] = None  # dask: the scheduler, tcp://HOST:8786
-    timeout_s: float = 30.0  # dask: seconds to wait for the scheduler; processes: for the workers to start
-    per_gpu: int = 1  # processes: worker processes per GPU of gpus
-    local_start: bool = True  # processes: checks run here (threads) until the workers are ready
-    # processes: lazy starts the workers once a check or job here (after the first) takes 1 s or more; now: at once
-    start: str = "lazy"
-    lookahead: bool = True  # local, dask: build the next round's likely candidates while checks run
+    lookahead: bool = True  # build the next round's likely candidates while checks run
+
+
+@dataclass
+class ProcessesExecutorConf:
+    """Checks in worker processes on this machine, ``per_gpu`` pinned to each GPU of ``gpus``."""
+
+    _target_: str = "runner.executors.processes.ProcessExecutor"
+    name: str = "processes"
+    workers: Optional[int] = None  # worker processes (default: len(gpus) * per_gpu, else 2)
+    gpus: Optional[List[Any]] = None  # GPU ids; each gets per_gpu workers pinned to it
+    per_gpu: int = 1  # worker processes per GPU of gpus
+    lookahead: bool = True  # build the next round's likely candidates while checks run
+    timeout_s: float = 30.0  # seconds the workers get to start and warm
+    local_start: bool = True  # checks run here (threads) until the workers are ready
+    start: Start = Start.lazy  # lazy: once a check or job here (after the first) takes 1 s or more; now: at once
+
+
+@dataclass
+class DaskExecutorConf:
+    """Checks as tasks on a Dask cluster (``address``); its workers keep the checker's state."""
+
+    _target_: str = "runner.executors.dask.DaskExecutor"
+    name: str = "dask"
+    address: Optional[str] = None  # the scheduler, tcp://HOST:8786
+    workers: Optional[int] = None  # checks at once (default: the cluster's threads)
+    gpus: Optional[List[Any]] = None  # GPU ids, one per running check (CUDA_VISIBLE_DEVICES)
+    timeout_s: float = 30.0  # seconds to wait for the scheduler
+    lookahead: bool = True  # build the next round's likely candidates while checks run
 
 
 @dataclass
@@ -261,7 +296,7 @@ class CheckedKeys:
     """The checker, and where its checks run, for modes that check candidates."""
 
     checker: Any = MISSING
-    executor: ExecutorConf = field(default_factory=ExecutorConf)
+    executor: Any = MISSING  # one of the executor schemas above, chosen by executor=
 
 
 @dataclass

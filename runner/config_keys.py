@@ -12,13 +12,13 @@ import functools
 import re
 import secrets
 from dataclasses import fields, make_dataclass
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List
 
 from hydra.core.config_store import ConfigStore
 
-from conf import checker_groups, checker_schema
+from conf import checker_groups, checker_schema, executor_groups, executor_schema
 from runner import config
-from runner.config import ArtifactsConf, CommonKeys, ExecutorConf, MarkerConf, ModeConf
+from runner.config import ArtifactsConf, CommonKeys, MarkerConf, ModeConf
 from runner.errors import ConfigError, first_line
 
 
@@ -39,39 +39,6 @@ def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
         if match and match.group(1) not in out:
             out.append(match.group(1))
     return out
-
-
-def group_keys(group: str, overrides: Iterable[str]) -> List[str]:
-    """The keys of config group ``group`` that Hydra overrides set (``executor.gpus=[0]`` -> ``gpus``)."""
-    return _keys_after(group + ".", overrides)
-
-
-def check_option_keys(group: str, option: str, keys: Iterable[str], options: Mapping[str, Any]) -> List[str]:
-    """Check that every key of ``group`` the user set is a parameter of the chosen option's class, and
-    return those parameters (the keys to build it with).
-
-    Args:
-        group: the config group, e.g. "executor".
-        option: the option chosen (``executor=local``).
-        keys: the group's keys the user set (``group_keys``).
-        options: ``{option name: its class}`` for every option of the group.
-
-    Raises:
-        ConfigError: a key the option's class does not take, naming the options that take it.
-    """
-    import inspect
-
-    def takes(cls: Any) -> List[str]:
-        return [n for n, p in inspect.signature(cls).parameters.items() if p.kind is not p.VAR_KEYWORD]
-
-    allowed = set(takes(options[option])) | {"name", "_target_"}
-    for key in keys:
-        if key in allowed:
-            continue
-        users = [name for name, cls in options.items() if key in takes(cls)]
-        where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
-        raise ConfigError(f"{group}.{key}= is not used by {group}={option}{where}")
-    return takes(options[option])
 
 
 def group_targets(group: str) -> Dict[str, str]:
@@ -216,4 +183,5 @@ def register_configs() -> None:
     for checker in checker_groups():  # conf/checker is the one list; each schema named by one rule
         cs.store(name=f"{checker}_schema", node=getattr(config, checker_schema(checker)))
     cs.store(name="artifacts_schema", node=ArtifactsConf)
-    cs.store(name="executor_schema", node=ExecutorConf)
+    for executor in executor_groups():  # conf/executor is the one list, as for checkers
+        cs.store(name=f"{executor}_executor_schema", node=getattr(config, executor_schema(executor)))

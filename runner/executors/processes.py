@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from runner.candidates import Verdict
+from runner.config import Start
 from runner.errors import ConfigError, WorkerDiedError, first_line
 from runner.executors.base import Executor, Shared, relay
 from runner.executors.slot import Slot, visible_gpu
@@ -42,7 +43,8 @@ class ProcessExecutor(Executor):
         timeout_s: seconds the workers get to start and warm; past them the next check raises.
         local_start: run the checks of rounds that start before every worker is ready here (threads,
             each on its slot's GPU); False: every check runs in a worker (a check that may crash its process).
-        start: ``"lazy"`` (see the module) or ``"now"``; without ``local_start``, always now.
+        start: ``Start.lazy`` (see the module) or ``Start.now`` (or their names); without ``local_start``,
+            always now.
 
     Raises:
         ConfigError: ``per_gpu`` < 1, ``workers`` disagreeing with ``gpus`` and ``per_gpu``, ``start``
@@ -61,13 +63,14 @@ class ProcessExecutor(Executor):
         lookahead: bool = True,
         timeout_s: float = 30.0,
         local_start: bool = True,
-        start: str = "lazy",
+        start: Start | str = Start.lazy,
     ):
         if int(per_gpu) < 1:
             raise ConfigError(f"executor.per_gpu={per_gpu} must be 1 or more workers per GPU")
-        if start not in ("lazy", "now"):
+        if getattr(start, "value", start) not in {s.value for s in Start}:
             renamed = " (auto is now lazy)" if start == "auto" else ""
             raise ConfigError(f"executor.start={start} must be lazy (once a check here is dear) or now{renamed}")
+        start = Start(getattr(start, "value", start))
         listed = [str(g) for g in (gpus or [])]
         pinned = [g for g in listed for _ in range(int(per_gpu))]
         if listed and workers is not None and int(workers) != len(pinned):
@@ -88,7 +91,7 @@ class ProcessExecutor(Executor):
         self._ready_at: Optional[float] = None
         #: checks run here before the workers were ready
         self.local_checks = 0
-        if start == "now" or not self.local_start:
+        if start is Start.now or not self.local_start:
             self.start()
         when = "now" if self.launched_at else f"once a check here takes {DEAR_S:g} s or more (executor.start=lazy)"
         log.info("%d worker processes%s: they start %s", self.workers, f" on GPUs {listed}" if listed else "", when)

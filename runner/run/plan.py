@@ -12,18 +12,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from conf import executor_groups, executor_schema
 from runner.config import plain, seconds_limit
 from runner.config_keys import (
     check_mode_keys,
-    check_option_keys,
-    group_keys,
-    group_targets,
     keys_of,
     mode_keys,
     mode_uses,
@@ -149,7 +148,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     check_mode_keys(mode, set_keys(overrides))
     config = _frozen(OmegaConf.to_container(cfg, resolve=True))
     checker = checker_plan(config) if config.get("checker") is not None else None
-    executor = _executor_plan(config, overrides) if mode_uses(mode, "executor") else None
+    executor = _executor_plan(config) if mode_uses(mode, "executor") else None
     if checker is not None and checker.isolate and executor is not None and executor.name in ("processes", "dask"):
         raise ConfigError(
             f"checker.isolate=true with executor={executor.name}: its checks already run in worker processes, "
@@ -210,14 +209,21 @@ def _mode_checker_defaults(config: DictConfig) -> Dict[str, Any]:
 
 @functools.cache
 def executor_classes() -> Dict[str, type]:
-    """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``'s
-    ``_target_``): the one place that lists them is the config group itself. Read once per process."""
-    return {name: get_class(target) for name, target in group_targets("executor").items()}
+    """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``, each
+    with its schema, whose ``_target_`` names the class): the one place that lists them is the config
+    group itself. Read once per process."""
+    from runner import config as schemas
+
+    return {name: get_class(getattr(schemas, executor_schema(name))._target_) for name in executor_groups()}
 
 
-def _executor_plan(config: DictConfig, overrides: Sequence[str]) -> ExecutorPlan:
-    """The executor's keys its class takes; one the user set that it does not take is an error naming the
-    executors that do (``executor=serial executor.gpus=[0]``)."""
+def _executor_plan(config: DictConfig) -> ExecutorPlan:
+    """The executor and its keys, as its schema declares them (a key it does not declare was refused when
+    the config was composed: ``executor=serial executor.gpus=[0]``); enums stay enums."""
     name = str(config.executor.name)
-    takes = check_option_keys("executor", name, group_keys("executor", overrides), executor_classes())
-    return ExecutorPlan(name, {k: plain(v) for k, v in config.executor.items() if k in takes})
+    options = {str(k): v if isinstance(v, Enum) else plain(v) for k, v in config.executor.items() if k not in _NOT_KEYS}
+    return ExecutorPlan(name, options)
+
+
+#: a group schema's fields that are not its class's keys
+_NOT_KEYS = ("_target_", "name")

@@ -2,9 +2,9 @@
 
 Hydra's own help composes the whole config and copies it once per config group (about a second),
 and importing the schemas imports Hydra. This help reads the keys where they are declared, from the
-source: the dataclasses of ``runner/config.py`` (checkers, as ``conf.checker_groups`` lists them; executors,
-common keys) and each mode's
-``KEYS`` dataclass in ``strategies/<mode>.py`` (with the bases it takes from ``runner/config.py``),
+source: the dataclasses of ``runner/config.py`` (checkers and executors, as ``conf.checker_groups`` and
+``conf.executor_groups`` list them; common keys) and each mode's ``KEYS`` dataclass in
+``strategies/<mode>.py`` (with the bases it takes from ``runner/config.py``),
 and the modes' ``help`` lines from ``conf/mode/*.yaml``. A key added to a schema appears here with
 no other change. ``python -m runner KEY=VALUE ... --help`` still prints Hydra's help with the
 composed config.
@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
-from conf import CONF, checker_groups, checker_schema
+from conf import CONF, checker_groups, checker_schema, executor_groups, executor_schema
 
 ROOT = CONF.parent
 
@@ -127,8 +127,14 @@ def render() -> str:
         keys = _fields(schema, [config], "checker.")
         if keys:
             lines.append(_wrap(", ".join(keys)))
-    lines += ["", "Executors (executor=...): " + ", ".join(sorted(p.stem for p in CONF.glob("executor/*.yaml")))]
-    lines.append(_wrap(", ".join(_fields("ExecutorConf", [config], "executor.")), 2))
+    lines += ["", "Executors (executor=...):"]
+    for name in executor_groups():
+        schema = executor_schema(name)
+        doc = ast.get_docstring(config.classes[schema]) or ""
+        lines.append(f"  {name:<13} " + _wrap(doc.splitlines()[0] if doc else "", 16).lstrip())
+        keys = _fields(schema, [config], "executor.", skip=frozenset({"name"}))
+        if keys:
+            lines.append(_wrap(", ".join(keys)))
     lines += ["", "Common keys:", _wrap(", ".join(_fields("CommonKeys", [config], skip=frozenset({"mode"}))), 2)]
     lines += [
         "",

@@ -220,7 +220,7 @@ def test_help_lists_every_key_of_every_group():
     """``--help`` is generated from the schemas (read from their source, so it imports no Hydra, onnx or ONNX
     Runtime: 0.05 s): every field of every mode's keys, checker, executor and the common keys is in it."""
 
-    from conf import checker_schema
+    from conf import checker_schema, executor_groups, executor_schema
     from runner import config
     from runner.config_keys import mode_keys
     from runner.terminal.help import render
@@ -246,7 +246,12 @@ def test_help_lists_every_key_of_every_group():
         assert f"  {checker} " in text, checker
         for key in names(getattr(config, checker_schema(checker)), "checker."):
             assert f"{key}=" in text, key
-    for key in [*names(config.ExecutorConf, "executor."), *names(config.CommonKeys)]:
+    for executor in executor_groups():  # the group files: the one list of executors, each with its schema
+        assert f"/{executor}_executor_schema@_here_" in (CONF / "executor" / f"{executor}.yaml").read_text()
+        assert f"  {executor} " in text, executor
+        for key in names(getattr(config, executor_schema(executor)), "executor."):
+            assert key in ("executor._target_", "executor.name") or f"{key}=" in text, key
+    for key in names(config.CommonKeys):
         assert f"{key}=" in text, key
 
 

@@ -162,12 +162,6 @@ def test_each_worker_writes_its_own_artifacts(run, tmp_path):
         (["executor=local", "executor.workers=3", "executor.gpus=[0,1]"], ["2 GPUs", "executor.workers=2"]),
         (["executor=dask"], ["executor.address"]),
         (["executor=dask", "executor.address=tcp://127.0.0.1:9", "executor.timeout_s=1"], ["cannot reach", "Dask"]),
-        (
-            ["executor=serial", "executor.gpus=[0]"],
-            ["executor.gpus=", "executor=serial", "executor=dask, executor=local"],
-        ),
-        (["executor=local", "executor.address=tcp://x:1"], ["executor.address=", "executor=local", "executor=dask"]),
-        (["executor=local", "executor.timeout_s=5"], ["executor.timeout_s=", "executor=dask"]),
     ],
 )
 @pytest.mark.slow
@@ -176,6 +170,27 @@ def test_bad_executor_options_are_one_line_errors(run, chain, args, words):
     r = run("mode=reduce", f"model={chain}", *check, *args)
     one_line_error(r, *words, code=2)
     assert onnx.load(str(chain)).graph.node  # the model is untouched
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (
+            ["executor=serial", "executor.gpus=[0]"],
+            ["executor.gpus=", "executor=serial", "executor=dask, executor=local"],
+        ),
+        (["executor=local", "executor.address=tcp://x:1"], ["executor.address=", "executor=local", "executor=dask"]),
+        (["executor=local", "executor.timeout_s=5"], ["executor.timeout_s=", "executor=dask, executor=processes"]),
+        (["executor=processes", "executor.start=auto"], ["executor.start=auto", "lazy, now"]),
+        (["checker.atol=1"], ["checker.atol= is not used by checker=python", "checker=compare"]),
+    ],
+)
+@pytest.mark.slow
+def test_a_key_of_another_executor_or_checker_is_a_one_line_error(run_cli, chain, args, words):
+    """Each executor has its own schema, so its keys are checked when the config is composed: a key of
+    another executor (or checker) names the chosen one and those that take it."""
+    r = run_cli("mode=reduce", f"model={chain}", *python_check("n2"), *args)
+    one_line_error(r, *words, code=2)
 
 
 def test_a_check_gets_its_gpu(run, tmp_path):
