@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 from omegaconf.errors import ReadonlyConfigError
 
+from runner.config import Start
 from runner.errors import ConfigError
 from runner.run.plan import checker_plan, plan
 from runner.run.summary import Summary
@@ -54,8 +55,29 @@ def test_the_plan_refuses_what_cannot_go_together_before_anything_is_built():
         checker_plan(OmegaConf.create({"checker": {"_target_": "x.Y", "isolate": True, "timeout_s": 0}}))
     command = checker_plan(OmegaConf.create({"checker": {"_target_": "x.Command", "timeout_s": 5}}))
     assert command.options["timeout_s"] == 5 and not command.isolate, "a command checker's own timeout_s"
-    with pytest.raises(ConfigError, match=r"executor\.gpus"):
-        plan(_config(), ["executor.gpus=[0]"])  # the serial executor takes no GPUs
+    assert plan(_config(executor={"name": "processes", "workers": 2, "start": Start.now})).executor.options == {
+        "workers": 2,
+        "start": Start.now,
+    }, "an executor's keys, enums as enums, without the schema's _target_ and name"
+
+
+def test_a_key_of_another_executor_is_refused_as_the_config_is_composed():
+    """Each executor's schema holds its own keys: Hydra refuses another's, and the line names the executors
+    that take it (``executor=serial`` takes no GPUs)."""
+    from hydra import compose
+    from hydra.errors import ConfigCompositionException
+
+    from runner.__main__ import composition_error
+    from tests.helpers.inprocess import ensure_hydra
+
+    ensure_hydra()
+    with pytest.raises(ConfigCompositionException) as refused:
+        compose("config", ["mode=reduce", "executor=serial", "executor.gpus=[0]"])
+    assert composition_error(refused.value) == (
+        "executor.gpus= is not used by executor=serial; it is an option of executor=dask, executor=local, "
+        "executor=processes"
+    )
+    assert compose("config", ["mode=reduce", "executor=processes", "executor.start=now"]).executor.start is Start.now
 
 
 def test_the_summary_writes_the_fields_scripts_read_in_their_order():
