@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -285,3 +287,36 @@ def test_help_with_overrides_is_the_generated_help():
     template = OmegaConf.select(cfg, "hydra.help.template")
     assert template.startswith(render())
     assert "checker.check_error_stat=" in template and "$CONFIG" in template
+
+
+def test_a_cli_run_composes_its_config_once(tmp_path, monkeypatch):
+    """``hydra.main`` composes the whole config once more only to read ``hydra.mode``; ``python -m runner``
+    skips that (``runner.__main__._one_composition``) unless the mode may come from the config, and the
+    run is the same."""
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    from runner.__main__ import _hydra_main  # cli() less its signal handlers, which would stay in this process
+
+    GlobalHydra.instance().clear()  # as a fresh process has it (tests that compose set it up again)
+
+    composed = []
+    original = Hydra.compose_config
+
+    def counted(self, *args, **kwargs):
+        composed.append(kwargs.get("run_mode"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    monkeypatch.chdir(tmp_path)
+    get_mode = Hydra.get_mode
+    for i, extra in enumerate([[], ["hydra.mode=RUN"]]):
+        composed.clear()
+        run_dir = tmp_path / f"run{i}"
+        monkeypatch.setattr(
+            sys, "argv", ["runner", "mode=repeat", "until=1", "checker.cmd=true", f"hydra.run.dir={run_dir}", *extra]
+        )
+        assert _hydra_main() == 0
+        assert json.loads((run_dir / "summary.json").read_text())["checks"] == 1
+        assert len(composed) == (1 if not extra else 2), composed
+    assert Hydra.get_mode is get_mode, "Hydra's own get_mode is back after the run"
