@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set
 
 from transitions import Machine
 from transitions.experimental.utils import event, with_model_definitions
@@ -38,7 +38,8 @@ from runner.files.artifacts import ArtifactSorter, remove_partial, worker_path
 from runner.files.replay import Replay
 from runner.terminal.progress import Progress
 from statemachine.iter_info import IterInfo
-from statemachine.rounds import Pending, RoundChecks, word
+from statemachine.rounds import Pending, RoundChecks, build_ahead, word
+from statemachine.same_bytes import SameBytes
 from strategies.base import Strategy
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ class Lifecycle:
         self.checks = 0
         self.rounds = 0
         self.reused_count = 0
+        #: the digests of the files checked this run, for copies of them (the written answer); not where the
+        #: check may read the iteration's info (``artifacts.iter_info``), which tells a copy from its twin
+        self.same_bytes = SameBytes(checker is not None and checker.verdict_by_bytes and not iter_info)
         self.check_s = 0.0  # seconds the checks run here took where they ran (reused verdicts cost none)
         self.reused_foreign = 0  # reused verdicts recorded with another identity (replay.force=true)
         self.crashed: Set[str] = set()  # candidates whose check crashed (the runner, or an isolated check's process)
@@ -208,10 +212,7 @@ class Lifecycle:
                     candidate.label,
                 )
             if known is not None:
-                log.info("Iteration %d: %s -> %s (reused, no check run)", self.iteration, candidate.label, word(known))
-                pending.verdict, pending.reused = dataclasses.replace(known, reused=True), True
-                self.reused_count += 1
-                self.reused_foreign += candidate.key in self.replay.foreign
+                self._reuse(pending, known, "reused, no check run")
             self.round.append(pending)
         self.generated()
 
@@ -233,6 +234,11 @@ class Lifecycle:
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
                 self._prepare(pending, parallel)
+                if self.same_bytes.copy_of(pending.candidate, pending.artifact):  # statemachine.same_bytes
+                    twin = self.replay.lookup(pending.candidate.twin or "")
+                    if twin is not None:
+                        self._reuse(pending, twin, "the same bytes as a file checked this run: reused, no check run")
+            todo = [p for p in todo if p.verdict is None]
             self.iter_info.write(self.strategy.state(), self.round[-1] if not parallel else None, self.round)
             self.rounds += 1
             self.checks += len(todo)  # counted when started: a check that stops the run has run too
@@ -252,30 +258,21 @@ class Lifecycle:
             raise
         self.checked()
 
-    def _lookahead(self) -> Callable[[], bool]:
-        """One piece of the strategy's ``lookahead`` per call (a candidate the next round may hold,
-        built while this round's checks run; keys the replay knows are skipped); False once none is
-        left or there is no room for more. The list is asked for on the first call, once the
-        round's checks have started."""
-        self._built_ahead.clear()
-        steps = self._build_ahead()
-        return lambda: next(steps, False)
+    def _reuse(self, pending: Pending, known: Verdict, why: str) -> None:
+        """``pending`` takes the verdict ``known`` without a check (logged with ``why``)."""
+        log.info("Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(known), why)
+        pending.verdict, pending.reused = dataclasses.replace(known, reused=True), True
+        self.reused_count += 1
+        self.reused_foreign += pending.candidate.key in self.replay.foreign
 
-    def _build_ahead(self) -> Iterator[bool]:
-        """Build the strategy's guesses one per ``next``, noting each key built; ends when none is
-        left, one has no room, or one fails (a guess must never stop the run: its round, if it
-        comes, says so)."""
-        for key, build in self.strategy.lookahead(self.executor.workers):
-            if self.replay.lookup(key) is not None:
-                continue
-            try:
-                if not build():
-                    return  # no room for more
-            except Exception as e:
-                log.debug("Building a candidate ahead failed (%s: %s); no more this round", type(e).__name__, e)
-                return
-            self._built_ahead.add(key)
-            yield True
+    def _lookahead(self) -> Callable[[], bool]:
+        """One piece of the strategy's ``lookahead`` per call (``statemachine.rounds.build_ahead``): False once
+        none is left or there is no room for more; the keys built go into ``_built_ahead``."""
+        self._built_ahead.clear()
+        steps = build_ahead(
+            lambda: self.strategy.lookahead(self.executor.workers), self.replay.lookup, self._built_ahead
+        )
+        return lambda: next(steps, False)
 
     def _prepare(self, pending: Pending, parallel: bool) -> None:
         """Write the candidate's artifact here (unless its check writes it, or needs no file: it runs
@@ -304,6 +301,7 @@ class Lifecycle:
             except ArtifactError:
                 remove_partial(pending.artifact)
                 raise
+            self.same_bytes.note(candidate, pending.artifact)
         if parallel and candidate.payload is not None and need is Need.model:
             candidate.payload()
 

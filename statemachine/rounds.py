@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import WorkerDiedError
@@ -219,3 +219,25 @@ class _IdleWork:
             self._step = None
             return wait_s
         return 0.0
+
+
+def build_ahead(
+    guesses: Callable[[], Iterable[Tuple[str, Callable[[], bool]]]], known: Callable[[str], Any], built: Set[str]
+) -> Iterator[bool]:
+    """Build a strategy's guesses (``guesses()`` gives the ``(key, build)`` of its ``lookahead``: a
+    candidate the next round may hold, built while this round's checks run) one per ``next``, skipping
+    keys ``known`` finds a verdict for and adding each key built to ``built``. Ends when none is left,
+    one has no room (``build()`` is False), or one fails: a guess must never stop the run (its round,
+    if it comes, says so). The guesses are asked for on the first ``next``, once the round's checks
+    have started."""
+    for key, build in guesses():
+        if known(key) is not None:
+            continue
+        try:
+            if not build():
+                return  # no room for more
+        except Exception as e:
+            log.debug("Building a candidate ahead failed (%s: %s); no more this round", type(e).__name__, e)
+            return
+        built.add(key)
+        yield True

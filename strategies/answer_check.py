@@ -118,6 +118,8 @@ class WrittenAnswer:
             AnswerNotVerifiedError: the answer fails its full tolerance on an arithmetic it was verified on.
         """
         self.facts.update(_verdict_facts(verdict), passed=True)
+        if verdict.reused:  # its bytes are those of the search's candidate, checked this run (statemachine.same_bytes)
+            self.facts["same_bytes"] = True
         log.info("The answer as written gives the verdict the search found for it (%s)", verdict.reason or "no reason")
         if verdict.verified is None:
             return

@@ -46,6 +46,12 @@ class Checker(abc.ABC):
     #: (``executor=processes`` is for in-process checks: a program is its own process already)
     in_process = True
 
+    #: the verdict is a function of the candidate's file alone (a program or a function given its path):
+    #: a copy holding the same bytes as a file checked this run takes its verdict (``statemachine.same_bytes``).
+    #: False where a check judges a candidate by more than its bytes (the compare checker verifies an answer
+    #: on more arithmetics) or asks a person
+    verdict_by_bytes = False
+
     def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 

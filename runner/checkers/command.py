@@ -64,6 +64,7 @@ class CommandChecker(Checker):
     """
 
     in_process = False
+    verdict_by_bytes = True
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ class PythonChecker(Checker):
     """
 
     fix_hint = "check that checker.target returns False for the model as given"
+    verdict_by_bytes = True
 
     def __init__(self, target: str, args: Sequence[str] = (), on_error: Any = "stop"):
         self.target = target
