@@ -240,7 +240,7 @@ class Lifecycle:
                         self._reuse(pending, twin, "the same bytes as a file checked this run: reused, no check run")
             todo = [p for p in todo if p.verdict is None]
             self.iter_info.write(self.strategy.state(), self.round[-1] if not parallel else None, self.round)
-            self.rounds += 1
+            self.rounds += bool(todo)  # a round whose every verdict was known checks nothing
             self.checks += len(todo)  # counted when started: a check that stops the run has run too
             for pending in todo:  # a check that kills the runner stays pending: a resume counts it as a crash
                 self.replay.begin(pending.iteration, pending.candidate)

@@ -91,7 +91,7 @@ def test_each_check_records_its_seconds_and_the_summary_their_sum(run, tmp_path,
     first = run(*args, "output=a.onnx")
     assert first.returncode == 0, first.stderr[-2000:]
     entries = json.loads((first.run_dir / "replay.json").read_text())["iterations"]
-    seconds = [e["details"]["check_s"] for e in entries]
+    seconds = [e["details"]["check_s"] for e in entries if not e["reused"]]  # the written answer's is its twin's
     assert all(e["details"]["verdict_s"] >= e["details"]["check_s"] for e in entries)
     assert len(seconds) == first.summary["checks"] and all(0.05 <= s < 5 for s in seconds)
     assert first.summary["check_s"] == pytest.approx(sum(seconds), abs=0.01)
