@@ -46,38 +46,15 @@ from runner.lowp.quantize import Quantizer
 from runner.lowp.switchboard import LazySwitchboard
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
-from strategies.exchange import ExchangeSearch
 from strategies.float_rest import FloatRest
-from strategies.group_search import GroupSearch
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
+from strategies.precision_search import exchange_budget, float16_stage, ranked_search
 from strategies.precision_space import OutputErrorOrder, float_rest, search_space, switchboard_of
 from strategies.prefix_search import PrefixSearch
-from strategies.tied_search import TiedSearch, Untie
+from strategies.tied_search import Untie
 
 log = logging.getLogger(__name__)
-
-
-def ranked_search(
-    order: List[int],
-    marker: Callable[[int], BoundaryMarker],
-    reorder: Optional[Callable[[List[Any]], List[Any]]] = None,
-    blocks: Optional[Blocks] = None,
-    untie: Untie = Untie.auto,
-    exchange_checks: int = 0,
-) -> Search:
-    """The search over ``order`` (nodes ranked by the error each introduces): for the minimal marker a
-    set search, over the repeated ``blocks``' ties and the other nodes where the model repeats a block
-    (``strategies.tied_search``), else over the nodes (``strategies.group_search``), ranking them
-    again with ``reorder`` when its gallop finds them many, its 1-minimal answer then traded smaller
-    within ``exchange_checks`` checks (``strategies.exchange``); else a prefix search."""
-    if not searches_sets(marker):
-        return PrefixSearch(order, marker)
-    if blocks is not None:
-        ties = [(tie.label, tie.nodes) for tie in blocks.ties]
-        return TiedSearch(order, ties, marker, reorder, untie)
-    found = GroupSearch(order, marker, reorder)
-    return ExchangeSearch(found, lambda: found.order, exchange_checks) if exchange_checks > 0 else found
 
 
 @dataclass
@@ -110,36 +87,6 @@ KEYS = PrecisionKeys
 #: candidate as the pipeline builds it is checked once: a run whose every candidate fails for what the
 #: pipeline changes stops there, in about 10 checks, instead of searching the whole model
 PIPELINE_CHECK_FROM = 1 / 8
-
-
-#: ``exchange_checks`` of an int8 run when the key is unset (``strategies.exchange``)
-INT8_EXCHANGE_CHECKS = 16
-
-
-def _exchange_checks(value: Any, quantized: bool) -> int:
-    """``exchange_checks=``, validated; None: ``INT8_EXCHANGE_CHECKS`` for int8, 0 for others.
-
-    Raises:
-        ConfigError: not a whole number >= 0.
-    """
-    if value is None:
-        return INT8_EXCHANGE_CHECKS if quantized else 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            f"exchange_checks={value!r}: give how many checks may trade two kept nodes for one after the "
-            "1-minimal answer (a whole number, 0 for none)"
-        )
-    return value
-
-
-def _float16_stage(rest: FloatRest, marker: Callable[[int], BoundaryMarker], direction: str) -> Search:
-    """The fp16 stage's search (``strategies.float_rest``): over the float nodes ranked by the error each
-    introduces in fp16 (made when the search is first used) for a ranked search, else in topological order
-    (``direction=reverse``: from the outputs)."""
-    stand_in = ranked_search(rest.elements(), marker)
-    if direction == "ranked":
-        return cast(Search, DeferredSearch(lambda: ranked_search(rest.order(), marker), stand_in))
-    return ranked_search(rest.elements()[:: -1 if direction == "reverse" else 1], marker)
 
 
 class PrecisionStrategy(OnnxSearchStrategy):
@@ -241,7 +188,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
         #: the int8 search (the only one without ``rest``; with it, the second stage's)
         self._int8_search = search
         if rest is not None:
-            search = _float16_stage(rest, marker, self.direction)
+            search = float16_stage(rest, marker, self.direction)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
@@ -362,7 +309,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
             space.switchboard,
             blocks,
             keys.untie,
-            _exchange_checks(keys.exchange_checks, is_quantized(low_precision)),
+            exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
             rest,
         )
 
