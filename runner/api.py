@@ -212,8 +212,10 @@ def run_mode(mode: str, model: Optional[Union[str, Path]], check: Check = None, 
             with initialize_config_dir(config_dir=config_dir, version_base=None, job_name="runner"):
                 try:
                     cfg = compose("config", overrides=overrides, return_hydra_config=True)
-                except HydraException as e:
-                    raise ApiError(" ".join(str(e).split())) from None
+                except HydraException as e:  # the CLI's one line where it has one (a key of another executor)
+                    from runner.__main__ import composition_error
+
+                    raise ApiError(composition_error(e) or " ".join(str(e).split())) from None
                 directory = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
                 code = run_composed(cfg, directory, summary)
         finally:

@@ -104,6 +104,8 @@ def test_a_refused_api_call_carries_its_refusal_not_the_previous_summary(tmp_pat
         api.reduce(chain, "compare", run_dir=tmp_path / "file")
     with pytest.raises(api.ApiError):
         api.reduce(chain, "compare", no_such_key=1)
+    with pytest.raises(api.ApiError, match=r"executor\.gpus= is not used by executor=serial; it is an option of"):
+        api.reduce(chain, "compare", executor={"gpus": [0]})
 
 
 def test_the_log_holds_the_final_error_line(run, chain):
