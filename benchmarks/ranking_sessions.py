@@ -44,7 +44,7 @@ class TimedBackend(OnnxRuntimeBackend):
 
     def session(self, model: onnx.ModelProto, key: Optional[str]) -> Any:
         with self._lock:
-            cached = key is not None and any(k.startswith(key) for k in self._sessions)
+            cached = key is not None and any(k == key or k.startswith(key + "@") for k in self._sessions)
         began = time.perf_counter()
         session = super().session(model, key)
         if not cached:

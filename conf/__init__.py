@@ -15,48 +15,50 @@ from typing import List
 CONF = Path(__file__).resolve().parent
 
 
-def checker_groups() -> List[str]:
-    """The checker names ``checker=`` takes, sorted: the stems of ``conf/checker/*.yaml``.
+def groups(group: str) -> List[str]:
+    """The option names a config group takes, sorted: the stems of ``conf/<group>/*.yaml``.
+
+    Args:
+        group: ``checker`` or ``executor`` (any group folder).
 
     Returns:
-        e.g. ``["command", "compare", "interactive", "python"]``.
+        e.g. ``["command", "compare", "interactive", "python"]`` for ``checker``.
     """
-    return sorted(p.stem for p in (CONF / "checker").glob("*.yaml"))
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def schema_name(group: str, name: str) -> str:
+    """The name of option ``name``'s schema dataclass in ``runner/config.py``: its words capitalized, then
+    the group's (``compare`` -> ``CompareCheckerConf``, ``processes`` -> ``ProcessesExecutorConf``). It names
+    the class (``_target_``) and holds the keys that class takes; its group file extends it
+    (``defaults: [/compare_schema@_here_]``, ``[/processes_executor_schema@_here_]``).
+
+    Args:
+        group: ``checker`` or ``executor``. name: one of ``groups(group)``.
+
+    Returns:
+        The class name.
+    """
+    return "".join(part.capitalize() for part in [*name.split("_"), group]) + "Conf"
+
+
+def checker_groups() -> List[str]:
+    """The checker names ``checker=`` takes (``groups("checker")``)."""
+    return groups("checker")
 
 
 def checker_schema(name: str) -> str:
-    """The name of checker ``name``'s schema dataclass in ``runner/config.py`` (``compare`` ->
-    ``CompareCheckerConf``), stored in Hydra's ConfigStore as ``<name>_schema``, which its group
-    file extends (``defaults: [/<name>_schema@_here_]``).
-
-    Args:
-        name: a checker group's name (``checker_groups``).
-
-    Returns:
-        The class name.
-    """
-    return "".join(part.capitalize() for part in name.split("_")) + "CheckerConf"
+    """Checker ``name``'s schema class name (``schema_name("checker", name)``), stored in Hydra's
+    ConfigStore as ``<name>_schema``."""
+    return schema_name("checker", name)
 
 
 def executor_groups() -> List[str]:
-    """The executor names ``executor=`` takes, sorted: the stems of ``conf/executor/*.yaml``.
-
-    Returns:
-        e.g. ``["dask", "local", "processes", "serial"]``.
-    """
-    return sorted(p.stem for p in (CONF / "executor").glob("*.yaml"))
+    """The executor names ``executor=`` takes (``groups("executor")``)."""
+    return groups("executor")
 
 
 def executor_schema(name: str) -> str:
-    """The name of executor ``name``'s schema dataclass in ``runner/config.py`` (``processes`` ->
-    ``ProcessesExecutorConf``), stored in Hydra's ConfigStore as ``<name>_executor_schema``, which its
-    group file extends (``defaults: [/<name>_executor_schema@_here_]``); it names the class
-    (``_target_``) and holds the keys that class takes.
-
-    Args:
-        name: an executor group's name (``executor_groups``).
-
-    Returns:
-        The class name.
-    """
-    return "".join(part.capitalize() for part in name.split("_")) + "ExecutorConf"
+    """Executor ``name``'s schema class name (``schema_name("executor", name)``), stored in Hydra's
+    ConfigStore as ``<name>_executor_schema``."""
+    return schema_name("executor", name)

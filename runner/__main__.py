@@ -187,22 +187,24 @@ def composition_error(e: BaseException) -> Optional[str]:
 def _group_key_hint(key: str, cause: List[str]) -> Optional[str]:
     """For a key of the checker or executor group that the chosen option's schema lacks (Hydra's cause
     names the schema: ``Key 'gpus' not in 'SerialExecutorConf'``): the line that names the chosen option
-    and the options that take the key; None for any other key."""
+    and the options that take the key (``runner.config_keys.not_used``); None for any other key."""
+    import dataclasses
     import re
 
     group, _, name = key.partition(".")
-    found = re.search(r"not in '(\w+?)(Checker|Executor)Conf'", " ".join(cause))
+    found = re.search(r"not in '(\w+(?:Checker|Executor)Conf)'", " ".join(cause))
     if group not in ("checker", "executor") or not found or "." in name:
         return None
     import conf
     from runner import config as schemas
+    from runner.config_keys import not_used
 
-    names = conf.checker_groups() if group == "checker" else conf.executor_groups()
-    schema = conf.checker_schema if group == "checker" else conf.executor_schema
-    chosen = next((n for n in names if schema(n) == found.group(1) + found.group(2) + "Conf"), found.group(1).lower())
-    users = [n for n in names if name in getattr(getattr(schemas, schema(n)), "__dataclass_fields__", {})]
-    where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
-    return f"{key}= is not used by {group}={chosen}{where}"
+    names = conf.groups(group)
+    chosen = next((n for n in names if conf.schema_name(group, n) == found.group(1)), found.group(1))
+    users = [
+        n for n in names if name in {f.name for f in dataclasses.fields(getattr(schemas, conf.schema_name(group, n)))}
+    ]
+    return not_used(key, group, chosen, users)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,19 @@ def mode_uses(mode: str, key: str) -> bool:
     return key in _names(mode_keys()[mode])
 
 
+def not_used(key: str, group: str, chosen: str, users: Iterable[str]) -> str:
+    """The one line for a key the chosen option of ``group`` does not take, naming the options that do:
+    ``direction= is not used by mode=repeat; it is an option of mode=precision``.
+
+    Args:
+        key: the key as typed (``direction``, ``executor.gpus``). group: ``mode``, ``checker`` or
+            ``executor``. chosen: the option chosen. users: the options that take the key (none: none named).
+    """
+    users = list(users)
+    where = f"; it is an option of {', '.join(f'{group}={u}' for u in users)}" if users else ""
+    return f"{key}= is not used by {group}={chosen}{where}"
+
+
 def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
     """Check that every key the user set is used by ``mode``.
 
@@ -110,9 +123,7 @@ def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
         users = [m for m, cls in modes.items() if key in _names(cls)]
         if not users:
             raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
-        raise ConfigError(
-            f"{key}= is not used by mode={mode}; it is an option of {', '.join(f'mode={m}' for m in users)}"
-        )
+        raise ConfigError(not_used(key, "mode", mode, users))
 
 
 #: fields of a mode's keys that the run builds and passes to ``create`` itself (``None`` in ``keys_of``)

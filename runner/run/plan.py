@@ -20,6 +20,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from conf import executor_groups, executor_schema
+from runner import config as schemas
 from runner.config import plain, seconds_limit
 from runner.config_keys import (
     check_mode_keys,
@@ -207,13 +208,15 @@ def _mode_checker_defaults(config: DictConfig) -> Dict[str, Any]:
     return defaults
 
 
+#: a group schema's fields that are not its class's keys
+_NOT_KEYS = ("_target_", "name")
+
+
 @functools.cache
 def executor_classes() -> Dict[str, type]:
     """``{name: class}`` of every executor of the ``executor`` config group (``conf/executor/*.yaml``, each
     with its schema, whose ``_target_`` names the class): the one place that lists them is the config
     group itself. Read once per process."""
-    from runner import config as schemas
-
     return {name: get_class(getattr(schemas, executor_schema(name))._target_) for name in executor_groups()}
 
 
@@ -223,7 +226,3 @@ def _executor_plan(config: DictConfig) -> ExecutorPlan:
     name = str(config.executor.name)
     options = {str(k): v if isinstance(v, Enum) else plain(v) for k, v in config.executor.items() if k not in _NOT_KEYS}
     return ExecutorPlan(name, options)
-
-
-#: a group schema's fields that are not its class's keys
-_NOT_KEYS = ("_target_", "name")

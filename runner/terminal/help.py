@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
-from conf import CONF, checker_groups, checker_schema, executor_groups, executor_schema
+from conf import CONF, groups, schema_name
 
 ROOT = CONF.parent
 
@@ -102,6 +102,20 @@ def _wrap(text: str, indent: int = 16) -> str:
     return textwrap.fill(text, 110, initial_indent=" " * indent, subsequent_indent=" " * indent)
 
 
+def _options(group: str, config: _Module, skip: FrozenSet[str] = frozenset()) -> List[str]:
+    """The help lines of each option of ``group`` (``conf/<group>/*.yaml``): its schema's first doc line, then
+    its keys as ``<group>.KEY=DEFAULT`` (``skip``: fields that are not keys)."""
+    lines = []
+    for name in groups(group):
+        schema = schema_name(group, name)
+        doc = ast.get_docstring(config.classes[schema]) or ""
+        lines.append(f"  {name:<13} " + _wrap(doc.splitlines()[0] if doc else "", 16).lstrip())
+        keys = _fields(schema, [config], f"{group}.", skip=skip)
+        if keys:
+            lines.append(_wrap(", ".join(keys)))
+    return lines
+
+
 def render() -> str:
     """The whole help text."""
     config = _Module(ROOT / "runner" / "config.py")
@@ -120,21 +134,9 @@ def render() -> str:
         lines.append(_wrap("keys: " + ", ".join(keys)))
     lines += ["", "Markers (marker=...): " + ", ".join(sorted(p.stem for p in CONF.glob("marker/*.yaml"))), ""]
     lines.append("Checkers (checker=...):")
-    for name in checker_groups():
-        schema = checker_schema(name)
-        doc = ast.get_docstring(config.classes[schema]) or ""
-        lines.append(f"  {name:<13} " + _wrap(doc.splitlines()[0] if doc else "", 16).lstrip())
-        keys = _fields(schema, [config], "checker.")
-        if keys:
-            lines.append(_wrap(", ".join(keys)))
+    lines += _options("checker", config)
     lines += ["", "Executors (executor=...):"]
-    for name in executor_groups():
-        schema = executor_schema(name)
-        doc = ast.get_docstring(config.classes[schema]) or ""
-        lines.append(f"  {name:<13} " + _wrap(doc.splitlines()[0] if doc else "", 16).lstrip())
-        keys = _fields(schema, [config], "executor.", skip=frozenset({"name"}))
-        if keys:
-            lines.append(_wrap(", ".join(keys)))
+    lines += _options("executor", config, skip=frozenset({"name"}))
     lines += ["", "Common keys:", _wrap(", ".join(_fields("CommonKeys", [config], skip=frozenset({"mode"}))), 2)]
     lines += [
         "",

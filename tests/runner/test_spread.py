@@ -206,7 +206,7 @@ class _Counted(OnnxRuntimeBackend):
 
     def session(self, model, key):
         with self._lock:
-            new = key not in self._sessions and f"{key}@gpuNone" not in self._sessions
+            new = key not in self._sessions  # no GPU here: the key is the cache's own
         self.built += new
         return super().session(model, key)
 
