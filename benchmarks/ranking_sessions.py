@@ -1,7 +1,7 @@
 """Benchmark: where precision's ranking spends its time (issue 56), per session and run.
 
 Runs ``runner.layerwise.ranking.introduced_ranking`` on the shared text detector in fp16 (fed
-unnormalised pixels at ``--size``), on ``--provider`` with cuDNN's heuristic (as a ranking runs), in
+unnormalised pixels at ``--size``), on ``--provider`` with the options a ranking takes (``ORDER_PROVIDER_OPTIONS``), in
 one chunk or in the chunks of ``--budget-mb`` (precision's ``ranking_memory_mb``), on one lane or on
 threads spread over the GPUs given. Each row: the ranking's wall seconds, the sessions it built and
 the seconds of each, and its runs (a CUDA session's first run sets up each convolution). The first
@@ -23,6 +23,7 @@ import onnx
 from _common import MODELS, print_rows
 
 from runner.backends.onnxruntime import OnnxRuntimeBackend
+from runner.checkers.compare.comparison import ORDER_PROVIDER_OPTIONS
 from runner.executors.slot import Slot
 from runner.executors.spread import HERE, Lane
 from runner.graph.load import load_model
@@ -68,7 +69,7 @@ def one(
     model: onnx.ModelProto, size: int, provider: str, lanes: int, gpus: Sequence[str], budget_mb: Optional[float]
 ) -> Dict[str, Any]:
     """One ranking: a row of its wall seconds, sessions built and runs (each with its seconds)."""
-    options = {provider: {"cudnn_conv_algo_search": "HEURISTIC"}} if provider != "CPUExecutionProvider" else {}
+    options = {provider: ORDER_PROVIDER_OPTIONS.get(provider, {})}  # what a ranking's sessions use
     backend = TimedBackend(providers=[provider], provider_options=options, cpu_arena=False)
     x = (np.random.default_rng(0).random((1, 3, size, size)) * 255).astype(np.float32)
     budget = None if budget_mb is None else int(budget_mb * 2**20)

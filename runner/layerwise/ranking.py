@@ -79,7 +79,7 @@ def ranking_backend(checker: Optional[Checker]) -> Optional[Backend]:
     """A backend like the checker's own when it judges on a device (so precision's ranking sees the
     device's arithmetic, e.g. its fp16 kernels; ``Comparison.backend``: its sessions of
     marked models are not left in the checker's cache, and on the CUDA provider they choose cuDNN's
-    algorithms by heuristic, as an order allows), else None: ``introduced_ranking`` then runs
+    default algorithms, no search, as an order allows), else None: ``introduced_ranking`` then runs
     fp16/bf16 emulation on CPU (ONNX Runtime's CPU provider computes many fp16 ops in fp32), or for int8
     ONNX Runtime on CPU (it runs Q/DQ as written). ``introduced_ranking`` closes either."""
     comparison = checker.comparison() if checker is not None else None

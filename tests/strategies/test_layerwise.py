@@ -343,7 +343,7 @@ def test_a_comparison_and_its_alone_runs_go_with_their_last_reference():
         gc.enable()
 
 
-def test_a_ranking_on_the_cuda_provider_chooses_cudnn_algorithms_by_heuristic():
+def test_a_ranking_on_the_cuda_provider_takes_cudnns_default_algorithms():
     """A ranking is an order: its sessions do not pay cuDNN's exhaustive search that the checks may ask
     for; the checks' other provider options stay, and options without the CUDA provider are left alone."""
     from runner.checkers.compare.comparison import order_options
@@ -351,10 +351,10 @@ def test_a_ranking_on_the_cuda_provider_chooses_cudnn_algorithms_by_heuristic():
     exhaustive = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "0"}}
     options = {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"], "provider_options": exhaustive}
     made = order_options(options)
-    assert made["provider_options"]["CUDAExecutionProvider"] == {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
+    assert made["provider_options"]["CUDAExecutionProvider"] == {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}
     assert exhaustive["CUDAExecutionProvider"]["cudnn_conv_algo_search"] == "EXHAUSTIVE", "the checks' own untouched"
     assert order_options({"providers": ["CUDAExecutionProvider"]})["provider_options"] == {
-        "CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}
+        "CUDAExecutionProvider": {"cudnn_conv_algo_search": "DEFAULT"}
     }
     cpu = {"providers": ["CPUExecutionProvider"], "graph_optimization_level": "all"}
     assert order_options(cpu) == cpu

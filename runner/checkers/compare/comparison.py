@@ -19,10 +19,11 @@ from runner.checkers.compare.tolerance import Tolerances
 from runner.lowp.precisions import LowPrecision
 
 #: what sessions made for an order (precision's rankings) use on the CUDA provider, whatever the checks use:
-#: cuDNN's heuristic choice of convolution algorithms. A ranking is an order, not a verdict, and cuDNN's
-#: exhaustive search costs about 5 s a session on the detector (benchmarks/README.md, issue 56), paid by
-#: every chunk of the ranking in every process that runs it.
-ORDER_PROVIDER_OPTIONS: Dict[str, Dict[str, str]] = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "HEURISTIC"}}
+#: cuDNN's default convolution algorithm, no search. A ranking is an order, not a verdict, and every one of
+#: its sessions runs a few times: on the detector a session's first run costs about 5 s with cuDNN's
+#: exhaustive search, 1.1-5.5 s with its heuristic, about 0.2 s with the default (benchmarks/README.md,
+#: "GPU checks" and "Two GPUs"), paid by every chunk of the ranking in every process that runs it.
+ORDER_PROVIDER_OPTIONS: Dict[str, Dict[str, str]] = {"CUDAExecutionProvider": {"cudnn_conv_algo_search": "DEFAULT"}}
 
 
 def order_options(options: Mapping[str, Any]) -> Dict[str, Any]:
