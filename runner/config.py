@@ -92,6 +92,9 @@ class ModeConf:
 
     _target_: str = MISSING
     name: str = MISSING
+    # its keys dataclass (``module.Class``), read at start-up without importing the mode's module
+    # (``runner.config_keys.mode_keys``); None: the module's ``KEYS``
+    keys: Optional[str] = None
     default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
     takes_checker: bool = False  # the strategy is given the built checker (``checker=``) instead of the lifecycle
     help: str = ""  # its lines in ``--help`` (``runner.terminal.help``)

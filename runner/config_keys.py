@@ -41,9 +41,10 @@ def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
     return out
 
 
-def group_targets(group: str) -> Dict[str, str]:
+def group_targets(group: str, key: str = "_target_") -> Dict[str, str]:
     """``{option name: its _target_}`` of a config group, read from ``conf/<group>/*.yaml``: the group
-    is the one list of its options (modes, executors)."""
+    is the one list of its options (modes, executors). ``key``: another entry of each option instead
+    (an option without it is left out)."""
     from pathlib import Path
 
     from omegaconf import DictConfig, OmegaConf
@@ -53,26 +54,32 @@ def group_targets(group: str) -> Dict[str, str]:
     found: Dict[str, str] = {}
     for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
         spec = OmegaConf.load(path)
-        if not isinstance(spec, DictConfig):
+        if not isinstance(spec, DictConfig) or spec.get(key) is None:
             continue
-        found[str(spec.name)] = str(spec._target_)
+        found[str(spec.name)] = str(spec[key])
     return found
 
 
 @functools.cache
 def mode_keys() -> Dict[str, type]:
-    """``{mode name: its keys dataclass}``: each ``conf/mode/<mode>.yaml`` names its strategy's
-    ``create`` (``_target_``, ``strategies.<mode>.<Class>.create``), whose module exports ``KEYS``.
+    """``{mode name: its keys dataclass}``: the class a ``conf/mode/<mode>.yaml`` names (``keys:``, light
+    modules: ``strategies.mode_keys``), else the ``KEYS`` of the module of its strategy's ``create``
+    (``_target_``, ``strategies.<mode>.<Class>.create``). Start-up reads them all.
 
     Raises:
-        ImportError: a mode's module cannot be imported. AttributeError: it exports no ``KEYS``.
+        ImportError: a module cannot be imported. AttributeError: it exports no such class or ``KEYS``.
     """
     import importlib
 
-    return {
-        name: importlib.import_module(".".join(target.split(".")[:2])).KEYS
-        for name, target in group_targets("mode").items()
-    }
+    named = group_targets("mode", "keys")
+    found: Dict[str, type] = {}
+    for name, target in group_targets("mode").items():
+        if name in named:
+            module, _, cls = named[name].rpartition(".")
+            found[name] = getattr(importlib.import_module(module), cls)
+        else:
+            found[name] = importlib.import_module(".".join(target.split(".")[:2])).KEYS
+    return found
 
 
 def run_config() -> type:

@@ -10,33 +10,17 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
-
-import numpy as np
-import onnx
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from runner.errors import ConfigError
 from runner.executors.spread import HERE
-from runner.files.samples import (
-    Sample,
-    check_sources,
-    load_golden_samples,
-    load_input_samples,
-    loader_samples,
-    parse_val_range,
-)
-from runner.graph.activations import run_all_tensors
-from runner.graph.feeds import (
-    check_input_shapes,
-    generate_feeds,
-    graph_inputs,
-    input_specs,
-    model_sample,
-    recorded_shapes,
-)
-from runner.graph.load import load_model
-from runner.graph.meta import value_sizes
-from runner.graph.summaries import TensorSummary, summarize, tensor_summaries
+
+if TYPE_CHECKING:  # NumPy, ONNX and the model's files are imported where first used: a run of no model needs none
+    import numpy as np
+    import onnx
+
+    from runner.files.samples import Sample
+    from runner.graph.summaries import TensorSummary
 
 
 @dataclass
@@ -107,6 +91,8 @@ class RunContext:
         Raises:
             ModelError: no ``model=``, a missing file, or not ONNX.
         """
+        from runner.graph.load import load_model
+
         return load_model(self.model_path)
 
     @functools.cached_property
@@ -116,6 +102,8 @@ class RunContext:
         Raises:
             ConfigError: both given, ``val_range=`` with either, or an unreadable source.
         """
+        from runner.files.samples import check_sources, load_input_samples, loader_samples
+
         check_sources(self.inputs, self.data_loader, self.val_range)
         if self.inputs:
             return load_input_samples(self.inputs)
@@ -130,6 +118,8 @@ class RunContext:
         Raises:
             ConfigError: an unreadable file.
         """
+        from runner.files.samples import load_golden_samples
+
         return load_golden_samples(self.golden) if self.golden else None
 
     def _source(self) -> str:
@@ -144,6 +134,10 @@ class RunContext:
             measure: for tensors inference leaves without a static shape, run ONNX Runtime once
                 (``summaries``); False: leave them out.
         """
+        import numpy as np
+
+        from runner.graph.meta import value_sizes
+
         shapes = self.shapes or {k: list(np.shape(v)) for k, v in self.feeds.items()}
         return value_sizes(model, shapes, (lambda: self.summaries) if measure else None)
 
@@ -157,6 +151,8 @@ class RunContext:
             ConfigError: an unknown input, a wrong rank or a negative dimension; a recorded array
                 whose rank or fixed dimensions do not fit the model's input.
         """
+        from runner.graph.feeds import check_input_shapes, recorded_shapes
+
         if self.input_shapes:
             return check_input_shapes(self.model, self.input_shapes)
         if self.loaded_inputs is not None:
@@ -176,6 +172,9 @@ class RunContext:
         Raises:
             ConfigError: an unreadable source, or a sample lacking a model input.
         """
+        from runner.files.samples import parse_val_range
+        from runner.graph.feeds import generate_feeds, graph_inputs, input_specs, model_sample
+
         _ = self.shapes  # validates every loaded sample against the model first
         if self.loaded_inputs is not None:
             return [
@@ -206,6 +205,8 @@ class RunContext:
         Raises:
             ModelError: ONNX Runtime cannot run the model.
         """
+        from runner.graph.activations import run_all_tensors
+
         return run_all_tensors(self.model, self.feeds)
 
     @functools.cached_property
@@ -216,6 +217,8 @@ class RunContext:
         Raises:
             ModelError: ONNX Runtime cannot run the model.
         """
+        from runner.graph.summaries import summarize, tensor_summaries
+
         if "activations" in self.__dict__:
             return {name: summarize(value) for name, value in self.activations.items()}
         return tensor_summaries(self.model, self.feeds, self.value_budget)

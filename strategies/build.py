@@ -12,30 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 from runner.candidates import Candidate
-from runner.config import CheckedKeys, candidate
 from runner.context import RunContext
 from runner.executors import slot
 from runner.files.artifacts import worker_path
 from runner.trt import load_tensorrt
+from strategies.mode_keys import BuildKeys
 from strategies.until import Until, UntilStrategy
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class BuildKeys(CheckedKeys):
-    """``mode=build``."""
-
-    model: Optional[str] = None
-    model_input_shapes: Any = candidate(None)
-    until: Optional[str] = None
-    workspace: Optional[int] = candidate(None)
-    timing_cache: Optional[str] = None
 
 
 KEYS = BuildKeys

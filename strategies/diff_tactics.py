@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -19,17 +18,9 @@ from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.files.tactic_records import RecordError, load_record
 from strategies.base import Report
+from strategies.mode_keys import DiffTacticsKeys
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DiffTacticsKeys:
-    """``mode=diff_tactics``."""
-
-    dir: Optional[str] = None
-    good: List[str] = field(default_factory=list)
-    bad: List[str] = field(default_factory=list)
 
 
 KEYS = DiffTacticsKeys

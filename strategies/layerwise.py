@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import onnx
@@ -27,7 +26,6 @@ from runner import malloc
 from runner.backends.base import make_backend, onnxruntime_options
 from runner.checkers.base import Checker
 from runner.checkers.compare.comparison import Comparison
-from runner.config import DataKeys, QuantKeys, ScopeKeys
 from runner.context import RunContext
 from runner.errors import ArtifactError, ConfigError, ModelError
 from runner.graph.feeds import graph_inputs
@@ -47,25 +45,9 @@ from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import make_quantizer, prepare_int8
 from runner.terminal import console
 from strategies.base import Report
+from strategies.mode_keys import LayerwiseKeys
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class LayerwiseConf:
-    """``layerwise.*``: the per-node report."""
-
-    top: int = 10  # nodes in top_introduced and the printed table
-    max_memory_mb: Optional[float] = 1024.0  # tensor values held at once; past it, chunks of nodes (null: no limit)
-    plot: bool = True  # write layerwise.png
-
-
-@dataclass
-class LayerwiseKeys(DataKeys, QuantKeys, ScopeKeys):
-    """``mode=layerwise``."""
-
-    reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
-    layerwise: LayerwiseConf = field(default_factory=LayerwiseConf)
 
 
 KEYS = LayerwiseKeys

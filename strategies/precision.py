@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 
 import onnx
-from omegaconf import MISSING
 
 from runner.candidates import Candidate, Switched, Verdict
 from runner.checkers.base import Checker
-from runner.config import DataKeys, Direction, Precision, QuantKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError
 from runner.graph.blocks import Blocks, find_blocks
@@ -47,6 +44,7 @@ from runner.lowp.switchboard import LazySwitchboard
 from strategies.boundary import BoundaryMarker, marker_name, searches_sets
 from strategies.deferred_search import DeferredSearch
 from strategies.float_rest import FloatRest
+from strategies.mode_keys import PrecisionKeys
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
 from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
 from strategies.precision_search import exchange_budget, float16_stage, ranked_search
@@ -55,30 +53,6 @@ from strategies.prefix_search import PrefixSearch
 from strategies.tied_search import Untie
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
-    """``mode=precision``."""
-
-    marker: Any = MISSING
-    direction: Direction = Direction.forward
-    precision: Precision = candidate(Precision.float32)
-    low_precision: Precision = candidate(Precision.float16)
-    weak_typing: bool = candidate(False)  # TensorRT <= 10: candidates are engines with layer precisions
-    ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
-    tie_blocks: bool = True  # marker=minimal on a model that repeats a block: decide each block position once first
-    untie: Untie = Untie.auto  # then search kept positions block by block: auto (where it pays), nodes (all), none
-    # marker=minimal: checks spent trading two kept nodes for one after the 1-minimal answer (0: none; null: 16
-    # for int8, whose rankings leave smaller answers than the 1-minimal one more often, 0 for fp16/bf16)
-    exchange_checks: Optional[int] = None
-
-    def checker_defaults(self) -> Dict[str, Any]:
-        """Checker options this search defaults where they are left null (``runner.run.plan``): an int8 search
-        with TensorRT's placement runs its candidates' Q/DQ as written (``graph_optimization_level=disable``),
-        and so as feeds of one switched model (``runner.lowp.qdq_switchboard``)."""
-        int8 = getattr(self.low_precision, "value", self.low_precision) == "int8"
-        return {"graph_optimization_level": "disable"} if int8 and self.quantization.placement == "tensorrt" else {}
 
 
 KEYS = PrecisionKeys

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import onnx
-from omegaconf import MISSING
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.config import DataKeys, SaveKeys, ScopeKeys, candidate
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.files.repro import write_bundle
@@ -38,23 +35,12 @@ from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import SubgraphValidator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name
+from strategies.mode_keys import ReduceKeys
 from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
 from strategies.reduce_gates import control_units, min_good_set, original_candidate, original_passed
 from strategies.set_search import SetSearch
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ReduceKeys(DataKeys, SaveKeys, ScopeKeys):
-    """``mode=reduce``."""
-
-    marker: Any = MISSING
-    reduce_inputs: bool = True
-    reduce_outputs: bool = True
-    min_good: Optional[str] = None
-    keep_constant_nodes: bool = candidate(False)  # default: carried Constant nodes become initializers
-    share_weights: bool = candidate(True)  # large models: candidates reference one weights file written once per run
 
 
 KEYS = ReduceKeys

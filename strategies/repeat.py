@@ -6,25 +6,17 @@ For flaky failures: each run's artifacts are sorted into good/ or bad/, so the u
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from runner.candidates import Candidate
 from runner.checkers.command import CommandChecker
-from runner.config import DataKeys
 from runner.context import RunContext
 from runner.errors import ModelError
+from strategies.mode_keys import RepeatKeys
 from strategies.until import Until, UntilStrategy
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RepeatKeys(DataKeys):
-    """``mode=repeat``."""
-
-    until: Optional[str] = None
 
 
 KEYS = RepeatKeys

@@ -13,15 +13,15 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
-
-import onnx
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
 from runner.executors.spread import HERE
-from runner.graph.weight_file import weight_file
+
+if TYPE_CHECKING:  # a run of no model imports no ONNX
+    import onnx
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ def shipped(candidate: Candidate, executor: str) -> Candidate:
             "this mode's candidates are built in the check (TensorRT engines) on this machine; "
             f"use executor=local executor.gpus=[...] instead of {executor}"
         )
+    from runner.graph.weight_file import weight_file
+
     # a large model's candidate points into this process's weight file: it travels with its values
     payload = Shipped(weight_file().portable(candidate.payload())) if candidate.payload is not None else None
     return candidate.portable(payload)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
-import onnx
-
-from runner.graph.load import STREAM_BYTES
-from runner.graph.streamed import load_streamed
+if TYPE_CHECKING:  # imported once a model is read: a run of no model imports no ONNX
+    import onnx
 
 
 def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -26,6 +24,8 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 def external_locations(model: onnx.ModelProto) -> List[str]:
     """The external data files a model's tensors reference, as written (relative to the model file)."""
+    import onnx
+
     found: List[str] = []
     for tensor in _tensors(model.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -47,6 +47,11 @@ def model_files(path: Optional[str | Path]) -> List[Path]:
     """
     if not path or not Path(path).is_file():
         return []
+    import onnx
+
+    from runner.graph.load import STREAM_BYTES
+    from runner.graph.streamed import load_streamed
+
     path = Path(path).absolute()
     files = [path]
     try:

@@ -11,11 +11,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-import onnx
 from omegaconf import DictConfig
 
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, InvalidCandidateError, RunnerError
-from runner.graph.load import save_model
 from runner.jsonio import write_json_atomic
 from runner.run.assembly import RunState, assemble, counters, execute
 from runner.run.summary import Summary
@@ -39,7 +37,13 @@ def _say(text: str) -> None:
 def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> str:
     """Save the invalid model the tool built into the run directory, for the defect report; the
     words to add to the error ("" when there is none to save or it cannot be written)."""
-    if not isinstance(error.model, onnx.ModelProto) or directory is None:
+    if error.model is None or directory is None:
+        return ""
+    import onnx  # only here: a run that never loads a model imports no ONNX (start-up)
+
+    from runner.graph.load import save_model
+
+    if not isinstance(error.model, onnx.ModelProto):
         return ""
     path = directory / "invalid_candidate.onnx"
     try:

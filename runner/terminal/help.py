@@ -3,8 +3,9 @@
 Hydra's own help composes the whole config and copies it once per config group (about a second),
 and importing the schemas imports Hydra. This help reads the keys where they are declared, from the
 source: the dataclasses of ``runner/config.py`` (checkers and executors, as ``conf.checker_groups`` and
-``conf.executor_groups`` list them; common keys) and each mode's ``KEYS`` dataclass in
-``strategies/<mode>.py`` (with the bases it takes from ``runner/config.py``),
+``conf.executor_groups`` list them; common keys) and each mode's keys dataclass, the one
+its YAML names (``keys:``, in ``strategies/mode_keys.py``) or its module's ``KEYS`` (with the bases
+it takes from ``runner/config.py``),
 and the modes' ``help`` lines from ``conf/mode/*.yaml``. A key added to a schema appears here with
 no other change. ``python -m runner KEY=VALUE ... --help`` still prints Hydra's help with the
 composed config.
@@ -129,8 +130,13 @@ def render() -> str:
     for spec in sorted(specs, key=lambda s: (int(s.get("help_order", 100)), s.get("name", ""))):
         name, target = spec.get("name", ""), spec.get("_target_", "")
         lines.append(f"  {name:<13} " + _wrap(spec.get("help", ""), 16).lstrip())
-        module = _Module(ROOT / "strategies" / f"{target.split('.')[1]}.py")
-        keys = _fields(module.assigned("KEYS") or "", [module, config], skip=frozenset({"checker", "executor"}))
+        if spec.get("keys"):  # the class the YAML names (strategies.mode_keys.<Class>)
+            where, _, cls = str(spec["keys"]).rpartition(".")
+            module = _Module(ROOT.joinpath(*where.split(".")).with_suffix(".py"))
+        else:  # the mode module's KEYS
+            module = _Module(ROOT / "strategies" / f"{target.split('.')[1]}.py")
+            cls = module.assigned("KEYS") or ""
+        keys = _fields(cls, [module, config], skip=frozenset({"checker", "executor"}))
         lines.append(_wrap("keys: " + ", ".join(keys)))
     lines += ["", "Markers (marker=...): " + ", ".join(sorted(p.stem for p in CONF.glob("marker/*.yaml"))), ""]
     lines.append("Checkers (checker=...):")
