@@ -14,6 +14,14 @@ from runner.errors import ModelError, first_line
 from runner.graph.load import as_file, is_large, load_model
 from runner.graph.weight_file import is_mapped, maps, remove_file, weight_bytes, weight_file
 
+#: session options every session of the tool takes: ONNX Runtime's intra-op threads block instead of
+#: spinning between a run's operators. A spinning pool serves a server's latency; here runs are short and
+#: sit beside the tool's own threads, other sessions (``executor=local``), check programs and worker
+#: processes, whose cores a spinning pool burns: the tests on 2 cores with 2 workers took 39-40 s
+#: spinning and 32-33 s not, a serial precision run of the detector 4.5 s and 3.9-4.0 s, and a run alone
+#: on the machine the same either way (benchmarks/README.md, "ONNX Runtime's threads")
+SESSION_CONFIG = {"session.intra_op.allow_spinning": "0"}
+
 
 @contextmanager
 def session_file(model: Union[onnx.ModelProto, Path], options: Any) -> Iterator[Union[str, bytes]]:
@@ -82,6 +90,8 @@ def session_for(
             arena keeps the most memory any run of the session took until the session is dropped: off
             for models with every tensor marked as an output, whose runs hold all their values at once.
 
+    Every session takes ``SESSION_CONFIG`` (its threads do not spin).
+
     Raises:
         ModelError: when ONNX Runtime rejects the model.
     """
@@ -89,6 +99,8 @@ def session_for(
     opts.graph_optimization_level = level
     opts.enable_cpu_mem_arena = cpu_arena
     opts.log_severity_level = 3
+    for key, value in SESSION_CONFIG.items():
+        opts.add_session_config_entry(key, value)
     try:
         with session_file(model, opts) as source:
             return ort.InferenceSession(source, opts, providers=list(providers))
