@@ -20,50 +20,41 @@ Markers:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 
 import onnx
 
-from runner.candidates import Candidate, Switched, Verdict
+from runner.candidates import Candidate, Switched
 from runner.checkers.base import Checker
 from runner.context import RunContext
-from runner.errors import CheckNeverPassedError, ConfigError
-from runner.graph.blocks import Blocks, find_blocks
+from runner.errors import ConfigError
+from runner.graph.blocks import Blocks
 from runner.graph.load import fingerprint, save_model
-from runner.graph.scope import Scope
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
 from runner.lowp.calibration import Calibration
 from runner.lowp.convert import Converter
-from runner.lowp.precisions import FLOAT16, LowPrecision, any_low_precision, is_quantized
-from runner.lowp.quant_options import QuantOptions
+from runner.lowp.precisions import FLOAT16, LowPrecision
 from runner.lowp.quantize import Quantizer
 from runner.lowp.switchboard import LazySwitchboard
-from strategies.boundary import BoundaryMarker, marker_name, searches_sets
+from strategies.boundary import BoundaryMarker, marker_name
 from strategies.deferred_search import DeferredSearch
 from strategies.float_rest import FloatRest
 from strategies.mode_keys import PrecisionKeys
-from strategies.onnx_search import Gate, OnnxSearchStrategy, Search, Units
+from strategies.onnx_search import Gate, Search, Units
 from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
-from strategies.precision_search import exchange_budget, float16_stage, ranked_search
-from strategies.precision_space import OutputErrorOrder, float_rest, search_space, switchboard_of
+from strategies.precision_gates import PrecisionGates
+from strategies.precision_search import float16_stage, ranked_search
+from strategies.precision_setup import precision_arguments
+from strategies.precision_space import OutputErrorOrder, switchboard_of
 from strategies.prefix_search import PrefixSearch
 from strategies.tied_search import Untie
 
-log = logging.getLogger(__name__)
-
-
 KEYS = PrecisionKeys
 
-#: the share of the searched nodes a failing candidate keeps (and at least 32) from which the all-kept
-#: candidate as the pipeline builds it is checked once: a run whose every candidate fails for what the
-#: pipeline changes stops there, in about 10 checks, instead of searching the whole model
-PIPELINE_CHECK_FROM = 1 / 8
 
-
-class PrecisionStrategy(OnnxSearchStrategy):
+class PrecisionStrategy(PrecisionGates):
     """Searches for the kept (high-precision) node set.
 
     Args:
@@ -225,67 +216,7 @@ class PrecisionStrategy(OnnxSearchStrategy):
                 input samples to calibrate on, or bad ones.
             MissingExtraError: ``weak_typing=true`` without TensorRT.
         """
-        if marker is None:
-            raise ConfigError("mode=precision needs a marker (marker=bisect, linear or minimal)")
-        precision, direction, weak_typing = keys.precision.value, keys.direction.value, keys.weak_typing
-        if precision != "float32":
-            raise ConfigError(
-                f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
-                "use precision=float32 with low_precision=float16, bfloat16 or int8"
-            )
-        low_precision = any_low_precision(keys.low_precision)
-        assert low_precision is not None  # the schema's default is float16
-        if is_quantized(low_precision) and weak_typing:
-            raise ConfigError(
-                "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
-                "TensorRT builds strongly typed: drop weak_typing"
-            )
-        if weak_typing:
-            from runner.trt import load_tensorrt
-
-            load_tensorrt("weak_typing=true")
-        quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) else None
-        ranked = searches_sets(marker) or direction == "ranked"
-        budget = keys.ranking_memory_mb
-        if budget is not None and not float(budget) > 0:
-            raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
-        ranking_budget = None if budget is None else int(float(budget) * 2**20)
-        space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
-        rest = float_rest(ctx, space, checker, ranking_budget) if quant is not None and quant.float16_rest else None
-        blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None
-        if blocks is not None:
-            families = ", ".join(f"{name} x{len(found)}" for name, found in blocks.families.items())
-            log.info(
-                "The model repeats blocks (%s, found by %s): %d of %d searched nodes in %d tied positions, "
-                "each decided once for every block first (tie_blocks=false: node by node)",
-                families,
-                blocks.how,
-                len(blocks.tied_nodes & frozenset(space.layers)),
-                len(space.layers),
-                len(blocks.ties),
-            )
-        return cls(
-            space.model,
-            space.layers,
-            marker,
-            direction,
-            low_precision,
-            Path(keys.output or "mixed_precision.onnx"),
-            space.ranking,
-            {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
-            weak_typing,
-            space.quantizer,
-            space.forced,
-            space.scoped,
-            ctx.model,
-            space.converter,
-            space.reorder,
-            space.switchboard,
-            blocks,
-            keys.untie,
-            exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
-            rest,
-        )
+        return cls(**precision_arguments(ctx, keys, checker, marker))
 
     # -- candidates -----------------------------------------------------------------------
 
@@ -321,11 +252,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
             return made
         return dataclasses.replace(made, switched=Switched(self.switchboard, made.units | self.forced))
 
-    @property
-    def _fp16_stage(self) -> bool:
-        """Whether the fp16 stage of an int8 search with the rest in fp16 runs (``strategies.float_rest``)."""
-        return self.rest is not None and self.rest.stage == "float16"
-
     def closure(self, units: Units) -> Units:
         """A set of the int8 stage with the fp16 stage's answer (``FloatRest.closure``); else as it is."""
         return self.rest.closure(units) if self.rest is not None else units
@@ -346,10 +272,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
         self._search_passed = False
         self.gates.append(self._int8_gate())
         return True
-
-    def _all_fp16_passed(self, verdict: Verdict) -> None:
-        log.info("The check passes with every float node in float16: no node needs float32")
-        self.final = frozenset()
 
     def names(self, units: Iterable[int]) -> List[str]:
         """The node names of ``units``, sorted."""
@@ -411,82 +333,6 @@ class PrecisionStrategy(OnnxSearchStrategy):
         return None if self.weak_typing else model
 
     # -- gates ----------------------------------------------------------------------------
-
-    def _all_kept_failed(self, verdict: Verdict) -> None:
-        where = "every node in scope" if self.scoped else "every node"
-        advice = "widen include_nodes/include_op_types, or check " if self.scoped else "check "
-        raise CheckNeverPassedError(
-            f"the check fails even with {where} in float32, so no kept set can pass; "
-            f"{advice}the checker, its tolerances and the golden outputs",
-            tail=verdict.output_tail,
-        )
-
-    def on_search_verdict(self, units: Units, verdict: Verdict) -> None:
-        """A failing search candidate shows that no smaller kept set passes, the empty one included
-        (monotone); a pass before any failure queues the all-low-precision check, which then runs
-        before the search goes on (the markers assume it fails). The first failing candidate that keeps
-        ``PIPELINE_CHECK_FROM`` of the nodes or more queues the all-kept candidate as the pipeline
-        builds it (``_pipeline_gate``)."""
-        self._search_passed = self._search_passed or verdict.passed
-        if self._fp16_stage:
-            return
-        if not verdict.passed:
-            self._some_failed = True
-            if not self._pipeline_checked and len(units) >= max(32, len(self.layers) * PIPELINE_CHECK_FROM):
-                self._pipeline_checked = True
-                self.gates.append(self._pipeline_gate())
-        elif not self._some_failed and not self._none_queued:
-            self._none_queued = True
-            self.gates.append(self._none_gate())
-
-    def after_search(self) -> Optional[Gate]:
-        """The all-low-precision check, when the search ended without testing anything; the all-kept
-        candidate as the pipeline builds it, when no search candidate passed (the answer rests on the
-        all-fp32 gate's model as given alone). None in the fp16 stage of an int8 search with the rest in fp16."""
-        if self._fp16_stage:
-            return None
-        if not self._pipeline_checked and not self._search_passed and self._some_failed:
-            self._pipeline_checked = True
-            return self._pipeline_gate()
-        if self._some_failed or self._none_queued or not self.final:
-            return None
-        return self._none_gate()
-
-    def _pipeline_gate(self) -> Gate:
-        """Every node kept, as the pipeline builds candidates (not the model as given): a check that fails
-        it can never pass a candidate, whatever the search keeps, because what changes outside the searched
-        nodes already flips it."""
-        everything: Units = frozenset(self.layers)
-        return Gate(
-            lambda: self.candidate(everything, "every node kept, as candidates are built"), True, self._pipeline_failed
-        )
-
-    def _pipeline_failed(self, verdict: Verdict) -> None:
-        raise CheckNeverPassedError(
-            f"every node kept in float32 fails as candidates are built ({verdict.reason or 'no reason given'}), "
-            "though your model as given passes: what the candidates change outside the searched nodes (the "
-            f"{self.low} conversion's Casts at the graph's inputs and outputs, nodes it cannot convert, how the "
-            "backend runs a converted graph) already flips the check, so no kept set can pass; compare the tensors "
-            "before a decision (checker.outputs=[...]), judge detections with room for a flipped box "
-            "(checker.detections with max_unmatched=), or loosen the tolerance",
-            tail=verdict.output_tail,
-        )
-
-    def _int8_gate(self) -> Gate:
-        """The fully quantized candidate, checked before an int8 search: a failure is what the search assumes."""
-        return Gate(
-            lambda: self.candidate(frozenset(), "no node kept"),
-            False,
-            self._none_kept_passed,
-            lambda verdict: setattr(self, "_some_failed", True),
-        )
-
-    def _none_gate(self) -> Gate:
-        return Gate(lambda: self.candidate(frozenset(), "no node kept"), False, self._none_kept_passed)
-
-    def _none_kept_passed(self, verdict: Verdict) -> None:
-        log.info("The check passes with every node in %s: no node needs float32", self.low)
-        self.final = self.closure(frozenset())
 
     # -- results --------------------------------------------------------------------------
 

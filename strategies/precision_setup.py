@@ -1,0 +1,112 @@
+"""How ``mode=precision`` is set up from its keys: the options checked, int8's calibration, the search
+space and its ranking, the fp16 stage of int8 with the rest in fp16, and the model's repeated blocks;
+what ``PrecisionStrategy.create`` hands the strategy."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from runner.checkers.base import Checker
+from runner.context import RunContext
+from runner.errors import ConfigError
+from runner.graph.blocks import find_blocks
+from runner.graph.scope import Scope
+from runner.lowp.precisions import any_low_precision, is_quantized
+from runner.lowp.quant_options import QuantOptions
+from strategies.boundary import BoundaryMarker, searches_sets
+from strategies.mode_keys import PrecisionKeys
+from strategies.precision_search import exchange_budget
+from strategies.precision_space import float_rest, search_space
+
+log = logging.getLogger(__name__)
+
+
+def precision_arguments(
+    ctx: RunContext,
+    keys: PrecisionKeys,
+    checker: Optional[Checker],
+    marker: Optional[Callable[[int], BoundaryMarker]],
+) -> Dict[str, Any]:
+    """The keyword arguments of ``PrecisionStrategy`` for a run: ``ctx.model`` prepared (nodes named,
+    Constant nodes as initializers), nodes ranked for a set search.
+
+    Args:
+        ctx: the run context (model; feeds and fp32 values for the ranking).
+        keys: the mode's keys: int8's ``calibration`` is computed once here, on the samples of
+            ``inputs=``/``data_loader=``; only nodes in the scope (``runner.graph.scope``) are
+            searched, excluded ones stay float32.
+        checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
+            runs there too (``ranking_backend``).
+        marker: the marker factory (``marker=``).
+
+    Returns:
+        ``{argument: value}`` for ``PrecisionStrategy(**...)``.
+
+    Raises:
+        ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
+            input samples to calibrate on, or bad ones.
+        MissingExtraError: ``weak_typing=true`` without TensorRT.
+    """
+    if marker is None:
+        raise ConfigError("mode=precision needs a marker (marker=bisect, linear or minimal)")
+    precision, direction, weak_typing = keys.precision.value, keys.direction.value, keys.weak_typing
+    if precision != "float32":
+        raise ConfigError(
+            f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
+            "use precision=float32 with low_precision=float16, bfloat16 or int8"
+        )
+    low_precision = any_low_precision(keys.low_precision)
+    assert low_precision is not None  # the schema's default is float16
+    if is_quantized(low_precision) and weak_typing:
+        raise ConfigError(
+            "weak_typing=true builds layer precisions into an engine; int8 candidates are QDQ models that "
+            "TensorRT builds strongly typed: drop weak_typing"
+        )
+    if weak_typing:
+        from runner.trt import load_tensorrt
+
+        load_tensorrt("weak_typing=true")
+    quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) else None
+    ranked = searches_sets(marker) or direction == "ranked"
+    budget = keys.ranking_memory_mb
+    if budget is not None and not float(budget) > 0:
+        raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
+    ranking_budget = None if budget is None else int(float(budget) * 2**20)
+    space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
+    rest = float_rest(ctx, space, checker, ranking_budget) if quant is not None and quant.float16_rest else None
+    blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None
+    if blocks is not None:
+        families = ", ".join(f"{name} x{len(found)}" for name, found in blocks.families.items())
+        log.info(
+            "The model repeats blocks (%s, found by %s): %d of %d searched nodes in %d tied positions, "
+            "each decided once for every block first (tie_blocks=false: node by node)",
+            families,
+            blocks.how,
+            len(blocks.tied_nodes & frozenset(space.layers)),
+            len(space.layers),
+            len(blocks.ties),
+        )
+    return {
+        "model": space.model,
+        "layers": space.layers,
+        "marker": marker,
+        "direction": direction,
+        "low": low_precision,
+        "output": Path(keys.output or "mixed_precision.onnx"),
+        "ranking": space.ranking,
+        "save_opts": {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
+        "weak_typing": weak_typing,
+        "quantizer": space.quantizer,
+        "forced": space.forced,
+        "scoped": space.scoped,
+        "original": ctx.model,
+        "converter": space.converter,
+        "reorder": space.reorder,
+        "switchboard": space.switchboard,
+        "blocks": blocks,
+        "untie": keys.untie,
+        "exchange_checks": exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
+        "rest": rest,
+    }
