@@ -41,44 +41,47 @@ def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
     return out
 
 
-def group_targets(group: str, key: str = "_target_") -> Dict[str, str]:
-    """``{option name: its _target_}`` of a config group, read from ``conf/<group>/*.yaml``: the group
-    is the one list of its options (modes, executors). ``key``: another entry of each option instead
-    (an option without it is left out)."""
+def group_specs(group: str) -> Dict[str, Any]:
+    """``{option name: its YAML as written}`` (an OmegaConf ``DictConfig``) of a config group, read from
+    ``conf/<group>/*.yaml``: the group is the one list of its options (modes, executors)."""
     from pathlib import Path
 
     from omegaconf import DictConfig, OmegaConf
 
     import conf
 
-    found: Dict[str, str] = {}
+    found: Dict[str, Any] = {}
     for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
         spec = OmegaConf.load(path)
-        if not isinstance(spec, DictConfig) or spec.get(key) is None:
-            continue
-        found[str(spec.name)] = str(spec[key])
+        if isinstance(spec, DictConfig):
+            found[str(spec.name)] = spec
     return found
+
+
+def group_targets(group: str, key: str = "_target_") -> Dict[str, str]:
+    """``{option name: its _target_}`` of a config group (``group_specs``). ``key``: another entry of each
+    option instead (an option without it is left out)."""
+    return {name: str(spec[key]) for name, spec in group_specs(group).items() if spec.get(key) is not None}
 
 
 @functools.cache
 def mode_keys() -> Dict[str, type]:
     """``{mode name: its keys dataclass}``: the class a ``conf/mode/<mode>.yaml`` names (``keys:``, light
     modules: ``strategies.mode_keys``), else the ``KEYS`` of the module of its strategy's ``create``
-    (``_target_``, ``strategies.<mode>.<Class>.create``). Start-up reads them all.
+    (``_target_``, ``strategies.<mode>.<Class>.create``). Start-up reads them all (the YAMLs once).
 
     Raises:
         ImportError: a module cannot be imported. AttributeError: it exports no such class or ``KEYS``.
     """
     import importlib
 
-    named = group_targets("mode", "keys")
     found: Dict[str, type] = {}
-    for name, target in group_targets("mode").items():
-        if name in named:
-            module, _, cls = named[name].rpartition(".")
+    for name, spec in group_specs("mode").items():
+        if spec.get("keys") is not None:
+            module, _, cls = str(spec["keys"]).rpartition(".")
             found[name] = getattr(importlib.import_module(module), cls)
         else:
-            found[name] = importlib.import_module(".".join(target.split(".")[:2])).KEYS
+            found[name] = importlib.import_module(".".join(str(spec._target_).split(".")[:2])).KEYS
     return found
 
 

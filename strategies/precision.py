@@ -200,21 +200,11 @@ class PrecisionStrategy(PrecisionGates):
         checker: Optional[Checker] = None,
         marker: Optional[Callable[[int], BoundaryMarker]] = None,
     ) -> PrecisionStrategy:
-        """Prepare ``ctx.model`` (nodes named, Constant nodes as initializers); rank nodes for a set search.
-
-        Args:
-            ctx: the run context (model; feeds and fp32 values for the ranking).
-            keys: the mode's keys: int8's ``calibration`` is computed once here, on the samples of
-                ``inputs=``/``data_loader=``; only nodes in the scope (``runner.graph.scope``) are
-                searched, excluded ones stay float32.
-            checker: the run's checker; when it judges on a device (CUDA EP, TensorRT) the ranking
-                runs there too (``ranking_backend``).
-            marker: the marker factory (``marker=``).
+        """The strategy for a run: ``ctx.model`` prepared, nodes ranked for a set search, as
+        ``strategies.precision_setup.precision_arguments`` sets it up from the same arguments.
 
         Raises:
-            ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
-                input samples to calibrate on, or bad ones.
-            MissingExtraError: ``weak_typing=true`` without TensorRT.
+            ModelError, ConfigError, MissingExtraError: as ``precision_arguments`` says.
         """
         return cls(**precision_arguments(ctx, keys, checker, marker))
 
