@@ -208,7 +208,10 @@ SLOW_CHECK = (
     + """
 import time
 n = os.environ["RUNNER_ITERATION"]
-open(os.path.join(sys.argv[2], "pid" + n), "w").write(str(os.getpid()))
+part = os.path.join(sys.argv[2], "part" + n)  # written whole, then renamed: a reader never sees it half-written
+with open(part, "w") as f:
+    f.write(str(os.getpid()))
+os.replace(part, os.path.join(sys.argv[2], "pid" + n))
 time.sleep(float(open(sys.argv[3]).read()))  # a file: the command (the replay identity) stays the same
 sys.exit(1 if {"n2", "n5"} <= node_names(sys.argv[1]) else 0)
 """

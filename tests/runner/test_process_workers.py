@@ -37,7 +37,9 @@ import onnx
 
 def check(path, pids, delay, *names):
     n = os.environ.get("RUNNER_ITERATION") or str(time.monotonic_ns())
-    pathlib.Path(pids, "pid" + n).write_text(str(os.getpid()))
+    part = pathlib.Path(pids, "part" + n)  # written whole, then renamed: a reader never sees it half-written
+    part.write_text(str(os.getpid()))
+    part.replace(pathlib.Path(pids, "pid" + n))
     time.sleep(float(pathlib.Path(delay).read_text()))
     present = {node.name for node in onnx.load(path, load_external_data=False).graph.node}
     return not set(names) <= present
@@ -205,7 +207,9 @@ import os, pathlib, time
 import onnx
 
 def check(path, pids, hold, *names):
-    pathlib.Path(pids, f"pid{time.monotonic_ns()}").write_text(str(os.getpid()))
+    part = pathlib.Path(pids, f"part{time.monotonic_ns()}")  # written whole, then renamed: never read half-written
+    part.write_text(str(os.getpid()))
+    part.replace(part.with_name("pid" + part.name[4:]))
     while pathlib.Path(hold).exists():
         time.sleep(0.01)
     present = {node.name for node in onnx.load(path, load_external_data=False).graph.node}
