@@ -6,7 +6,7 @@ installed), each ``--runs`` times in turn, in a fresh directory; prints the medi
 wall seconds of each. Then, in one fresh process, where the runner's own start goes: Python itself,
 importing Hydra, the project's modules (``runner.config_keys``), storing the schemas
 (``register_configs``), one composition of the config, and the lifecycle's imports (``transitions``,
-``tqdm``); and which of NumPy, ONNX and ONNX Runtime a run of no model imported (none, since 0.54).
+``tqdm``); and which heavy modules a run of no model imported (``scripts/imported_modules.py``: none, since 0.54).
 
 Usage: python benchmarks/startup.py [--runs 15]
 """
@@ -53,15 +53,8 @@ print(json.dumps({
 }))
 """
 
-#: a 1-check run in this process, then the heavy modules it imported
-IMPORTED = """
-import sys
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.__main__ import cli
-code = cli()
-print("\\nimported:", " ".join(m for m in ("numpy", "onnx", "onnxruntime", "onnx_graphsurgeon") if m in sys.modules))
-sys.exit(code)
-"""
+#: runs a command line in a fresh process, then prints the heavy modules it imported
+IMPORTED = ROOT / "scripts" / "imported_modules.py"
 
 
 def wall(cmd: List[str], cwd: Path) -> float:
@@ -106,13 +99,13 @@ def main() -> None:
     )
     shutil.rmtree(work / "run", ignore_errors=True)
     done = subprocess.run(
-        [sys.executable, "-c", IMPORTED, *RUN, f"hydra.run.dir={work}/run"], cwd=work, capture_output=True, text=True
+        [sys.executable, str(IMPORTED), *RUN, f"hydra.run.dir={work}/run"], cwd=work, capture_output=True, text=True
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("imported:")]
     if done.returncode != 0 or not lines:
         sys.exit(f"the in-process run failed:\n{done.stderr[-1000:]}")
     heavy = lines[-1].removeprefix("imported:").strip()
-    print(f"\nA run of no model imported: {heavy or 'none of numpy, onnx, onnxruntime, onnx_graphsurgeon'}")
+    print(f"\nA run of no model imported: {heavy or 'none of the heavy modules (scripts/imported_modules.py)'}")
     shutil.rmtree(work, ignore_errors=True)
 
 

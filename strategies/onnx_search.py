@@ -18,7 +18,6 @@ import hashlib
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -28,9 +27,11 @@ from runner.candidates import Candidate, Verdict
 from runner.errors import CheckError
 from runner.graph.load import save_model
 from runner.graph.validate import Validator
+from strategies.ahead import AheadModels
 from strategies.answer_check import WrittenAnswer, save_checked
 from strategies.base import RoundStrategy
 from strategies.exchange import ExchangeSearch
+from strategies.gate import Gate
 from strategies.group_search import GroupSearch
 from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
@@ -40,31 +41,6 @@ log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
 Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int], ExchangeSearch[int], TiedSearch]
-
-#: bytes of candidate models built ahead (``ModelProto.ByteSize``) that a run holds at once: the
-#: next round's possible candidates, built while a round's checks run; the rest wait for their round
-AHEAD_BYTES = 1 << 30
-#: models with this many bytes of weights or more build no candidate ahead: each build holds a copy of
-#: the weights (on a 222 MB decoder the builds ahead took the peak memory from 2.4x to 18x the model)
-AHEAD_LARGE = 64 * 2**20
-
-
-@dataclass
-class Gate:
-    """A check outside the search whose verdict the run relies on.
-
-    Attributes:
-        make: builds the gate's candidate.
-        expect_pass: the verdict the run needs.
-        otherwise: called with the verdict when it differs: raises to stop the run, or adjusts the
-            strategy (and may queue another gate).
-        then: called with the verdict when it is the expected one (default nothing).
-    """
-
-    make: Callable[[], Candidate]
-    expect_pass: bool
-    otherwise: Callable[[Verdict], None]
-    then: Optional[Callable[[Verdict], None]] = None
 
 
 class OnnxSearchStrategy(RoundStrategy):
@@ -108,14 +84,12 @@ class OnnxSearchStrategy(RoundStrategy):
         self._made: Optional[Units] = None  # the unit set of the candidate made last
         #: per-output statistics of each in-process check (checker=compare), by unit set
         self._outputs: Dict[Units, Any] = {}
-        self._ahead: Dict[Tuple[str, Units], onnx.ModelProto] = {}  # built ahead, by variant and unit set
-        self._ahead_bytes = 0
+        #: models built ahead for the round to come (``lookahead``), by variant and unit set
+        self.ahead = AheadModels()
         #: validates every candidate model before it is checked (set by the mode from its source model)
         self.validator: Optional[Validator] = None
         self._answer: Optional[WrittenAnswer] = None  # the written answer, once written
         self._reused_misses: List[Units] = []  # unit sets whose miss came from a replay
-        #: bytes of the model's weights (the mode sets it), which bound the models built ahead
-        self.weight_bytes = 0
         self._passed = False  # some check passed (an answer resting on none is never written)
 
     # -- what a mode defines ----------------------------------------------------------------
@@ -185,39 +159,22 @@ class OnnxSearchStrategy(RoundStrategy):
         digest = hashlib.sha1(",".join(map(str, sorted(units))).encode()).hexdigest()[:16]
         return f"{self.fingerprint}:{self.variant()}:{digest}"
 
-    @property
-    def held_ahead(self) -> int:
-        """Models built ahead (``build_ahead``) and held for a round to come."""
-        return len(self._ahead)
-
     def build_ahead(self, units: Units) -> bool:
         """Build the model of ``units`` for a later round (``lookahead``) and hold it until the next
-        ``next_round``; False when it does not fit in ``AHEAD_BYTES`` with the ones held."""
-        key = (self.variant(), units)  # reduce's variant changes when it keeps Constant nodes
-        if key in self._ahead:
-            return True
-        budget = self.ahead_budget()
-        if self._ahead_bytes >= budget:
-            return False
-        model = self.valid_model(units)
-        size = model.ByteSize()
-        if self._ahead_bytes + size > budget:
-            return False
-        self._ahead[key] = model
-        self._ahead_bytes += size
-        return True
+        ``next_round``; False when it does not fit in the budget with the ones held (``AheadModels.build``).
 
-    def ahead_budget(self) -> int:
-        """Bytes of models built ahead this search may hold: ``AHEAD_BYTES``, or none for a model of
-        ``AHEAD_LARGE`` bytes of weights or more (``weight_bytes``, set by the mode)."""
-        return 0 if self.weight_bytes >= AHEAD_LARGE else AHEAD_BYTES
+        Raises:
+            InvalidCandidateError: the model is invalid (``valid_model``).
+        """
+        # reduce's variant changes when it keeps Constant nodes
+        return self.ahead.build((self.variant(), units), lambda: self.valid_model(units))
 
     def candidate(self, units: Units, label: str) -> Candidate:
         """The candidate of a unit set (its ``closure``): its model was built ahead, or is built on
         first use and kept for the iteration."""
         units = self.closure(units)
         self._made = units
-        ready = self._ahead.pop((self.variant(), units), None)
+        ready = self.ahead.take((self.variant(), units))
         model = (lambda: ready) if ready is not None else functools.cache(lambda: self.valid_model(units))
         return Candidate(
             self.key(units),
@@ -243,8 +200,7 @@ class OnnxSearchStrategy(RoundStrategy):
         ``k`` of the search's sets; else the gates after the search. Its candidates take the
         models built ahead for them; the others (other outcomes') are dropped."""
         round_ = self._next_round(k)
-        self._ahead.clear()
-        self._ahead_bytes = 0
+        self.ahead.clear()
         return round_
 
     def _next_round(self, k: int) -> List[Candidate]:

@@ -41,8 +41,9 @@ from runner.lowp.switchboard import LazySwitchboard
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.deferred_search import DeferredSearch
 from strategies.float_rest import FloatRest
+from strategies.gate import Gate
 from strategies.mode_keys import PrecisionKeys
-from strategies.onnx_search import Gate, Search, Units
+from strategies.onnx_search import Search, Units
 from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
 from strategies.precision_gates import PrecisionGates
 from strategies.precision_search import float16_stage, ranked_search
@@ -155,7 +156,7 @@ class PrecisionStrategy(PrecisionGates):
         if rest is not None:
             search = float16_stage(rest, marker, self.direction)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
-        self.weight_bytes = initializer_bytes(model)
+        self.ahead.weight_bytes = initializer_bytes(model)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
         #: the candidates as feeds of one switched model (built when a checker first runs one)
         self.switchboard = switchboard or switchboard_of(self.converter, f"switchboard:{self.fingerprint}:{low}")

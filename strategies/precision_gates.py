@@ -18,7 +18,8 @@ from runner.candidates import Verdict
 from runner.errors import CheckNeverPassedError
 from runner.lowp.precisions import LowPrecision
 from strategies.float_rest import FloatRest
-from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
+from strategies.gate import Gate
+from strategies.onnx_search import OnnxSearchStrategy, Units
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,9 @@ from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import SubgraphValidator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
 from strategies.boundary import BoundaryMarker, marker_name
+from strategies.gate import Gate
 from strategies.mode_keys import ReduceKeys
-from strategies.onnx_search import Gate, OnnxSearchStrategy, Units
+from strategies.onnx_search import OnnxSearchStrategy, Units
 from strategies.reduce_gates import control_units, min_good_set, original_candidate, original_passed
 from strategies.set_search import SetSearch
 

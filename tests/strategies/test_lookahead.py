@@ -3,7 +3,7 @@ possible candidates are built; the next round takes the ones it holds and drops 
 
 from __future__ import annotations
 
-import strategies.onnx_search as onnx_search
+import strategies.ahead as ahead
 from runner.candidates import Verdict
 from strategies.bisect import BisectMarker
 from strategies.reduce import ReduceStrategy
@@ -37,7 +37,7 @@ def test_the_next_round_takes_the_models_built_for_it_and_drops_the_rest(tmp_pat
         guesses = {key for key, build in work if build()}
         strategy.take_round(candidates, verdicts)
         candidates = strategy.next_round(3)
-        assert strategy.held_ahead == 0  # the other outcomes' models are dropped
+        assert len(strategy.ahead) == 0  # the other outcomes' models are dropped
         if work:
             searched = {c.key for c in candidates if c.reuse}  # not the written answer's check
             assert searched <= guesses  # the round is one of the outcomes guessed
@@ -54,7 +54,7 @@ def test_build_ahead_stops_when_the_models_held_reach_the_budget(tmp_path, monke
     strategy = _reduce(tmp_path)
     strategy.next_round(2)
     units = frozenset(strategy.index.units)
-    monkeypatch.setattr(onnx_search, "AHEAD_BYTES", strategy.model_for(units).ByteSize() + 1)
+    monkeypatch.setattr(ahead, "AHEAD_BYTES", strategy.model_for(units).ByteSize() + 1)
     assert strategy.build_ahead(units)  # fits
     assert not strategy.build_ahead(frozenset(list(units)[:3]))  # no room left
     assert strategy.build_ahead(units)  # held already

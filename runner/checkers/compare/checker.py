@@ -20,14 +20,15 @@ from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker, Need
 from runner.checkers.compare.arithmetics import Arithmetic, arithmetics, margin_of, verify
 from runner.checkers.compare.comparison import Comparison
-from runner.checkers.compare.detections import DetectionRule, judge_logged
+from runner.checkers.compare.detections import DetectionRule
 from runner.checkers.compare.golden_casts import through_casts
-from runner.checkers.compare.lowering import as_run, lowered, warn_fp16_on_cpu
+from runner.checkers.compare.judge import Judge
+from runner.checkers.compare.lowering import Lowering
 from runner.checkers.compare.noise import NoiseFloor
-from runner.checkers.compare.outputs import check_compared, compared
+from runner.checkers.compare.outputs import check_compared, check_names, compared
 from runner.checkers.compare.reference import reference_run
 from runner.checkers.compare.switched import SwitchedRuns
-from runner.checkers.compare.tolerance import Tolerance, Tolerances, compare_outputs, log_outputs, unknown_names
+from runner.checkers.compare.tolerance import Tolerance, Tolerances
 from runner.checkers.on_error import OnError
 from runner.config import plain
 from runner.context import RunContext
@@ -35,12 +36,12 @@ from runner.errors import ConfigError, ModelError
 from runner.executors.slot import Slot
 from runner.files.samples import check_golden, save_golden_samples
 from runner.graph.activations import marked, run_tensors
-from runner.graph.decisions import Decision, data_dependent_outputs
+from runner.graph.decisions import data_dependent_outputs
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.qdq import has_qdq
 from runner.lowp.convert import has_low_precision
-from runner.lowp.precisions import LowPrecision, any_low_precision, emulated_by, is_quantized
+from runner.lowp.precisions import LowPrecision, any_low_precision, emulated_by
 from runner.lowp.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,6 @@ class CompareChecker(Checker):
         implied = emulated_by(backend)
         #: the low precision fp32 candidates run in (int8: QDQ models, quantized by the mode), or None
         self.low: Optional[LowPrecision] = any_low_precision(low_precision, "checker.low_precision") or implied
-        self._said_converting = False
         # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
         check_error_stat = plain(check_error_stat)
         graph_optimization_level = plain(graph_optimization_level) or ("disable" if implied else "all")
@@ -160,18 +160,18 @@ class CompareChecker(Checker):
         self.providers = list(providers)
         self.provider_options = provider_options
         self.samples: List[Dict[str, np.ndarray]] = []
-        self._warned = False
         self.noise_floor = bool(noise_floor)
         self._golden_made_here = False  # bind: the golden values come from this checker's reference run
         self.outputs = [str(o) for o in (outputs or [])]
         self.exclude_outputs = {str(o) for o in (exclude_outputs or [])}
         self.detections = DetectionRule.from_config(plain(detections))
-        #: graph outputs whose shape depends on the data, and what decides it (bind)
-        self.decisions: Dict[str, Decision] = {}
+        self.judge = Judge(self.rule, self.detections)
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
         self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, named)
+        emulating = isinstance(self.backend, EmulationBackend)
+        self.lowering = Lowering(self.low, emulating, backend == "onnxruntime" and only_cpu)
         margin_of(margin, False)  # refuses a margin outside [0, 1) before the run starts
         self.margin = None if margin is None else float(margin)
         self.verify_on = None if verify_on is None else [Arithmetic.parse(n).name for n in verify_on]
@@ -189,28 +189,14 @@ class CompareChecker(Checker):
             ArtifactError: ``save_golden=`` cannot be written.
         """
         model = ctx.model
-        tensors = [o for n in model.graph.node for o in n.output] + [t.name for t in model.graph.input]
-        named = self.outputs + sorted(self.exclude_outputs) + (self.detections.tensors() if self.detections else [])
-        missing = sorted(set(named) - set(tensors))
-        if missing:
-            raise ConfigError(
-                f"checker.outputs/exclude_outputs/detections name {missing}, which are no tensors of the model "
-                f"(its outputs: {[o.name for o in model.graph.output]}); name node outputs of the model"
-            )
-        self._check_compared(model)
+        check_names(model, self._named() + sorted(self.exclude_outputs), self.rule)
+        check_compared(model, self._named(), self.exclude_outputs)
         if self.verify_on is not None:
             arithmetics(self.verify_on, False)  # a provider that does not run here is refused before the search
         self.switched.bind(model)
-        self.decisions = data_dependent_outputs(model)
-        for name, decision in self.decisions.items():
+        self.judge.decisions = data_dependent_outputs(model)
+        for name, decision in self.judge.decisions.items():
             log.info("Output %s has a data-dependent shape: %s", name, decision.hint())
-        unknown = unknown_names(self.rule, tensors)
-        if unknown:
-            outputs = [o.name for o in model.graph.output]
-            raise ConfigError(
-                f"checker.atol/rtol name {unknown}, which no tensor of the model is (its outputs: {outputs}); "
-                "fix the names (quote names such as onnx::Conv_5 in pairs: 'checker.atol=[[\"onnx::Conv_5\",0.1]]')"
-            )
         samples = ctx.samples
         golden = ctx.golden_samples
         self._golden_made_here = golden is None and self.reference_name == "onnxruntime"
@@ -257,9 +243,7 @@ class CompareChecker(Checker):
             model = board.model
         else:
             model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
-            if self.low is not None and not candidate.as_typed and not has_low_precision(model) and not has_qdq(model):
-                model = self._lowered(model, iteration)
-            self._warn_fp16_on_cpu(model)
+            model = self.lowering.run_model(model, candidate.as_typed, iteration)
         names: List[str] = [i.name for i in graph_inputs(model) if i.name not in switches]
         missing = [n for n in names if n not in self.values]
         if missing:
@@ -306,36 +290,27 @@ class CompareChecker(Checker):
                     f"no golden value for outputs {unknown}; let the checker compute golden values (drop golden=)"
                 )
             where = f"Iteration {iteration}" + (f", sample {index}" if several else "")
-            passed, stats, problems, judged = self._judge(got, values, rule, where)
-            found: Dict[str, Any] = {"detections": judged[1]} if judged is not None else {}
-            if not passed and (judged is None or judged[0]) and self._judges_noise(model, candidate):
-                floors = self._noise.floors(model, feeds, got, values, stats, candidate.key)
+            judged = self.judge.judge(got, values, rule, where)
+            if judged.arrays_failed and self._judges_noise(model, candidate):
+                floors = self._noise.floors(model, feeds, got, values, judged.stats, candidate.key)
                 if floors is not None:
-                    log.info(
-                        "%s: %s; within the reference's own fp32 noise (%s): counted as a pass",
-                        where,
-                        problems[0],
-                        ", ".join(f"{n} <= {f:.3g}" for n, f in floors.items()),
-                    )
-                    for name, floor in floors.items():
-                        stats[name] = {**stats[name], "passed": True, "noise_floor": floor}
-                    passed, problems = True, []
-            for line in problems:
-                log.info("%s: %s", where, line)
-            log_outputs(where, stats)
-            if not passed:
-                more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-                details: Dict[str, Any] = {**found, **({"sample": index} if several else {})}
-                reason = (f"sample {index}: " if several else "") + problems[0] + more
+                    judged.within_noise(floors, where)
+            judged.log(where)
+            if not judged.passed:
                 self.switched.counted(board is not None)
-                return Verdict(False, reason=reason, details=details, outputs=stats, switched=board is not None)
+                return judged.failed(index if several else None, board is not None)
         what = "the detections match" if self.detections is not None else "all outputs within tolerance"
         reason = what + (f" with margin {margin:g}" if margin else "")
         reason += f" on all {len(self.samples)} samples" if several else ""
         verified = self._verified(candidate, model, quantized, margin, wanted, names, declared)
         self.switched.counted(board is not None)
         return Verdict(
-            True, reason=reason, details=dict(found), outputs=stats, switched=board is not None, verified=verified
+            True,
+            reason=reason,
+            details=dict(judged.found),
+            outputs=judged.stats,
+            switched=board is not None,
+            verified=verified,
         )
 
     def _quantized(self, board: Optional[Switchboard], model: onnx.ModelProto) -> bool:
@@ -364,37 +339,8 @@ class CompareChecker(Checker):
         def feeds_of(sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
             return {n: as_declared(sample[n], declared.get(n)) for n in names}
 
-        results = verify(model, self.samples, feeds_of, wanted, self._judged, on, self.provider_options)
+        results = verify(model, self.samples, feeds_of, wanted, self.judge.at_full_tolerance, on, self.provider_options)
         return {"margin": margin, "on": results}
-
-    def _judge(
-        self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray], rule: Tolerances, where: str
-    ) -> Tuple[bool, Dict[str, Dict[str, Any]], List[str], Optional[Tuple[bool, Dict[str, Any], str]]]:
-        """``got`` judged against one sample's golden ``values``: the detections (logged, prefixed by
-        ``where``), then the other outputs by ``rule``; no noise floor.
-
-        Returns:
-            (passed, ``{output: statistics}``, the problems, detections first, the detections' judgement or None).
-        """
-        judged = judge_logged(got, values, self.detections, where) if self.detections is not None else None
-        arrays = {n: v for n, v in got.items() if self.detections is None or n not in self.detections.tensors()}
-        passed, stats, problems = compare_outputs(arrays, values, rule) if arrays else (True, {}, [])
-        problems = [self._decision_hint(p) for p in problems]
-        if judged is not None and not judged[0]:
-            passed, problems = False, [f"detections: {judged[2]}", *problems]
-        return passed, stats, problems, judged
-
-    def _judged(
-        self, got: Dict[str, np.ndarray], values: Mapping[str, np.ndarray]
-    ) -> Tuple[bool, Dict[str, float], str]:
-        """``got`` judged at the full tolerance (``_judge``), for ``runner.checkers.compare.arithmetics.verify``:
-        (passed, {output: statistic compared}, the first problem or "")."""
-        passed, stats, problems, _ = self._judge(got, values, self.rule, "On another arithmetic")
-        return passed, {n: float(st["statistic"]) for n, st in stats.items()}, problems[0] if problems else ""
-
-    def _check_compared(self, model: onnx.ModelProto) -> None:
-        """Refuse options that leave nothing to compare on the model as given (``outputs.check_compared``)."""
-        check_compared(model, self._named(), self.exclude_outputs)
 
     def _compared(self, model: onnx.ModelProto) -> List[str]:
         """The tensors compared for ``model`` (``outputs.compared``)."""
@@ -403,14 +349,6 @@ class CompareChecker(Checker):
     def _named(self) -> List[str]:
         """``checker.outputs`` and the detection tensors."""
         return self.outputs + (self.detections.tensors() if self.detections else [])
-
-    def _decision_hint(self, problem: str) -> str:
-        """A shape mismatch of an output whose shape depends on the data, said as a decision flip."""
-        name, _, what = problem.partition(": ")
-        decision = self.decisions.get(name)
-        if decision is None or not what.startswith("shape "):
-            return problem
-        return f"{name}: decision flip, {what}; {decision.hint()}"
 
     def as_run(self, model: onnx.ModelProto) -> Optional[Tuple[onnx.ModelProto, str]]:
         """How this checker runs an fp32 ``model`` when that is not as written: (the model it runs, a
@@ -421,35 +359,13 @@ class CompareChecker(Checker):
         Raises:
             InvalidCandidateError: the conversion failed (the tool's defect).
         """
-        return as_run(model, self.low, isinstance(self.backend, EmulationBackend))
+        return self.lowering.as_run(model)
 
     def _judges_noise(self, model: onnx.ModelProto, candidate: Candidate) -> bool:
         """Whether a failing candidate is judged against the noise floor: fp32 on ONNX Runtime."""
         if not self.noise_floor or self.backend_name != "onnxruntime" or self.low is not None or candidate.as_typed:
             return False
         return not has_low_precision(model) and not has_qdq(model)
-
-    def _lowered(self, model: onnx.ModelProto, iteration: int) -> onnx.ModelProto:
-        """``model`` converted to ``self.low`` (logged once per run), validated.
-
-        Raises:
-            InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
-        """
-        assert self.low is not None
-        if not self._said_converting and not is_quantized(self.low):
-            self._said_converting = True
-            log.info(
-                "Candidates hold no %s tensors: each is converted to %s before it runs, as TensorRT's --fp16 "
-                "runs an fp32 model (checker.low_precision; graph input/output types kept)",
-                self.low,
-                self.low,
-            )
-        return lowered(model, self.low, f"iteration {iteration}'s candidate")
-
-    def _warn_fp16_on_cpu(self, model: onnx.ModelProto) -> None:
-        """Once per run: ONNX Runtime on CPU computes fp16 in fp32 where it lacks fp16 kernels."""
-        if not self._warned and self.backend_name == "onnxruntime" and self.providers == ["CPUExecutionProvider"]:
-            self._warned = warn_fp16_on_cpu(model)
 
     def comparison(self) -> Comparison:
         """This checker's way of running and judging, as data (``runner.checkers.compare.comparison``)."""

@@ -1,5 +1,5 @@
 """An fp32 candidate as a low-precision check runs it: converted (``checker.low_precision``), and rounded
-through Casts where the backend emulates the precision."""
+through Casts where the backend emulates the precision; ``Lowering`` does it for each check of a run."""
 
 from __future__ import annotations
 
@@ -66,3 +66,49 @@ def warn_fp16_on_cpu(model: onnx.ModelProto) -> bool:
         "overflows; checker.backend=fp16_emulation shows them"
     )
     return True
+
+
+class Lowering:
+    """How the compare checker turns each candidate into the model it runs, logging and warning once a run.
+
+    Args:
+        low: the low precision fp32 candidates run in (``checker.low_precision``, or implied by an
+            emulating backend), or None.
+        emulating: whether the backend emulates ``low`` by rounding through Casts (fp16_emulation, bf16_emulation).
+        warn_on_cpu: whether the backend is ONNX Runtime on CPU only, which computes fp16 in fp32 where it lacks
+            fp16 kernels (a candidate with fp16 tensors is warned of, once a run).
+    """
+
+    def __init__(self, low: Optional[LowPrecision], emulating: bool, warn_on_cpu: bool):
+        self.low, self.emulating, self.warn_on_cpu = low, emulating, warn_on_cpu
+        self._said_converting = False
+
+    def run_model(self, model: onnx.ModelProto, as_typed: bool, iteration: int) -> onnx.ModelProto:
+        """The model a check runs for candidate ``model``: converted to ``low`` (logged once a run) unless
+        the candidate runs as typed (``Candidate.as_typed``) or already holds low-precision or Q/DQ tensors.
+
+        Raises:
+            ConfigError: ``low`` is int8 and the candidate is fp32 (``lowered``).
+            InvalidCandidateError: the conversion failed or made an invalid model (the tool's defect).
+        """
+        if self.low is not None and not as_typed and not has_low_precision(model) and not has_qdq(model):
+            if not self._said_converting and not is_quantized(self.low):
+                self._said_converting = True
+                log.info(
+                    "Candidates hold no %s tensors: each is converted to %s before it runs, as TensorRT's --fp16 "
+                    "runs an fp32 model (checker.low_precision; graph input/output types kept)",
+                    self.low,
+                    self.low,
+                )
+            model = lowered(model, self.low, f"iteration {iteration}'s candidate")
+        if self.warn_on_cpu:
+            self.warn_on_cpu = not warn_fp16_on_cpu(model)
+        return model
+
+    def as_run(self, model: onnx.ModelProto) -> Optional[Tuple[onnx.ModelProto, str]]:
+        """How a check runs an fp32 ``model`` when that is not as written: ``as_run`` with this run's ``low``.
+
+        Raises:
+            InvalidCandidateError: the conversion failed (the tool's defect).
+        """
+        return as_run(model, self.low, self.emulating)

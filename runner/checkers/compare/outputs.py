@@ -1,6 +1,6 @@
 """Which tensors the compare checker compares: ``checker.outputs`` (and the detection tensors) that a
-model computes, else its graph outputs but ``checker.exclude_outputs``; and the options that leave
-nothing to compare, refused before the first check."""
+model computes, else its graph outputs but ``checker.exclude_outputs``; and the options that name no
+tensor of the model or leave nothing to compare, refused before the first check."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import List, Sequence, Set
 
 import onnx
 
+from runner.checkers.compare.tolerance import Tolerances, unknown_names
 from runner.errors import ConfigError
 
 
@@ -55,4 +56,31 @@ def check_compared(model: onnx.ModelProto, named: Sequence[str], excluded: Set[s
         raise ConfigError(
             f"checker.exclude_outputs={sorted(excluded)} leaves none of the graph outputs "
             f"{[o.name for o in model.graph.output]} to compare; exclude fewer, or name tensors in checker.outputs"
+        )
+
+
+def check_names(model: onnx.ModelProto, named: Sequence[str], rule: Tolerances) -> None:
+    """Refuse tensor names the model does not have.
+
+    Args:
+        model: the model as given.
+        named: ``checker.outputs``, ``checker.exclude_outputs`` and the detection tensors.
+        rule: the tolerance rule, whose per-tensor atol/rtol name tensors too.
+
+    Raises:
+        ConfigError: a name in ``named`` or in the rule that is neither a node output nor a graph input.
+    """
+    tensors = [o for n in model.graph.node for o in n.output] + [t.name for t in model.graph.input]
+    outputs = [o.name for o in model.graph.output]
+    missing = sorted(set(named) - set(tensors))
+    if missing:
+        raise ConfigError(
+            f"checker.outputs/exclude_outputs/detections name {missing}, which are no tensors of the model "
+            f"(its outputs: {outputs}); name node outputs of the model"
+        )
+    unknown = unknown_names(rule, tensors)
+    if unknown:
+        raise ConfigError(
+            f"checker.atol/rtol name {unknown}, which no tensor of the model is (its outputs: {outputs}); "
+            "fix the names (quote names such as onnx::Conv_5 in pairs: 'checker.atol=[[\"onnx::Conv_5\",0.1]]')"
         )

@@ -14,22 +14,14 @@ from runner.config_keys import group_targets, mode_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: a 1-check run in a fresh process, then the modules it imported that a run of no model must not
-IMPORTED = """
-import sys
-sys.argv = ["runner", *sys.argv[1:]]
-from runner.__main__ import cli
-code = cli()
-heavy = ("numpy", "onnx", "onnxruntime", "onnx_graphsurgeon", "strategies.precision", "strategies.reduce")
-print("imported:", " ".join(m for m in heavy if m in sys.modules))
-sys.exit(code)
-"""
+#: runs a command line in a fresh process, then prints the heavy modules it imported
+IMPORTED = ROOT / "scripts" / "imported_modules.py"
 
 
 @pytest.mark.slow  # a fresh process: about 1 s
 def test_a_run_of_no_model_imports_no_onnx_numpy_or_other_modes(tmp_path: Path) -> None:
     run = ["mode=repeat", "until=1", "checker.cmd=true", f"hydra.run.dir={tmp_path}/run"]
-    done = subprocess.run([sys.executable, "-c", IMPORTED, *run], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(IMPORTED), *run], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "run" / "summary.json").is_file()
     line = [x for x in done.stdout.splitlines() if x.startswith("imported:")][-1]
