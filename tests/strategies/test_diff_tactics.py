@@ -181,6 +181,7 @@ def test_mismatched_layers_are_reported(run, tmp_path):
     assert "Layers differ across records" in r.stdout and "other_layer" in r.summary["mismatched_layers"]
 
 
+@pytest.mark.slow  # five check processes: 1.2 s here, past 1.5 s on a busy machine
 def test_records_sorted_by_a_repeat_run_then_diffed(run, tmp_path):
     """The build workflow without TensorRT: a check writes a record per run, sorting files it, diff reads it."""
     script = write_script(
