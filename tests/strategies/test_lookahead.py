@@ -58,3 +58,18 @@ def test_build_ahead_stops_when_the_models_held_reach_the_budget(tmp_path, monke
     assert strategy.build_ahead(units)  # fits
     assert not strategy.build_ahead(frozenset(list(units)[:3]))  # no room left
     assert strategy.build_ahead(units)  # held already
+
+
+def test_a_model_taken_frees_its_bytes_and_large_weights_build_nothing_ahead(monkeypatch):
+    model = chain_model(8)
+    size = model.ByteSize()
+    monkeypatch.setattr(ahead, "AHEAD_BYTES", size + 1)
+    held = ahead.AheadModels()
+    assert held.build(("", frozenset({1})), lambda: model) and len(held) == 1
+    assert not held.build(("", frozenset({2})), lambda: model)  # no room beside the first
+    assert held.take(("", frozenset({1}))) is model and held.take(("", frozenset({1}))) is None
+    assert held.build(("", frozenset({2})), lambda: model)  # the room it left
+    held.clear()
+    held.weight_bytes = ahead.AHEAD_LARGE
+    built = []
+    assert not held.build(("", frozenset({3})), lambda: built.append(1) or model) and not built
