@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: a test directory's conftest that takes the guard's hooks
+HOOKS = "from tests.conftest import pytest_runtest_call, pytest_runtest_makereport  # noqa: F401\n"
+#: the guard's limit is ``RUNNER_FAST_TEST_LIMIT_S``
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-W", "ignore", "-rf"]
 
 
 @pytest.mark.slow
 def test_an_unmarked_test_over_the_limit_fails_and_a_marked_one_passes(tmp_path):
-    (tmp_path / "conftest.py").write_text("from tests.conftest import pytest_runtest_makereport  # noqa: F401\n")
+    (tmp_path / "conftest.py").write_text(
+        "from tests.conftest import pytest_runtest_call, pytest_runtest_makereport  # noqa: F401\n"
+    )
     (tmp_path / "test_timed.py").write_text(
         "import time\nimport pytest\n\n"
         "def test_unmarked():\n    time.sleep(1.0)\n\n"
@@ -23,7 +29,51 @@ def test_an_unmarked_test_over_the_limit_fails_and_a_marked_one_passes(tmp_path)
     )
     # the limit is 10x under the sleep: the verdict holds up to a load of 10 per core (the hook scales by it)
     env = {**os.environ, "RUNNER_FAST_TEST_LIMIT_S": "0.1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-W", "ignore", "-rf"]
-    r = subprocess.run([*cmd, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*PYTEST, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "1 failed, 2 passed" in r.stdout, r.stdout + r.stderr
     assert "test_unmarked took" in r.stdout and "mark it @pytest.mark.slow" in r.stdout
+
+
+#: an unmarked test that computes for 0.2 s of CPU on one CPU shared with four spinning processes (started by its
+#: fixture, whose time is not the test's): about 1 s
+CROWDED = """
+import os, subprocess, sys, time
+import pytest
+
+SPIN = "import os, time; os.sched_setaffinity(0, {%d}); end = time.time() + 30\\nwhile time.time() < end: pass"
+
+@pytest.fixture
+def crowd():
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    hogs = [subprocess.Popen([sys.executable, "-c", SPIN % cpu]) for _ in range(4)]
+    time.sleep(0.5)  # the hogs are spinning
+    yield
+    for hog in hogs:
+        hog.kill()
+
+def test_crowded(crowd):
+    began, cpu_began = time.monotonic(), time.process_time()
+    while time.process_time() - cpu_began < 0.2:
+        pass
+    print("wall", time.monotonic() - began)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="the kernel does not say how long a task waited")
+def test_time_spent_waiting_for_a_cpu_is_not_the_tests():
+    """A test slowed by other processes on its CPU (a busy CI machine) stays within the limit; the hook leaves out
+    the time its thread waited on the run queue. Sleeping is not waiting (the test above still fails)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "conftest.py").write_text(HOOKS)
+        (Path(tmp) / "test_crowded.py").write_text(CROWDED)
+        env = {**os.environ, "RUNNER_FAST_TEST_LIMIT_S": "0.4", "PYTHONPATH": str(ROOT)}
+        r = subprocess.run([*PYTEST, "-s", tmp], cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
+    assert "wall " in r.stdout, r.stdout + r.stderr
+    wall = float(r.stdout.split("wall ")[1].split()[0])
+    if wall < 0.6:
+        pytest.skip(f"the spinning processes did not crowd the test's CPU ({wall:.2f} s): nothing to measure")
+    assert "1 passed" in r.stdout, r.stdout + r.stderr

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-from hydra.utils import get_method
 
 from runner.callables import TARGET, lookup
 from runner.candidates import Candidate, Verdict
@@ -15,6 +14,7 @@ from runner.checkers.base import Checker
 from runner.checkers.on_error import OnError
 from runner.errors import CheckStartError, first_line
 from runner.executors.slot import Slot
+from runner.targets import locate
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,9 @@ class PythonChecker(Checker):
             except KeyError as e:
                 raise CheckStartError(first_line(e)) from None
         else:
-            try:
-                self.fn = get_method(target)
-            except Exception as e:  # hydra wraps import errors in ImportError/ValueError
-                raise CheckStartError(
-                    f"checker.target={target!r} cannot be imported ({e}); give a module.function on PYTHONPATH"
-                ) from None
+            self.fn = locate(target, "checker.target", CheckStartError)
+            if not callable(self.fn):
+                raise CheckStartError(f"checker.target={target} is a {type(self.fn).__name__}; name a function")
         self.on_error = OnError(on_error)
 
     def check(

@@ -85,10 +85,11 @@ def refuse_finished(path: Path, reuse: bool, option: str = "hydra.run.dir") -> N
     """
     found = [name for name in RUN_FILES if (Path(path) / name).exists()]
     if found and not reuse:
+        # a run that ended before its first check (a bad option) wrote a summary but no replay: nothing to resume
+        resume = f" (resume it with replay.load={Path(path) / 'replay.json'})" if "replay.json" in found else ""
         raise ArtifactError(
             f"{option}={path} holds a finished run ({', '.join(found)}), which this run would overwrite; "
-            f"choose a fresh directory (resume it with replay.load={Path(path) / 'replay.json'}) or set "
-            "reuse_run_dir=true to replace it"
+            f"choose a fresh directory{resume} or set reuse_run_dir=true to replace it"
         )
 
 

@@ -29,6 +29,7 @@ import onnx
 from runner.errors import ArtifactError, ConfigError, MissingExtraError, first_line
 from runner.files.inputs import script_target
 from runner.graph.feeds import graph_inputs, load_npz
+from runner.targets import locate
 
 log = logging.getLogger(__name__)
 
@@ -167,19 +168,12 @@ def _module_function(target: str) -> Any:
         ConfigError: not of that form, or a module or function that cannot be found.
     """
     module_name, _, fn_name = target.rpartition(".")
-    if not module_name or not fn_name:
+    if not module_name or not fn_name:  # not of the form locate names in its error: say both forms
         raise ConfigError(
             f"data_loader={target!r} is neither module.function nor loader.py[:function]; write e.g. "
             "data_loader=my_data.load or data_loader=loader.py:load_data"
         )
-    try:
-        return getattr(importlib.import_module(module_name), fn_name)
-    except ImportError as e:
-        raise ConfigError(
-            f"data_loader={target}: cannot import {module_name} ({e}); put it on PYTHONPATH or in the working directory"
-        ) from None
-    except AttributeError:
-        raise ConfigError(f"data_loader={target}: {module_name} has no {fn_name}") from None
+    return locate(target, "data_loader", ConfigError)
 
 
 def _collect(target: str, fn: Any) -> List[Sample]:

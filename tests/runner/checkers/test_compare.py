@@ -190,7 +190,7 @@ def test_python_checker_cli(run_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.summary["runs"] == 2 and r.summary["bad"] == 1
     bad = run_cli("mode=repeat", "until=1", "checker=python", "checker.target=mychecks.nope")
-    assert bad.returncode == 2 and "cannot be imported" in bad.stderr
+    assert bad.returncode == 2 and "checker.target=mychecks.nope: mychecks has no nope" in bad.stderr
 
 
 def _fp16_reduce(fp16_path, golden) -> list:

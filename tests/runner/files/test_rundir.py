@@ -73,3 +73,18 @@ def test_a_run_directory_in_use_is_refused(tmp_path, chain):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [n["name"] for n in summary["reduced_nodes"]] == ["n3"]
     assert not (tmp_path / "b.onnx").exists()
+
+
+def test_a_finished_run_is_offered_for_resuming_only_when_it_has_a_replay(tmp_path):
+    """A run that ended before its first check (a bad option) wrote a summary and no replay: nothing to resume."""
+    from runner.errors import ArtifactError
+    from runner.files.rundir import refuse_finished
+
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(ArtifactError) as e:
+        refuse_finished(tmp_path, reuse=False)
+    assert "holds a finished run (summary.json)" in str(e.value) and "replay.load" not in str(e.value)
+    (tmp_path / "replay.json").write_text("{}")
+    with pytest.raises(ArtifactError, match=r"resume it with replay.load=.*replay\.json\)"):
+        refuse_finished(tmp_path, reuse=False)
+    refuse_finished(tmp_path, reuse=True)  # replaced on request
