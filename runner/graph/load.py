@@ -47,6 +47,8 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     if not path:
         raise ModelError(f"no model given; pass {option}=path/to/model.onnx")
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"{option}={path} is a directory; give the model's .onnx file in it")
     if not path.is_file():
         raise ModelError(f"{option}={path}: no such file; check the path")
     if not os.access(path, os.R_OK):

@@ -22,6 +22,12 @@ def test_missing_model(run, ok_script, tmp_path):
     assert r.summary["status"].startswith("error: ")
 
 
+def test_a_directory_given_as_the_model(run, ok_script, tmp_path):
+    (tmp_path / "exported").mkdir()
+    r = run("mode=reduce", f"model={tmp_path / 'exported'}", check_cmd(ok_script))
+    one_line_error(r, "is a directory", "give the model's .onnx file", code=2)
+
+
 def test_not_onnx(run, ok_script, tmp_path):
     bad = tmp_path / "notes.onnx"
     bad.write_text("this is not a model\n" * 20)
