@@ -168,10 +168,12 @@ def load_npz(path: str | Path, option: str) -> Dict[str, np.ndarray]:
     """Load every array of an .npz file.
 
     Raises:
-        ConfigError: when the file is missing, not an .npz archive (a .npy array, a truncated or
+        ConfigError: when the file is missing or a directory, not an .npz archive (a .npy array, a truncated or
             damaged archive, pickled objects).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option}={path} is a directory; give an .npz file (numpy.savez)")
     if not path.is_file():
         raise ConfigError(f"{option}={path}: no such file; give an .npz file (numpy.savez)")
     hint = "write it with numpy.savez(path, name=array, ...)"

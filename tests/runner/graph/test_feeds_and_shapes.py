@@ -64,6 +64,8 @@ def test_loaded_feeds_must_hold_every_input(tmp_path):
 def test_load_npz_errors(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_npz(tmp_path / "nope.npz", "inputs")
+    with pytest.raises(ConfigError, match=r"inputs=.* is a directory; give an \.npz file"):
+        load_npz(tmp_path, "inputs")
     np.save(tmp_path / "a.npy", np.ones(2))
     with pytest.raises(ConfigError, match=r"\.npy"):
         load_npz(tmp_path / "a.npy", "inputs")
