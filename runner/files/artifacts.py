@@ -16,12 +16,13 @@ from runner.errors import ArtifactError
 log = logging.getLogger(__name__)
 
 
-def ensure_writable_dir(path: Path, what: str) -> Path:
+def ensure_writable_dir(path: Path, what: str, for_file: Optional[Path] = None) -> Path:
     """Create ``path`` if needed and prove it is writable by creating and removing a file.
 
     Args:
         path: a directory.
         what: the option that names it, for the error message (e.g. "artifacts.dir").
+        for_file: the file the option names in ``path``, when it names a file (``output=``), for the message.
 
     Returns:
         The directory, as an absolute path.
@@ -36,6 +37,10 @@ def ensure_writable_dir(path: Path, what: str) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
+        if for_file is not None:
+            raise ArtifactError(
+                f"{what}={for_file}: its directory {path} is not writable ({e.strerror}); choose another path"
+            ) from None
         raise ArtifactError(
             f"{what}={path} is not a writable directory ({e.strerror}); choose another with {what}=DIR"
         ) from None

@@ -245,6 +245,6 @@ def _check_writable(option: str, path: Path) -> None:
         raise ConfigError(f"{option}={path}: directory {parent} does not exist; create it or choose another path")
     if path.is_dir():
         raise ArtifactError(f"{option}={path} is a directory; give a file path")
-    ensure_writable_dir(parent, option)
+    ensure_writable_dir(parent, option, for_file=path)
     if path.exists() and not os.access(path, os.W_OK):
         raise ArtifactError(f"{option}={path} exists and is not writable; choose another path or fix its permissions")

@@ -60,6 +60,12 @@ def test_artifacts_dir_not_writable(run, ok_script, tmp_path):
     one_line_error(r, "artifacts.dir", "not a writable directory")
 
 
+def test_an_output_whose_directory_takes_no_file_names_the_file_and_its_directory(run, chain, ok_script):
+    """/proc exists and takes no new file, even for root: the error names output= as given, not as a directory."""
+    r = run("mode=reduce", f"model={chain}", check_cmd(ok_script), "output=/proc/reduced.onnx")
+    one_line_error(r, "output=/proc/reduced.onnx: its directory /proc is not writable", code=2)
+
+
 @pytest.mark.parametrize(
     "until, words", [("0", ["until=0", "positive"]), ("-3", ["until=-3", "positive"]), ("soon", ["until='soon'"])]
 )
