@@ -43,7 +43,8 @@ class RepeatStrategy(UntilStrategy):
 
         Raises:
             ConfigError: when ``until`` is missing or invalid. A check command naming ``{artifact}`` with no
-                ``model=`` is warned of: no file is written there (the check may write one).
+                ``model=`` is warned of: no file is written there (the check may write one); so are ``inputs=``,
+                ``data_loader=`` and ``golden=`` with a checker that compares nothing in-process (not read).
             ModelError: when ``model=`` is given but is not a file (not ONNX: at the first check
                 that loads it).
         """
@@ -56,6 +57,14 @@ class RepeatStrategy(UntilStrategy):
             log.warning(
                 "checker.cmd names {artifact}, but mode=repeat without model= writes no file there: the check is "
                 "told a path where nothing is until it writes one (give model=FILE for the model's copy)"
+            )
+        unread = [f"{key}=" for key in ("inputs", "data_loader", "golden") if getattr(ctx, key)]
+        if unread and (checker is None or checker.comparison() is None):
+            log.warning(
+                "%s not read: mode=repeat hands the check the model as it is, and only checker=compare runs it on "
+                "inputs and golden values; drop %s, or use checker=compare",
+                " and ".join(unread),
+                "them" if len(unread) > 1 else "it",
             )
         return cls(parsed, ctx)
 

@@ -92,6 +92,16 @@ def test_missing_artifact_is_a_warning(run, exit_with, tmp_path):
     assert "never_made.bin was not produced" in r.stdout
 
 
+def test_inputs_a_command_check_never_reads_are_warned_of(run, exit_with, tmp_path, chain):
+    """inputs= and data_loader= feed only checker=compare; a repeat of a command check used to take them silently
+    (even a data_loader= that cannot be imported)."""
+    r = run("mode=repeat", "until=1", f"model={chain}", check_cmd(exit_with, "0"), "data_loader=no_such_module.fn")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "data_loader= not read: mode=repeat hands the check the model as it is" in r.stdout
+    compared = run("mode=repeat", "until=1", f"model={chain}", "checker=compare", "data_loader=no_such_module.fn")
+    assert compared.returncode == 2 and "data_loader=no_such_module.fn: cannot import" in compared.stderr
+
+
 def test_iter_info_written_each_iteration(run, tmp_path):
     script = write_script(
         tmp_path / "read_info.py",
