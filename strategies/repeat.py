@@ -58,7 +58,8 @@ class RepeatStrategy(UntilStrategy):
                 "checker.cmd names {artifact}, but mode=repeat without model= writes no file there: the check is "
                 "told a path where nothing is until it writes one (give model=FILE for the model's copy)"
             )
-        unread = [f"{key}=" for key in ("inputs", "data_loader", "golden") if getattr(ctx, key)]
+        given = (("inputs", ctx.inputs), ("data_loader", ctx.data_loader), ("golden", ctx.golden))
+        unread = [f"{key}=" for key, value in given if value]
         if unread and (checker is None or checker.comparison() is None):
             log.warning(
                 "%s not read: mode=repeat hands the check the model as it is, and only checker=compare runs it on "

@@ -168,7 +168,7 @@ def _module_function(target: str) -> Any:
         ConfigError: not of that form, or a module or function that cannot be found.
     """
     module_name, _, fn_name = target.rpartition(".")
-    if not module_name or not fn_name:  # not of the form locate names in its error: say both forms
+    if not module_name or not fn_name:  # neither form: name both (locate's error names only module.function)
         raise ConfigError(
             f"data_loader={target!r} is neither module.function nor loader.py[:function]; write e.g. "
             "data_loader=my_data.load or data_loader=loader.py:load_data"
