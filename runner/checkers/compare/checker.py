@@ -307,7 +307,7 @@ class CompareChecker(Checker):
         return Verdict(
             True,
             reason=reason,
-            details=dict(judged.found),
+            details=judged.found,
             outputs=judged.stats,
             switched=board is not None,
             verified=verified,

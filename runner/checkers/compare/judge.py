@@ -9,7 +9,7 @@ within the reference's own fp32 noise (``runner.checkers.compare.noise``): ``Jud
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -38,11 +38,11 @@ class Judgement:
     stats: Dict[str, Dict[str, Any]]
     problems: List[str]
     detections: Optional[Tuple[bool, Dict[str, Any], str]] = None
-    found: Dict[str, Any] = field(init=False)
 
-    def __post_init__(self) -> None:
-        #: what a verdict's details carry of the detections
-        self.found = {"detections": self.detections[1]} if self.detections is not None else {}
+    @property
+    def found(self) -> Dict[str, Any]:
+        """What a verdict's details carry of the detections (empty without them)."""
+        return {"detections": self.detections[1]} if self.detections is not None else {}
 
     @property
     def arrays_failed(self) -> bool:

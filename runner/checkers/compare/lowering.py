@@ -80,8 +80,9 @@ class Lowering:
     """
 
     def __init__(self, low: Optional[LowPrecision], emulating: bool, warn_on_cpu: bool):
-        self.low, self.emulating, self.warn_on_cpu = low, emulating, warn_on_cpu
+        self.low, self.emulating = low, emulating
         self._said_converting = False
+        self._to_warn = warn_on_cpu  # until a candidate with fp16 tensors was warned of
 
     def run_model(self, model: onnx.ModelProto, as_typed: bool, iteration: int) -> onnx.ModelProto:
         """The model a check runs for candidate ``model``: converted to ``low`` (logged once a run) unless
@@ -101,8 +102,8 @@ class Lowering:
                     self.low,
                 )
             model = lowered(model, self.low, f"iteration {iteration}'s candidate")
-        if self.warn_on_cpu:
-            self.warn_on_cpu = not warn_fp16_on_cpu(model)
+        if self._to_warn:
+            self._to_warn = not warn_fp16_on_cpu(model)
         return model
 
     def as_run(self, model: onnx.ModelProto) -> Optional[Tuple[onnx.ModelProto, str]]:
