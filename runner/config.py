@@ -292,6 +292,7 @@ class CommonKeys:
     quiet: int = 0  # 1: warnings and errors, no progress bar; 2: errors only (runner.terminal.console)
     silent: bool = False  # nothing on the terminal; runner.log and summary.json keep it all
     reuse_run_dir: bool = False  # write into a run directory that holds a finished run (its files are replaced)
+    overwrite: bool = False  # an output path you name replaces the file there (else a file no run wrote gets _1)
 
 
 @dataclass
@@ -315,6 +316,7 @@ class DataKeys(CheckedKeys):
     data_loader: Optional[str] = None  # pkg.module.fn returning an iterable of feed dicts
     val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
     iterations: int = candidate(1)  # generated inputs: how many samples (Polygraphy's --iterations)
+    data_loader_max_samples: int = candidate(1000)  # the most samples a data_loader= is read for
 
 
 @dataclass

@@ -43,7 +43,8 @@ def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
 
 def group_specs(group: str) -> Dict[str, Any]:
     """``{option name: its YAML as written}`` (an OmegaConf ``DictConfig``) of a config group, read from
-    ``conf/<group>/*.yaml``: the group is the one list of its options (modes, executors)."""
+    ``conf/<group>/*.yaml``: the group is the one list of its options (modes, executors, markers); an option
+    is named by its ``name:``, else by its file."""
     from pathlib import Path
 
     from omegaconf import DictConfig, OmegaConf
@@ -54,7 +55,7 @@ def group_specs(group: str) -> Dict[str, Any]:
     for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
         spec = OmegaConf.load(path)
         if isinstance(spec, DictConfig):
-            found[str(spec.name)] = spec
+            found[str(spec.get("name") or path.stem)] = spec  # a marker's YAML names none: its file does
     return found
 
 
@@ -134,6 +135,43 @@ def check_mode_keys(mode: str, keys: Iterable[str]) -> None:
         if not users:
             raise ConfigError(f"{key}= is not an option; see python -m runner --help for the options of each mode")
         raise ConfigError(not_used(key, "mode", mode, users))
+
+
+def chosen(config: Any, group: str) -> str:
+    """The option of ``group`` a composed config chose: a marker by its ``_target_`` (``minimal``), any other
+    group as the dotted key's value (``low_precision`` -> ``float16``)."""
+    from omegaconf import OmegaConf
+
+    if group == "marker":
+        target = OmegaConf.select(config, "marker._target_")
+        names = {t: n for n, t in group_targets("marker").items()}
+        return names.get(str(target), str(target))
+    value = OmegaConf.select(config, group)
+    return "null" if value is None else str(getattr(value, "value", value))
+
+
+def check_key_uses(mode: str, config: Any, overrides: Iterable[str]) -> None:
+    """Check that every key the user set is used by the options chosen with it: a mode's keys dataclass
+    names in its ``used_with`` (a ``ClassVar``) the keys that only some options of another key use
+    (``tie_blocks`` only ``marker=minimal``, ``calibration`` only ``low_precision=int8``).
+
+    Args:
+        mode: the mode's name. config: the composed config. overrides: the user's overrides.
+
+    Raises:
+        ConfigError: the one "not used by" line (``not_used``), naming the key as typed
+            (``calibration.cache``) and the options that use it.
+    """
+    used_with: Dict[str, Any] = getattr(mode_keys()[mode], "used_with", {})
+    overrides = list(overrides)
+    for key in set_keys(overrides):
+        if key not in used_with:
+            continue
+        group, users = used_with[key]
+        option = chosen(config, group)
+        if option not in users:
+            sub = _keys_after(f"{key}.", overrides)
+            raise ConfigError(not_used(f"{key}.{sub[0]}" if sub else key, group, option, users))
 
 
 #: fields of a mode's keys that the run builds and passes to ``create`` itself (``None`` in ``keys_of``)

@@ -23,6 +23,12 @@ if TYPE_CHECKING:  # NumPy, ONNX and the model's files are imported where first 
     from runner.graph.summaries import TensorSummary
 
 
+#: the one line for ``iterations=`` beside ``inputs=``/``data_loader=``, whatever its value
+ITERATIONS_WITH_SAMPLES = (
+    "iterations= sets how many inputs are generated; inputs=/data_loader= give their own samples: drop iterations="
+)
+
+
 @dataclass
 class RunContext:
     """One run's shared state.
@@ -39,6 +45,7 @@ class RunContext:
         golden: an ``.npz`` file or Polygraphy ``--save-outputs`` JSON of golden values
             (``golden=``), or None.
         data_loader: ``pkg.module.fn`` returning an iterable of feed dicts (``data_loader=``), or None.
+        max_samples: the most samples the data loader is read for (``data_loader_max_samples=``).
         val_range: the range of generated inputs (``val_range=``: ``[lo, hi]`` or ``{input: [lo, hi]}``).
         save_golden: where ``checker=compare`` saves the golden values it computed, or None.
         seed: the seed for generated inputs.
@@ -60,6 +67,7 @@ class RunContext:
     save_golden: Optional[str] = None
     seed: int = 0
     data_loader: Optional[str] = None
+    max_samples: int = 1000
     val_range: Any = None
     iterations: int = 1
     value_budget: int = 2**30
@@ -77,12 +85,10 @@ class RunContext:
             raise ConfigError(
                 f"seed={self.seed}: give a non-negative integer (numpy seeds the generated inputs with it)"
             )
+        if self.iterations != 1 and (self.inputs or self.data_loader):
+            raise ConfigError(ITERATIONS_WITH_SAMPLES)
         if not isinstance(self.iterations, int) or self.iterations < 1:
             raise ConfigError(f"iterations={self.iterations}: give how many input samples to generate, 1 or more")
-        if self.iterations != 1 and (self.inputs or self.data_loader):
-            raise ConfigError(
-                "iterations= sets how many inputs are generated; inputs=/data_loader= give their own samples: drop it"
-            )
 
     @functools.cached_property
     def model(self) -> onnx.ModelProto:
@@ -108,7 +114,7 @@ class RunContext:
         if self.inputs:
             return load_input_samples(self.inputs)
         if self.data_loader:
-            return loader_samples(self.data_loader)
+            return loader_samples(self.data_loader, self.max_samples)
         return None
 
     @functools.cached_property

@@ -9,7 +9,7 @@ names its class (``keys:``), and the mode's module exports it as ``KEYS``. A mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING
 
@@ -78,6 +78,12 @@ class LayerwiseConf:
 class LayerwiseKeys(DataKeys, QuantKeys, ScopeKeys):
     """``mode=layerwise``."""
 
+    #: keys only some options of another key use (``runner.config_keys.check_key_uses``)
+    used_with: ClassVar[Dict[str, Tuple[str, Tuple[str, ...]]]] = {
+        "calibration": ("checker.low_precision", ("int8",)),
+        "quantization": ("checker.low_precision", ("int8",)),
+    }
+
     reference_model: Optional[str] = None  # compare with this model instead of the model on checker.reference
     layerwise: LayerwiseConf = field(default_factory=LayerwiseConf)
 
@@ -85,6 +91,15 @@ class LayerwiseKeys(DataKeys, QuantKeys, ScopeKeys):
 @dataclass
 class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     """``mode=precision``."""
+
+    #: keys only some options of another key use (``runner.config_keys.check_key_uses``)
+    used_with: ClassVar[Dict[str, Tuple[str, Tuple[str, ...]]]] = {
+        "tie_blocks": ("marker", ("minimal",)),
+        "untie": ("marker", ("minimal",)),
+        "exchange_checks": ("marker", ("minimal",)),
+        "calibration": ("low_precision", ("int8",)),
+        "quantization": ("low_precision", ("int8",)),
+    }
 
     marker: Any = MISSING
     direction: Direction = Direction.forward

@@ -9,11 +9,23 @@ command line (its script, say).
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from runner.graph.model_files import model_files
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file: the same path once links are followed (also a link to a
+    file not created yet), or hard links to one inode."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def script_target(target: str) -> Optional[Tuple[Path, str]]:

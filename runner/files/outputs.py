@@ -1,17 +1,26 @@
-"""Every path a run writes, resolved and checked before the first check: no file the run reads is ever one.
+"""Every path a run writes, resolved and checked before the first check: no file the run reads is ever one,
+and no file that no run of this tool wrote is ever replaced.
 
 ``plan_outputs`` resolves each output option once. A path that is a file the run reads (the model,
-its external data, ``inputs=``, ``golden=``, ``replay.load=``, a check's script: ``runner.files.inputs``),
-or a link to one (symbolic, also through a link to a file not yet created, or hard), is a
-one-line error naming both paths and the key to change; so is an ``artifacts.paths`` entry that is
-or contains one (artifacts are moved after each check). A default name that would overwrite an
-existing file gets a free name instead (logged); two options naming the same file, also through
-links, are an error; and each location is proved writable, so an unwritable ``output=`` stops the
+its external data, ``inputs=``, ``golden=``, ``replay.load=``, ``calibration.cache=``, a check's script:
+``runner.files.inputs``), or a link to one (symbolic, also through a link to a file not yet created, or
+hard), is a one-line error naming both paths and the key to change; so is an ``artifacts.paths`` entry
+that is or contains one (artifacts are moved after each check). Two options naming the same file, also
+through links, are an error; and each location is proved writable, so an unwritable ``output=`` stops the
 run before the search, not after it.
 
-A default name is reserved by creating it empty, and the run holds a ``flock`` on it until it ends:
-an empty file that no running run holds is one a killed run (``kill -9``) reserved and never wrote,
-and the next run takes it back instead of moving on to ``reduced_1.onnx``.
+One rule for what is there already. A name the run writes never replaces an existing file, unless the
+user named the path and the file is one an earlier run of this tool wrote for the same key and nobody
+changed since (``runner.files.ledger``), or ``overwrite=true`` is given; otherwise the run writes the first
+free ``stem_N.suffix`` and says so in one warning line. A default name (``reduced.onnx``) never replaces
+anything. Files inside the run's own directory (locked, and fresh unless ``reuse_run_dir=true``) are the
+run's.
+
+Each name is reserved by creating it empty (or, for a file that may be replaced, by opening it), and the
+run holds a ``flock`` on it until it ends: two runs started together never get the same name, and an empty
+file that no running run holds is one a killed run (``kill -9``) reserved and never wrote, which the next
+run takes back instead of moving on to ``reduced_1.onnx``. When the run ends, the ledger records the files it
+wrote (``OutputPlan.release``).
 """
 
 from __future__ import annotations
@@ -28,19 +37,10 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from runner.errors import ArtifactError, ConfigError
 from runner.files.artifacts import ensure_writable_dir, split_name
+from runner.files.inputs import same_file
+from runner.files.ledger import record, written_for
 
 log = logging.getLogger(__name__)
-
-
-def _same(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` are one file: the same path once links are followed (also a link to a
-    file not created yet), or hard links to one inode."""
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _inside(directory: Path, path: Path) -> bool:
@@ -60,12 +60,17 @@ class OutputPlan:
 
     paths: Dict[str, Path] = field(default_factory=dict)
     protected: Dict[Path, str] = field(default_factory=dict)
-    #: ``{reserved default output: the open descriptor holding its flock while the run lives}``
+    #: ``{name this run created empty: the open descriptor holding its flock while the run lives}``
     reserved: Dict[Path, int] = field(default_factory=dict)
+    #: ``{existing file this run may replace: the open descriptor holding its flock}``
+    held: Dict[Path, int] = field(default_factory=dict)
+    #: ``{path outside the run directory: its option}``, recorded in the ledger when the run ends
+    named: Dict[Path, str] = field(default_factory=dict)
 
     def release(self) -> None:
-        """Remove reserved default outputs the run left empty (it stopped before writing them), then let
-        go of their locks."""
+        """Record in each directory's ledger the named outputs the run wrote, remove the names it reserved and
+        left empty (it stopped before writing them), then let go of every lock."""
+        record({path: option for path, option in self.named.items() if _written(path)})
         for path, fd in self.reserved.items():
             try:
                 if path.stat().st_size == 0:
@@ -73,11 +78,24 @@ class OutputPlan:
             except OSError:
                 pass
             os.close(fd)
+        for fd in self.held.values():
+            os.close(fd)
         self.reserved.clear()
+        self.held.clear()
+        self.named.clear()
 
     def get(self, option: str) -> Optional[Path]:
         """The resolved path of ``option``, or None when the run does not write it."""
         return self.paths.get(option)
+
+
+def _written(path: Path) -> bool:
+    """Whether ``path`` is a regular file with content (an output the run wrote, not its empty reservation)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
 
 
 def _companions(option: str, path: Path) -> List[Path]:
@@ -94,6 +112,8 @@ def plan_outputs(
     defaults: Dict[str, str],
     protected: Mapping[Path, str],
     artifact_paths: Iterable[str] = (),
+    overwrite: bool = False,
+    run_dir: Optional[Path] = None,
 ) -> OutputPlan:
     """Resolve and check every output path before any work.
 
@@ -105,11 +125,13 @@ def plan_outputs(
         protected: ``{path: what it is}`` of the files the run reads (``runner.files.inputs.files_read``),
             never written or moved.
         artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
+        overwrite: ``overwrite=true``: a path the user named replaces the file there (never a protected one).
+        run_dir: the run's own directory: paths inside it are the run's, neither reserved nor recorded.
 
     Returns:
-        The plan. Default-named outputs are reserved (created empty, exclusively), so two runs
-        started together in one directory never pick the same name; ``OutputPlan.release``
-        removes the ones a failed run left empty.
+        The plan. Outputs outside the run directory are reserved (created empty, exclusively, or held
+        open), so two runs started together never pick the same name; ``OutputPlan.release``
+        records what was written and removes the names a failed run left empty.
 
     Raises:
         ArtifactError: an output is a protected file (or its data file would be, or a link leads
@@ -119,7 +141,7 @@ def plan_outputs(
     """
     plan = OutputPlan(protected={Path(p): what for p, what in protected.items()})
     try:
-        _plan_into(plan, options, defaults, artifact_paths)
+        _plan_into(plan, options, defaults, artifact_paths, overwrite, run_dir)
     except BaseException:
         plan.release()  # nothing of a refused plan stays behind
         raise
@@ -127,41 +149,119 @@ def plan_outputs(
 
 
 def _plan_into(
-    plan: OutputPlan, options: Dict[str, Optional[str | Path]], defaults: Dict[str, str], artifact_paths: Iterable[str]
+    plan: OutputPlan,
+    options: Dict[str, Optional[str | Path]],
+    defaults: Dict[str, str],
+    artifact_paths: Iterable[str],
+    overwrite: bool,
+    run_dir: Optional[Path],
 ) -> None:
+    requested: Dict[str, Path] = {}
     for option, value in options.items():
         given = value or defaults.get(option)
         if not given:
             continue
         path = Path(given).absolute()
-        if not value:
-            _check_writable(option, path)
-            free, fd = reserve(path)
-            plan.reserved[free] = fd
-            if free != path:
-                log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
-            path = free
-        for target in [path, *_companions(option, path)]:
-            for p, what in plan.protected.items():
-                if _same(target, p):
-                    raise ArtifactError(
-                        f"{option}={given} would overwrite {what} {p}"
-                        f"{f' (through {target})' if target != path else ''}; choose another {option}="
-                    )
-        for other, other_path in plan.paths.items():
-            if other_path == path or _same(path, other_path):
-                raise ArtifactError(f"{option} and {other} both name {path}; give them different paths")
+        _check_writable(option, path)
+        if value:
+            _refuse_protected(plan, option, given, path)
+        _refuse_shared(requested, option, path)
+        requested[option] = path
+        if run_dir is None or not _inside(run_dir, path):
+            path = _claim(plan, option, path, bool(value), overwrite)
+            plan.named[path] = option
+        _refuse_protected(plan, option, given, path)
+        _refuse_shared(plan.paths, option, path)
         _check_writable(option, path)
         plan.paths[option] = path
     for entry in artifact_paths:
         moved = Path(entry.replace("{worker}", "0")).absolute()
         for p, what in plan.protected.items():
-            if _same(moved, p) or _inside(moved, p):
-                how = "is" if _same(moved, p) else "holds"
+            if same_file(moved, p) or _inside(moved, p):
+                how = "is" if same_file(moved, p) else "holds"
                 raise ArtifactError(
                     f"artifacts.paths lists {entry}, which {how} {what} {p}; artifacts are moved into "
                     "good/ and bad/ after each check, so list only files or folders the check writes"
                 )
+
+
+def _refuse_shared(paths: Mapping[str, Path], option: str, path: Path) -> None:
+    """Refuse ``path`` when another option (``paths``: ``{option: path}``) names the same file.
+
+    Raises:
+        ArtifactError: naming both options.
+    """
+    for other, other_path in paths.items():
+        if other_path == path or same_file(path, other_path):
+            raise ArtifactError(f"{option} and {other} both name {path}; give them different paths")
+
+
+def _refuse_protected(plan: OutputPlan, option: str, given: str | Path, path: Path) -> None:
+    """Refuse ``path`` (or the data file beside it) when it is, or leads to, a file the run reads.
+
+    Raises:
+        ArtifactError: naming both paths and the option to change.
+    """
+    for target in [path, *_companions(option, path)]:
+        for p, what in plan.protected.items():
+            if same_file(target, p):
+                raise ArtifactError(
+                    f"{option}={given} would overwrite {what} {p}"
+                    f"{f' (through {target})' if target != path else ''}; choose another {option}="
+                )
+
+
+def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bool) -> Path:
+    """The path ``option`` writes, reserved for this run: ``path`` itself when it is free, or when the user
+    named it and it may be replaced (``overwrite``, or an earlier run wrote it for this option); else the
+    first free ``stem_N.suffix``, with a warning line.
+
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    fd = _create_held(path) if not os.path.lexists(path) else None
+    if fd is not None:
+        plan.reserved[path] = fd
+        return path
+    fd = _abandoned(path)  # an empty name a killed run reserved
+    if fd is not None:
+        plan.reserved[path] = fd
+        return path
+    if not named:
+        free, fd = reserve(path)
+        plan.reserved[free] = fd
+        log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
+        return free
+    writer = written_for(path) if path.is_file() else None
+    if overwrite or writer == option:
+        fd = _held(path)
+        if fd is not None:
+            plan.held[path] = fd
+            return path
+        why = "is being written by another run"
+    elif writer is not None:
+        why = f"was written by an earlier run for {writer}=, not {option}=; overwrite=true replaces it"
+    else:
+        why = "exists and no run of this tool wrote it; overwrite=true replaces it"
+    free, fd = reserve(path)
+    plan.reserved[free] = fd
+    log.warning("%s=%s %s; writing %s=%s instead", option, path, why, option, free)
+    return free
+
+
+def _held(path: Path) -> Optional[int]:
+    """A descriptor holding the ``flock`` of the existing file ``path``, or None when a running run holds it
+    (or it cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
 
 
 def reserve(path: Path) -> Tuple[Path, int]:

@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -30,10 +31,13 @@ from runner.errors import ArtifactError, ConfigError, MissingExtraError, first_l
 from runner.files.inputs import script_target
 from runner.graph.feeds import graph_inputs, load_npz
 from runner.targets import locate
+from runner.terminal.signals import Interrupted
 
 log = logging.getLogger(__name__)
 
 Sample = Dict[str, np.ndarray]
+#: the most samples a data loader is read for when ``data_loader_max_samples=`` is not given
+DEFAULT_MAX_SAMPLES = 1000
 Range = Tuple[float, float]
 
 
@@ -121,11 +125,26 @@ def load_golden_samples(path: str | Path) -> List[Sample]:
     return [_arrays(dict(it), f"golden={path} iteration {i}") for i, it in enumerate(iterations)]
 
 
+def _raised_by_code(e: BaseException) -> bool:
+    """Whether ``e`` is the user's code ending the process: ``sys.exit``, or a ``KeyboardInterrupt`` it raised
+    itself (a real Ctrl-C, SIGTERM or SIGHUP arrives as ``runner.terminal.signals.Interrupted`` and is left
+    to end the run)."""
+    return isinstance(e, SystemExit) or (isinstance(e, KeyboardInterrupt) and not isinstance(e, Interrupted))
+
+
+def _ended(target: str, where: str, e: BaseException) -> ConfigError:
+    """The one line for a loader that ends the process (``sys.exit``, ``raise KeyboardInterrupt``) in ``where``."""
+    how = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else "raised KeyboardInterrupt"
+    return ConfigError(
+        f"data_loader={target}: {where} {how}; a data loader returns or yields feed dicts, it does not end the process"
+    )
+
+
 def _script_function(target: str, script: Path, fn_name: str) -> Any:
     """The function ``fn_name`` of the Python file ``script`` (Polygraphy's ``--data-loader-script``).
 
     Raises:
-        ConfigError: no such file, a file that raises on import, or no such function in it.
+        ConfigError: no such file, a file that raises (or exits) on import, or no such function in it.
     """
     if not script.is_file():
         raise ConfigError(f"data_loader={target}: no such file {script}; give path/to/loader.py[:function]")
@@ -136,21 +155,36 @@ def _script_function(target: str, script: Path, fn_name: str) -> Any:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's code
         raise ConfigError(f"data_loader={target}: {script} raised {type(e).__name__} on import: {e}") from None
+    except BaseException as e:
+        if _raised_by_code(e):
+            raise _ended(target, f"{script} on import", e) from None
+        raise
     if not hasattr(module, fn_name):
         raise ConfigError(f"data_loader={target}: {script} has no {fn_name} (name it: {script}:function)")
     return getattr(module, fn_name)
 
 
-def loader_samples(target: str) -> List[Sample]:
-    """Call the data loader and collect the feed dicts its iterable yields: ``data_loader=pkg.module.fn``,
-    or a script as Polygraphy's ``--data-loader-script`` takes it (``loader.py:fn``; ``loader.py`` for
-    its ``load_data``).
+def loader_samples(target: str, cap: int = DEFAULT_MAX_SAMPLES) -> List[Sample]:
+    """Call the data loader and read the feed dicts its iterable yields, lazily and at most ``cap`` of them:
+    ``data_loader=pkg.module.fn``, or a script as Polygraphy's ``--data-loader-script`` takes it
+    (``loader.py:fn``; ``loader.py`` for its ``load_data``). A loader that yields more (one that never ends)
+    is read no further, with one warning naming ``data_loader_max_samples=``; a loader that takes a while
+    says how far it got every ``PROGRESS_S`` seconds.
+
+    Args:
+        target: ``data_loader=`` as given.
+        cap: the most samples read (``data_loader_max_samples=``), 1 or more.
+
+    Returns:
+        The samples read, in the loader's order.
 
     Raises:
         ConfigError: a name that is neither form, a module, script or function that cannot be
-            found, a function that raises, returns something not iterable, yields something that
-            is not a feed dict, or yields nothing.
+            found, a function that raises (or calls ``sys.exit``), returns something not iterable,
+            yields something that is not a feed dict, or yields nothing; a cap below 1.
     """
+    if not isinstance(cap, int) or cap < 1:
+        raise ConfigError(f"data_loader_max_samples={cap}: give how many samples a data loader may yield, 1 or more")
     script = script_target(target)
     if script is not None:
         fn = _script_function(target, *script)
@@ -158,14 +192,15 @@ def loader_samples(target: str) -> List[Sample]:
         fn = _module_function(target)
     if not callable(fn):
         raise ConfigError(f"data_loader={target} is not a function; name a function returning feed dicts")
-    return _collect(target, fn)
+    return _collect(target, fn, cap)
 
 
 def _module_function(target: str) -> Any:
     """The function of ``pkg.module.fn``.
 
     Raises:
-        ConfigError: not of that form, or a module or function that cannot be found.
+        ConfigError: not of that form, a module or function that cannot be found, or a module that exits on
+            import.
     """
     module_name, _, fn_name = target.rpartition(".")
     if not module_name or not fn_name:  # neither form: name both (locate's error names only module.function)
@@ -173,23 +208,58 @@ def _module_function(target: str) -> Any:
             f"data_loader={target!r} is neither module.function nor loader.py[:function]; write e.g. "
             "data_loader=my_data.load or data_loader=loader.py:load_data"
         )
-    return locate(target, "data_loader", ConfigError)
+    try:
+        return locate(target, "data_loader", ConfigError)
+    except BaseException as e:
+        if _raised_by_code(e):
+            raise _ended(target, f"importing {module_name}", e) from None
+        raise
 
 
-def _collect(target: str, fn: Any) -> List[Sample]:
-    """The feed dicts ``fn()`` yields.
+#: seconds between the progress lines of a loader being read
+PROGRESS_S = 2.0
+
+
+def _collect(target: str, fn: Any, cap: int) -> List[Sample]:
+    """At most ``cap`` feed dicts ``fn()`` yields (one more is asked for, to tell a loader past the cap).
 
     Raises:
-        ConfigError: it raises, yields something that is not a feed dict, or yields nothing.
+        ConfigError: it raises or exits, yields something that is not a feed dict, or yields nothing.
     """
+    samples: List[Sample] = []
+    start = last = time.monotonic()
+    size = 0
+    past_cap = False
     try:
-        samples = [_arrays(item, f"data_loader={target} item {i}") for i, item in enumerate(fn())]
+        for i, item in enumerate(fn()):
+            if i == cap:
+                past_cap = True
+                break
+            sample = _arrays(item, f"data_loader={target} item {i}")
+            samples.append(sample)
+            size += sum(a.nbytes for a in sample.values())
+            if time.monotonic() - last >= PROGRESS_S:
+                last = time.monotonic()
+                log.info(
+                    "data_loader=%s: %d samples read (%.1f MB) in %.0f s, of at most %d",
+                    target, len(samples), size / 2**20, last - start, cap,
+                )  # fmt: skip
     except ConfigError:
         raise
     except Exception as e:  # the user's code
         raise ConfigError(f"data_loader={target} raised {type(e).__name__}: {e}") from None
+    except BaseException as e:
+        if _raised_by_code(e):
+            raise _ended(target, "its function", e) from None
+        raise
     if not samples:
         raise ConfigError(f"data_loader={target} yielded no feed dicts; yield at least one")
+    if past_cap:
+        log.warning(
+            "data_loader=%s yields more than %d samples; the run uses the first %d (data_loader_max_samples=N "
+            "reads up to N)",
+            target, cap, cap,
+        )  # fmt: skip
     return samples
 
 

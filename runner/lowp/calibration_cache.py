@@ -65,18 +65,31 @@ def load(path: Path, expected: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(
-            f"calibration.cache={path} cannot be read ({first_line(e)}); delete it or name another"
+            f"calibration.cache={path} is no calibration cache of this tool ({first_line(e)}); name a new file "
+            "for the ranges (they are written there)"
         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise ConfigError(f"calibration.cache={path} is no calibration cache of this tool; name another file")
+        raise ConfigError(
+            f"calibration.cache={path} is no calibration cache of this tool; name a new file for the ranges "
+            "(they are written there)"
+        )
     found = data.get("identity", {})
     differ = sorted(k for k in expected if found.get(k) != expected[k])
     if differ:
+        made = ", ".join(_made_with(k, found.get(k), expected[k]) for k in differ)
         raise ConfigError(
-            f"calibration.cache={path} was made with another {', '.join(differ)}; delete it to calibrate again, or "
-            "name another file"
+            f"calibration.cache={path} was made with {made}; name a new file to calibrate again (the ranges are "
+            "written there), or give the options it was made with"
         )
     return {name: (float(lo), float(hi)) for name, (lo, hi) in data["ranges"].items()}
+
+
+def _made_with(key: str, found: Any, asked: Any) -> str:
+    """One difference between a cache's identity and the run's, the file's value first: ``method=entropy
+    (this run: minmax)``; digests are named, not printed."""
+    if key in ("model", "samples_digest"):
+        return {"model": "another model", "samples_digest": "other samples"}[key]
+    return f"{key}={found} (this run: {asked})"
 
 
 def save(path: Path, made: Dict[str, Any], ranges: Mapping[str, Any]) -> None:

@@ -147,6 +147,7 @@ def _context(plan: RunPlan, directory: Path, executor: Optional[Executor]) -> Ru
         save_golden=plan.get("save_golden"),
         seed=plan.get("seed", 0),
         data_loader=plan.get("data_loader"),
+        max_samples=plan.get("data_loader_max_samples", 1000),
         val_range=plan.get("val_range"),
         iterations=plan.get("iterations", 1),
         workers=executor.workers if executor is not None else 1,
@@ -210,7 +211,14 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     resources.enter_context(signals.fatal_log(fatal))
     state.plan = given = plan(state.cfg, _overrides())
     requested, defaults = given.requested_outputs()
-    state.outputs = outputs = plan_outputs(requested, defaults, given.files_read, given.get("artifacts.paths", []))
+    state.outputs = outputs = plan_outputs(
+        requested,
+        defaults,
+        given.files_read,
+        given.get("artifacts.paths", []),
+        bool(given.get("overwrite", False)),
+        directory,
+    )
     holds.callback(outputs.release)
     state.plan = planned = given.with_outputs({key: outputs.get(key) for key in OUTPUT_OPTIONS})
     state.summary_path = outputs.get("summary") or state.summary_path

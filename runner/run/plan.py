@@ -23,14 +23,16 @@ from conf import executor_groups, executor_schema
 from runner import config as schemas
 from runner.config import plain, seconds_limit
 from runner.config_keys import (
+    check_key_uses,
     check_mode_keys,
     keys_of,
     mode_keys,
     mode_uses,
     set_keys,
 )
+from runner.context import ITERATIONS_WITH_SAMPLES
 from runner.errors import ConfigError
-from runner.files.inputs import files_read
+from runner.files.inputs import files_read, same_file
 from runner.files.paths import in_job_dir
 from runner.graph.model_files import model_files
 
@@ -148,6 +150,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     mode = str(cfg.mode.name)
     check_mode_keys(mode, set_keys(overrides))
     config = _frozen(OmegaConf.to_container(cfg, resolve=True))
+    check_key_uses(mode, config, overrides)
+    _check_iterations(config, overrides)
     checker = checker_plan(config) if config.get("checker") is not None else None
     executor = _executor_plan(config) if mode_uses(mode, "executor") else None
     if checker is not None and checker.isolate and executor is not None and executor.name in ("processes", "dask"):
@@ -158,16 +162,55 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     model = config.get("model")
     data = {key: OmegaConf.select(config, key) for key in ("inputs", "golden", "replay.load", "reference_model")}
     modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
+    read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"))
     return RunPlan(
         mode=mode,
         config=config,
         model=Path(model) if model else None,
         model_files=tuple(model_files(model)),
-        files_read=files_read(model, data, modules, OmegaConf.select(config, "checker.cmd")),
+        files_read=_with_cache(read, OmegaConf.select(config, "calibration.cache"), config),
         checker=checker,
         executor=executor,
         takes_checker=bool(config.mode.get("takes_checker")),
     )
+
+
+def _with_cache(read: Dict[Path, str], cache: Optional[str], config: DictConfig) -> Dict[Path, str]:
+    """``read`` with ``calibration.cache=`` among the files the run reads when it exists (it is read, and so
+    never written by another option); refused when it names another file the run reads.
+
+    Raises:
+        ConfigError: the cache is the model, its data, the inputs, the loader's script or any other file the
+            run reads (also through a link), or names the same path as an output option while it does not
+            exist yet (both would write it).
+    """
+    if not cache:
+        return read
+    path = Path(cache).absolute()
+    for other, what in read.items():
+        if same_file(path, other):
+            raise ConfigError(
+                f"calibration.cache={cache} is {what} ({other}), which this run reads; name a file of its own for "
+                "the ranges, e.g. calibration.cache=calibration.json"
+            )
+    if path.exists():
+        return {**read, path: "the calibration.cache= file"}
+    for option in OUTPUT_OPTIONS:
+        value = OmegaConf.select(config, option)
+        if value and same_file(Path(value).absolute(), path):
+            raise ConfigError(f"{option} and calibration.cache both name {path}; give them different paths")
+    return read
+
+
+def _check_iterations(config: DictConfig, overrides: Sequence[str]) -> None:
+    """``iterations=`` (how many inputs are generated) set beside ``inputs=`` or ``data_loader=``, which give
+    their own samples: one line for every value of it, 1 included.
+
+    Raises:
+        ConfigError: both set.
+    """
+    if "iterations" in set_keys(overrides) and (config.get("inputs") or config.get("data_loader")):
+        raise ConfigError(ITERATIONS_WITH_SAMPLES)
 
 
 def checker_plan(config: DictConfig) -> CheckerPlan:

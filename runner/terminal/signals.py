@@ -2,7 +2,8 @@
 
 A signal handler raises ``Interrupted`` (a ``KeyboardInterrupt``) in the main thread, so the same
 cleanup runs for all three; the exit code is 128 + the signal number (130, 143, 129), as a shell
-reports a process ended by that signal.
+reports a process ended by that signal. Ctrl-C (SIGINT) raises ``Interrupted`` too, so that a
+``KeyboardInterrupt`` a user's code raises itself (a data loader's) is told apart from a person's.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import signal
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-#: the signals handled like Ctrl-C
-SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: the signals that end a run as Ctrl-C does (Ctrl-C itself among them)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -287,6 +287,45 @@ def test_a_key_the_mode_does_not_use_is_an_error(run, overrides, words):
     assert r.summary["checks"] == 0
 
 
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["marker=bisect", "tie_blocks=false"], ["tie_blocks= is not used by marker=bisect", "marker=minimal"]),
+        (["marker=bisect", "untie=none"], ["untie= is not used by marker=bisect", "marker=minimal"]),
+        (["marker=linear", "exchange_checks=4"], ["exchange_checks= is not used by marker=linear"]),
+        (
+            ["low_precision=float16", "calibration.cache=cal.json"],
+            ["calibration.cache= is not used by low_precision=float16", "low_precision=int8"],
+        ),
+        (["low_precision=bfloat16", "quantization.per_channel=false"], ["quantization.per_channel= is not used by"]),
+    ],
+)
+def test_a_key_the_chosen_marker_or_precision_does_not_use_is_an_error(run, chain, overrides, words, tmp_path):
+    """These were taken and ignored: the search ran as if they were not given."""
+    r = run("mode=precision", f"model={chain}", "checker=compare", *overrides)
+    one_line_error(r, *words, code=2)
+    assert r.summary["checks"] == 0 and not (tmp_path / "cal.json").exists()
+
+
+def test_layerwise_calibration_keys_need_an_int8_target(run, chain):
+    r = run("mode=layerwise", f"model={chain}", "calibration.method=entropy")
+    one_line_error(r, "calibration.method= is not used by checker.low_precision=null", "checker.low_precision=int8")
+
+
+@pytest.mark.parametrize("iterations", [0, -1, 1, 3])
+def test_iterations_with_a_data_loader_is_one_message_for_every_value(run, chain, tmp_path, iterations):
+    """Was: 0 and -1 "give 1 or more", 3 "drop it", and 1 silently taken."""
+    (tmp_path / "loader.py").write_text(
+        "import numpy as np\ndef load():\n    yield {'x': np.zeros((1, 4), np.float32)}\n"
+    )
+    r = run(
+        "mode=repeat", "until=1", f"model={chain}", "checker=compare",
+        f"data_loader={tmp_path / 'loader.py'}:load", f"iterations={iterations}",
+    )  # fmt: skip
+    one_line_error(r, "iterations= sets how many inputs are generated", "drop iterations=", code=2)
+    assert r.summary["checks"] == 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "override, words",

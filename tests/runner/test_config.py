@@ -164,6 +164,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
 
     assert candidate_options() == [
         "calibration",
+        "data_loader_max_samples",
         "exclude_nodes",
         "exclude_op_types",
         "external_data",

@@ -40,9 +40,10 @@ def test_a_cache_of_other_samples_or_options_is_refused(tmp_path):
     model, feeds = prepare_int8(conv_outlier_model()), list(samples())
     cache = tmp_path / "cal.json"
     calibrate(model, feeds, QuantOptions(cache=str(cache)))
-    with pytest.raises(ConfigError, match="another method"):
+    with pytest.raises(ConfigError, match=r"made with method=minmax \(this run: entropy\)") as refused:
         calibrate(model, feeds, QuantOptions(method="entropy", cache=str(cache)))
-    with pytest.raises(ConfigError, match="another samples"):
+    assert "delete" not in str(refused.value), "the refusal names the file's method and never invites deleting"
+    with pytest.raises(ConfigError, match=rf"made with samples={len(feeds)} \(this run: 2\), other samples"):
         calibrate(model, feeds[:2], QuantOptions(cache=str(cache)))
     other = tmp_path / "other.json"
     other.write_text('{"format": "something else"}')
