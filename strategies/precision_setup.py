@@ -74,6 +74,8 @@ def precision_arguments(
     if budget is not None and not float(budget) > 0:
         raise ConfigError(f"ranking_memory_mb={budget}; give a positive number of MiB, or null for no limit")
     ranking_budget = None if budget is None else int(float(budget) * 2**20)
+    if checker is not None:  # before the ranking: a reference that is only noise is refused first
+        checker.trust_reference(ctx)
     space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
     rest = float_rest(ctx, space, checker, ranking_budget) if quant is not None and quant.float16_rest else None
     blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None

@@ -55,6 +55,15 @@ class Checker(abc.ABC):
     def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 
+    def trust_reference(self, ctx: RunContext) -> None:
+        """Before a low-precision search: refuse a reference whose own fp32 noise is past the tolerance, so that
+        no verdict could tell the low precision from it (default: nothing to measure; ``checker=compare``
+        measures, ``runner.checkers.compare.spread``).
+
+        Raises:
+            ConfigError: the reference is only noise (a one-line error naming the output and the fix).
+        """
+
     @abc.abstractmethod
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None

@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from runner.graph.isolate import outer_reads
 
+#: a Constant node's numeric attributes other than ``value``, with the dtype ONNX gives each (its Constant spec)
+_NUMERIC = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}
+
 
 def is_tensor_constant(node: onnx.NodeProto) -> bool:
-    """True for a Constant node holding a tensor (``value``) attribute."""
-    return node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value"
+    """True for a Constant node holding a dense tensor: its ``value``, or a number or list of numbers
+    (``value_float``, ``value_floats``, ``value_int``, ``value_ints``); False for sparse and string ones."""
+    return node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name in ("value", *_NUMERIC)
+
+
+def constant_tensor(node: onnx.NodeProto) -> Optional[TensorProto]:
+    """The tensor a Constant node of ``is_tensor_constant`` makes, named as its output; None for another node."""
+    if not is_tensor_constant(node):
+        return None
+    attribute = node.attribute[0]
+    if attribute.name == "value":
+        t = TensorProto()
+        t.CopyFrom(attribute.t)
+    else:
+        t = numpy_helper.from_array(np.array(onnx.helper.get_attribute_value(attribute), _NUMERIC[attribute.name]))
+    t.name = node.output[0]
+    return t
 
 
 def constants_to_initializers(model: onnx.ModelProto, in_place: bool = False) -> onnx.ModelProto:
-    """Turn the top-level tensor-valued Constant nodes into initializers (tensor names kept).
+    """Turn the top-level Constant nodes of dense tensors (``is_tensor_constant``: ``value``, and the numbers of
+    ``value_float(s)``/``value_int(s)``) into initializers (tensor names kept).
 
     Args:
         model: the model.
@@ -32,10 +54,8 @@ def constants_to_initializers(model: onnx.ModelProto, in_place: bool = False) ->
     g = out.graph
     keep = []
     for node in g.node:
-        if is_tensor_constant(node):
-            t = TensorProto()
-            t.CopyFrom(node.attribute[0].t)
-            t.name = node.output[0]
+        t = constant_tensor(node)
+        if t is not None:
             g.initializer.append(t)
         else:
             keep.append(node)

@@ -43,6 +43,7 @@ from runner.lowp.conversion_repairs import (
     bypass_round_trips,
     declare_weights_as_stored,
     drop_duplicate_casts,
+    drop_identity_casts,
     fp32_copies_for_kept,
     fp32_reads_in_kept_bodies,
     home_stray_casts,
@@ -234,6 +235,7 @@ class Converter:
             fp32_reads_in_kept_bodies(converted, kept)
         bypass_round_trips(converted)
         declare_weights_as_stored(converted.graph)
+        drop_identity_casts(converted)
         try:
             sort_topology(converted.graph)
         except ValueError as e:

@@ -83,10 +83,16 @@ def reduce_run(run, model_path, culprits, *extra, out=None, script=None):
 
 
 def has_no_cast(path: str) -> bool:
-    """Passes only while the model holds no ``Cast`` node, as the model as given does: every candidate the
-    fp16 pipeline builds casts its graph outputs back to their type, so the pipeline itself flips this
-    deterministic check whatever the search keeps (as a converted graph's NMS flips an SSD's box)."""
+    """Passes only while the model holds no ``Cast`` node: the model as given, and the candidate with every node
+    kept (it is the model as given, node for node), but no candidate with a node in fp16."""
     return all(n.op_type != "Cast" for n in onnx.load(path, load_external_data=False).graph.node)
+
+
+def declares_no_tensor_types(path: str) -> bool:
+    """Passes only while the model declares no intermediate tensor's type (``value_info``), as the model as given
+    does: every candidate the pipeline builds declares them (from its shape inference), so the pipeline itself
+    flips this deterministic check whatever the search keeps (as a converted graph's NMS flips an SSD's box)."""
+    return not onnx.load(path, load_external_data=False).graph.value_info
 
 
 def returns(path: str, what: str) -> object:

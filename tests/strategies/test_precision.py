@@ -269,11 +269,11 @@ def test_a_ranking_memory_budget_compares_in_chunks_and_keeps_the_same_nodes(run
 
 @pytest.mark.slow  # two precision runs of up to 10 checks
 def test_a_run_whose_every_candidate_fails_for_the_pipeline_stops_in_a_few_checks(run, tmp_path):
-    """Issue 54: the model as given passes, but what every candidate shares (here the Cast the fp16
-    pipeline puts on each graph output; for an SSD, a converted graph's NMS on tied scores) flips the
-    check. The run checks every node kept as candidates are built once a large candidate fails, and stops
-    there with one line naming the fixes, instead of searching the whole model and ending "not verified"
-    (exit 3). The same in a small model, where no candidate is large: once the search ends with no pass."""
+    """Issue 54: the model as given passes, but what every candidate shares (here the tensor types its shape
+    inference declares; for an SSD, a converted graph's NMS on tied scores) flips the check. The run checks every node
+    kept as candidates are built once a large candidate fails, and stops there with one line naming the fixes,
+    instead of searching the whole model and ending "not verified" (exit 3). The same in a small model, where
+    no candidate is large: once the search ends with no pass."""
     from onnx import helper
 
     from examples.planted import f32, make_model
@@ -292,7 +292,7 @@ def test_a_run_whose_every_candidate_fails_for_the_pipeline_stops_in_a_few_check
             "marker=minimal",
             f"model={path}",
             "checker=python",
-            "checker.target=tests.helpers.checks.has_no_cast",
+            "checker.target=tests.helpers.checks.declares_no_tensor_types",
             f"output={tmp_path / 'mixed.onnx'}",
         )
         one_line_error(r, "every node kept in float32 fails as candidates are built", "checker.outputs", code=2)

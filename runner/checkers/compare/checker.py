@@ -27,6 +27,7 @@ from runner.checkers.compare.lowering import Lowering
 from runner.checkers.compare.noise import NoiseFloor
 from runner.checkers.compare.outputs import check_compared, check_names, compared
 from runner.checkers.compare.reference import reference_run
+from runner.checkers.compare.spread import measure, witnesses
 from runner.checkers.compare.switched import SwitchedRuns
 from runner.checkers.compare.tolerance import Tolerance, Tolerances
 from runner.checkers.on_error import OnError
@@ -160,6 +161,9 @@ class CompareChecker(Checker):
         self.providers = list(providers)
         self.provider_options = provider_options
         self.samples: List[Dict[str, np.ndarray]] = []
+        self._made: Optional[List[Dict[str, np.ndarray]]] = None  # ``_golden``: made once
+        #: ``trust_reference``'s measure: ``{arithmetic: {output: worst statistic}}``
+        self.spread: Dict[str, Dict[str, float]] = {}
         self.noise_floor = bool(noise_floor)
         self._golden_made_here = False  # bind: the golden values come from this checker's reference run
         self.outputs = [str(o) for o in (outputs or [])]
@@ -197,21 +201,69 @@ class CompareChecker(Checker):
         self.judge.decisions = data_dependent_outputs(model)
         for name, decision in self.judge.decisions.items():
             log.info("Output %s has a data-dependent shape: %s", name, decision.hint())
-        samples = ctx.samples
-        golden = ctx.golden_samples
+        self.samples = self._golden(ctx)
+        if len(self.samples) > 1:
+            several = len(self.samples)
+            log.info("Each candidate is checked on %d input samples; it passes only if every one does", several)
+        if ctx.save_golden:
+            save_golden_samples(ctx.save_golden, self.samples)
+            log.info("Saved %d golden tensors per sample to %s", len(self.samples[0]), ctx.save_golden)
+
+    def _golden(self, ctx: RunContext) -> List[Dict[str, np.ndarray]]:
+        """Each sample's inputs and golden values, by tensor name: loaded (``golden=``) or from the reference
+        run of each sample; made once (``trust_reference`` may make them before ``bind``).
+
+        Raises:
+            ConfigError, ModelError: as ``bind``.
+        """
+        if self._made is not None:
+            return self._made
+        model, samples, golden = ctx.model, ctx.samples, ctx.golden_samples
         self._golden_made_here = golden is None and self.reference_name == "onnxruntime"
         if golden is None:
             golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
         else:
             check_golden(model, golden, samples, ctx.golden, bool(ctx.inputs or ctx.data_loader))
-        self.samples = [through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
-        if self.detections is not None and all(t in self.samples[0] for t in self.detections.tensors()):
-            self.detections.check_shapes(self.samples[0])
-        if len(self.samples) > 1:
-            log.info("Each candidate is checked on %d input samples; it passes only if every one does", len(samples))
-        if ctx.save_golden:
-            save_golden_samples(ctx.save_golden, self.samples)
-            log.info("Saved %d golden tensors per sample to %s", len(self.samples[0]), ctx.save_golden)
+        made = [through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]
+        if self.detections is not None and all(t in made[0] for t in self.detections.tensors()):
+            self.detections.check_shapes(made[0])
+        self._made = made
+        return made
+
+    def trust_reference(self, ctx: RunContext) -> None:
+        """Run the fp32 model on the candidates' arithmetic and ONNX Runtime's other optimization level, judged
+        against the golden outputs at the full tolerance (``runner.checkers.compare.spread``); the worst statistic
+        of each goes to ``summary.json``'s ``reference_spread``.
+
+        Golden values loaded from a file (``golden=``) are no run of this model: the all-fp32 gate judges the model
+        against them, and nothing is measured here.
+
+        Raises:
+            UnstableReferenceError: the model's own fp32 outputs move past the tolerance.
+            ConfigError, ModelError: as ``bind``.
+        """
+        if ctx.golden:
+            return
+        model = ctx.model
+        check_names(model, self._named() + sorted(self.exclude_outputs), self.rule)
+        check_compared(model, self._named(), self.exclude_outputs)
+        samples = self._golden(ctx)
+        wanted = self._compared(model)
+        declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+        names = [i.name for i in graph_inputs(model)]
+
+        def feeds_of(sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+            return {n: as_declared(sample[n], declared.get(n)) for n in names}
+
+        level = str(self.backend_options.get("graph_optimization_level", "all"))
+        on = witnesses(self.backend_name, level, self.providers, self.provider_options)
+        self.spread = measure(model, samples, feeds_of, wanted, self.judge.at_full_tolerance, self.backend, on)
+        for name, worst in self.spread.items():
+            log.info(
+                "The fp32 model on %s: within the tolerance (%s)",
+                name,
+                ", ".join(f"{n} {v:.3g}" for n, v in worst.items()),
+            )
 
     @property
     def values(self) -> Dict[str, np.ndarray]:
@@ -382,8 +434,12 @@ class CompareChecker(Checker):
         )
 
     def facts(self) -> Dict[str, Any]:
-        """``switched_checks``: the checks this checker ran as feeds of a switched model, when any did."""
-        return {"switched_checks": self.switched.checks} if self.switched.checks else {}
+        """``switched_checks``: the checks this checker ran as feeds of a switched model, when any did;
+        ``reference_spread``: the fp32 model's worst statistic on each arithmetic ``trust_reference`` measured."""
+        found: Dict[str, Any] = {"switched_checks": self.switched.checks} if self.switched.checks else {}
+        if self.spread:
+            found["reference_spread"] = self.spread
+        return found
 
     def needs(self, candidate: Candidate) -> Need:
         """Nothing for a candidate that runs on its search's switchboard (``runner.checkers.compare.switched``), its

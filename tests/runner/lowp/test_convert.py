@@ -235,3 +235,38 @@ def test_weightless_conversion_and_emulation_match_the_whole_model_ones(monkeypa
         expected = {i.name: numpy_helper.to_array(i) for i in emulated_whole.graph.initializer}
         for init in emulated.graph.initializer:
             np.testing.assert_array_equal(numpy_helper.to_array(init), expected[init.name], err_msg=init.name)
+
+
+def test_every_kept_means_the_model_as_given_and_numeric_constants_convert():
+    """With every node kept the candidate is the model as given, node for node and bit for bit on CPU (no identity
+    Cast at a graph output); Constant nodes given as ``value_float``/``value_ints`` become initializers like tensor
+    ones (before, the converter retyped ``value_float``'s output to fp16 and the candidate was invalid)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import helper
+
+    from examples.planted import f32, make_model
+    from runner.lowp.convert import Converter, prepare
+    from runner.lowp.precisions import FLOAT16
+
+    nodes = [
+        helper.make_node("Constant", [], ["half"], name="c", value_float=0.5),
+        helper.make_node("Constant", [], ["shape"], name="s", value_ints=[1, 8]),
+        helper.make_node("Mul", ["x", "half"], ["t0"], name="scale"),
+        helper.make_node("Softmax", ["t0"], ["t1"], name="softmax"),
+        helper.make_node("Reshape", ["t1", "shape"], ["y"], name="out"),
+    ]
+    model = make_model(nodes, [f32("x", [1, 8])], [f32("y", [1, 8])])
+    prepared = prepare(model, FLOAT16)
+    assert not [n for n in prepared.graph.node if n.op_type == "Constant"]
+    converter = Converter(prepared, FLOAT16)
+    kept = converter.convert([n.name for n in prepared.graph.node])
+    assert (
+        [n.op_type for n in kept.graph.node]
+        == [n.op_type for n in prepared.graph.node]
+        == ["Mul", "Softmax", "Reshape"]
+    )
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32) * 100}
+    given, built = (ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0] for m in (model, kept))
+    assert given.tobytes() == built.tobytes()
+    onnx.checker.check_model(converter.convert(["softmax"]), full_check=True)
