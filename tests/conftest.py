@@ -11,6 +11,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -40,49 +41,85 @@ def pytest_collection_modifyitems(items: list) -> None:
 
 #: seconds an unmarked test may take (its call, not its fixtures); RUNNER_FAST_TEST_LIMIT_S overrides it
 FAST_LIMIT_S = float(os.environ.get("RUNNER_FAST_TEST_LIMIT_S", "1.5"))
-#: the seconds a test's call spent waiting for a CPU (``_waited_s``), kept for its report
-_WAITED = pytest.StashKey[float]()
+#: the seconds a test's call ran and waited for a CPU (``_threads_s``), kept for its report
+_CPU = pytest.StashKey[tuple]()
 
 
-def _waited_s() -> float:
-    """Seconds this process's main thread has waited on a run queue for a CPU (Linux's
-    ``/proc/self/schedstat``, second field, nanoseconds); 0 where the kernel does not say."""
+def _threads_s() -> dict:
+    """``{thread id: (seconds run on a CPU, seconds waited on a run queue for one)}`` of this process's threads
+    (Linux's ``/proc/self/task/*/schedstat``, first two fields, nanoseconds); empty where the kernel does not say."""
+    found: dict = {}
     try:
-        with open("/proc/self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ran, waited = f.read().split()[:2]
+            found[tid] = (int(ran) / 1e9, int(waited) / 1e9)
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return found
+
+
+def _spent(before: dict, after: dict) -> tuple:
+    """(seconds run, seconds waited) by the threads of ``after`` since ``before`` (a new thread from 0)."""
+    ran = sum(r - before.get(t, (0.0, 0.0))[0] for t, (r, _) in after.items())
+    waited = sum(w - before.get(t, (0.0, 0.0))[1] for t, (_, w) in after.items())
+    main = str(threading.get_native_id())
+    own = after.get(main, (0.0, 0.0))[1] - before.get(main, (0.0, 0.0))[1]
+    return max(ran, 0.0), max(waited, 0.0), max(own, 0.0)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """Note how long the test's call waited for a CPU: time another process took, not the test."""
-    before = _waited_s()
-    yield
-    item.stash[_WAITED] = _waited_s() - before
+    """Note how long the test's threads ran and waited for a CPU: the wait is time other processes took. A thread
+    that ends during the test takes its figures with it, so they are read every ``_SAMPLE_S`` meanwhile."""
+    before = _threads_s()
+    seen = dict(before)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(_SAMPLE_S):
+            seen.update(_threads_s())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        done.set()
+        sampler.join()
+        seen.update(_threads_s())
+        seen.pop(str(sampler.native_id), None)
+        item.stash[_CPU] = _spent(before, seen)
+
+
+#: seconds between two readings of the test's threads' figures
+_SAMPLE_S = 0.05
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Fail an unmarked test whose call took more than ``FAST_LIMIT_S``: the inner loop (``-m "not slow"``) stays
-    fast only if a slow test says so (``@pytest.mark.slow``). The time the call's thread waited for a CPU while
-    other processes ran is not the test's and is left out (a 0.7 s test took 1.8 s on a busy machine); the
-    limit is also scaled by the machine's load per core when over 1, for what that wait does not show (the
-    test's own threads and processes waiting)."""
+    fast only if a slow test says so (``@pytest.mark.slow``). What the machine's other work cost the test is
+    measured, not guessed from the load: the time the call's own thread waited for a CPU is left out (a 0.7 s
+    test took 1.8 s on a busy machine), and the limit grows by the share of its threads' time they spent
+    waiting (ONNX Runtime's pool threads wait too: 1.82 s with 0.19 s of the main thread's wait)."""
     outcome = yield
     report = outcome.get_result()
     if call.when != "call" or not report.passed or item.get_closest_marker("slow"):
         return
-    # on a machine busier than one test process per core, every test is slower by about that much
-    busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)) if hasattr(os, "getloadavg") else 1.0
-    waited = item.stash.get(_WAITED, 0.0)
-    if call.duration - waited > FAST_LIMIT_S * busy:
+    ran, waited, own = item.stash.get(_CPU, (0.0, 0.0, 0.0))
+    slower = 1.0 + (waited - own) / ran if ran > 0 else 1.0  # the other threads' wait per second they ran
+    if call.duration - own > FAST_LIMIT_S * slower:
         report.outcome = "failed"
         report.longrepr = (
             f"{item.nodeid} took {call.duration:.2f} s"
-            f"{f' ({waited:.2f} s of it waiting for a CPU)' if waited >= 0.01 else ''}, over the {FAST_LIMIT_S} s "
-            f"of an unmarked test{f' (x{busy:.1f} for the machine load)' if busy > 1 else ''}: make it faster or "
-            "mark it @pytest.mark.slow"
+            f"{f' ({own:.2f} s of it waiting for a CPU)' if own >= 0.01 else ''}, over the {FAST_LIMIT_S} s "
+            f"of an unmarked test{f' (x{slower:.2f} for its threads waiting)' if slower > 1.005 else ''}: make it "
+            "faster or mark it @pytest.mark.slow"
         )
 
 

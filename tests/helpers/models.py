@@ -170,3 +170,43 @@ def unstable_decoder(layers: int = 8, width: int = 64, tokens: int = 32) -> onnx
         x = out
     nodes.append(helper.make_node("Sub", [x, "off"], ["y"], name="unembed"))
     return make_model(nodes, [f32("x", [1, tokens, width])], [f32("y", [1, tokens, width])], inits)
+
+
+def unstable_detector(keep: int = 3) -> onnx.ModelProto:
+    """A detector whose fp32 boxes move between ONNX Runtime's optimization levels, as a near-tied SSD's do: the
+    ``unstable_decoder`` scores 32 disjoint boxes (the sigmoid of each token's first feature) and NMS keeps the
+    ``keep`` best. Outputs ``det_boxes`` [k, 4] and ``det_scores`` [k], for ``checker.detections``."""
+    from onnx import numpy_helper
+
+    model = unstable_decoder()
+    graph = model.graph
+    tokens = graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    boxes = np.array([[20.0 * i, 0.0, 20.0 * i + 10.0, 10.0] for i in range(tokens)], np.float32)
+    graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(a), n)
+        for a, n in (
+            (boxes[None], "boxes"), (boxes, "boxes0"), (np.array([keep], np.int64), "max_out"),
+            (np.array([0.5], np.float32), "iou"), (np.array([-1.0], np.float32), "min_score"),
+            (np.array(0, np.int64), "feature"), (np.array([0], np.int64), "first"), (np.array([2], np.int64), "col"),
+            (np.array([3], np.int64), "col_end"), (np.array([1], np.int64), "col_axis"),
+        )
+    )  # fmt: skip
+    graph.node.extend(
+        [
+            helper.make_node("Gather", ["y", "feature"], ["feature0"], axis=2, name="pick"),
+            helper.make_node("Sigmoid", ["feature0"], ["token_scores"], name="score"),
+            helper.make_node("Unsqueeze", ["token_scores", "first"], ["scores"], name="classes"),
+            helper.make_node(
+                "NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "min_score"], ["sel"], name="nms"
+            ),
+            helper.make_node("Slice", ["sel", "col", "col_end", "col_axis"], ["picked"], name="box_index"),
+            helper.make_node("Squeeze", ["picked", "col_axis"], ["index"], name="flat"),
+            helper.make_node("Gather", ["boxes0", "index"], ["det_boxes"], axis=0, name="det_boxes"),
+            helper.make_node("Squeeze", ["token_scores", "first"], ["flat_scores"], name="flat_scores"),
+            helper.make_node("Gather", ["flat_scores", "index"], ["det_scores"], axis=0, name="det_scores"),
+        ]
+    )
+    del graph.output[:]
+    graph.output.extend([f32("det_boxes", ["k", 4]), f32("det_scores", ["k"])])
+    onnx.checker.check_model(model)
+    return model

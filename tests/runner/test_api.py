@@ -75,3 +75,21 @@ def test_precision_and_layerwise_on_the_classifier(tmp_path):
     assert p.ok and p.summary["answer_verified"]["passed"]
     lw = api.layerwise(model, model_input_shapes=shapes, layerwise={"plot": False}, run_dir=tmp_path / "l")
     assert lw.ok and lw.summary["nodes"] > 200
+
+
+def test_the_api_keeps_a_users_file_refuses_a_loader_that_exits_and_keys_left_unused(tmp_path, chain):
+    """Nothing lost through the API either: a user's file named as an output gets the ``_1`` name, a loader's
+    ``sys.exit`` is the one-line status, and a key the marker does not use is refused."""
+    mine = tmp_path / "mine.onnx"
+    mine.write_bytes(b"my own notes")
+    result = api.reduce(chain, None, overrides=python_check("n3"), output=mine, run_dir=tmp_path / "r1")
+    assert result.ok and mine.read_bytes() == b"my own notes"
+    assert result.summary["output"] == str(tmp_path / "mine_1.onnx")
+
+    loader = tmp_path / "exits.py"
+    loader.write_text("import sys\nsys.exit(4)\n")
+    result = api.repeat(chain, "compare", until="1", data_loader=f"{loader}:load", run_dir=tmp_path / "r2")
+    assert result.exit_code == 2 and "on import called sys.exit(4)" in result.status
+
+    result = api.precision(chain, "compare", marker="bisect", tie_blocks=False, run_dir=tmp_path / "r3")
+    assert result.exit_code == 2 and "tie_blocks= is not used by marker=bisect" in result.status

@@ -40,3 +40,20 @@ def test_a_decoder_unstable_in_fp32_is_refused_before_any_check(run, tmp_path):
     assert loose.returncode == 0, loose.stderr[-2000:]
     spread = loose.summary["reference_spread"]
     assert max(v["y"] for v in spread.values()) == pytest.approx(measured, rel=1e-2), "the spread refused at 0.05"
+
+
+def test_a_detector_whose_fp32_boxes_flip_stops_before_its_first_check(run, tmp_path):
+    """Was: a near-tied SSD-lite whose every candidate flips a box stopped only after 11 checks (the all-kept
+    candidate was checked 16th); before that, it churned 660. Its fp32 boxes flip between ONNX Runtime's
+    optimization levels: refused before the ranking, naming checker.detections' max_unmatched."""
+    from tests.helpers.models import unstable_detector
+
+    path, inputs = tmp_path / "detector.onnx", tmp_path / "x.npz"
+    onnx.save(unstable_detector(), path)
+    np.savez(inputs, x=np.random.default_rng(18).standard_normal((1, 32, 64)).astype(np.float32))
+    r = run(
+        "mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", "checker=compare",
+        "checker.backend=fp16_emulation", "checker.detections={boxes: det_boxes, scores: det_scores, iou: 0.5}",
+    )  # fmt: skip
+    one_line_error(r, "the fp32 model itself moves past the tolerance", "unmatched", "max_unmatched=", code=2)
+    assert r.summary["checks"] <= 4

@@ -27,7 +27,7 @@ from runner.checkers.compare.lowering import Lowering
 from runner.checkers.compare.noise import NoiseFloor
 from runner.checkers.compare.outputs import check_compared, check_names, compared
 from runner.checkers.compare.reference import reference_run
-from runner.checkers.compare.spread import measure, witnesses
+from runner.checkers.compare.spread import ADVICE, DETECTION_ADVICE, measure, witnesses
 from runner.checkers.compare.switched import SwitchedRuns
 from runner.checkers.compare.tolerance import Tolerance, Tolerances
 from runner.checkers.on_error import OnError
@@ -257,7 +257,8 @@ class CompareChecker(Checker):
 
         level = str(self.backend_options.get("graph_optimization_level", "all"))
         on = witnesses(self.backend_name, level, self.providers, self.provider_options)
-        self.spread = measure(model, samples, feeds_of, wanted, self.judge.at_full_tolerance, self.backend, on)
+        advice = DETECTION_ADVICE if self.detections is not None else ADVICE
+        self.spread = measure(model, samples, feeds_of, wanted, self.judge.at_full_tolerance, self.backend, on, advice)
         for name, worst in self.spread.items():
             log.info(
                 "The fp32 model on %s: within the tolerance (%s)",

@@ -24,6 +24,17 @@ import onnx
 from runner.backends.base import Backend, make_backend
 from runner.errors import ConfigError, ModelError
 
+#: what to do about a reference that is only noise
+ADVICE = (
+    "give real inputs where they were generated (inputs=, data_loader=), an atol for outputs near 0, or a tolerance "
+    "above that spread"
+)
+#: ... when detections are judged: a box that flips in fp32 flips in any precision
+DETECTION_ADVICE = (
+    "judge the detections with room for the boxes that flip (checker.detections with max_unmatched=), or compare "
+    "the tensors before the decision (checker.outputs=[...])"
+)
+
 #: ``judge(outputs, sample) -> (passed, {output: statistic}, the first problem or "")`` at the full tolerance
 Judge = Callable[[Dict[str, np.ndarray], Mapping[str, np.ndarray]], Tuple[bool, Dict[str, float], str]]
 
@@ -81,6 +92,7 @@ def measure(
     judge: Judge,
     own: Backend,
     on: Sequence[Witness],
+    advice: str = ADVICE,
 ) -> Dict[str, Dict[str, float]]:
     """Run the fp32 ``model`` on every sample on each witness and judge it at the full tolerance.
 
@@ -92,6 +104,7 @@ def measure(
         judge: the checker's judgement at the full tolerance.
         own: the checker's backend (for the witness without ``make``).
         on: the witnesses.
+        advice: what to do, for the error (``ADVICE``; ``DETECTION_ADVICE`` for detections).
 
     Returns:
         ``{witness name: {output: the worst statistic over the samples}}``.
@@ -118,8 +131,7 @@ def measure(
                     raise UnstableReferenceError(
                         f"the fp32 model itself moves past the tolerance between its golden outputs and "
                         f"{witness.name}{where} ({problem}): that is the reference's own noise, and no low-precision "
-                        "candidate can be judged within it; give real inputs where they were generated (inputs=, "
-                        "data_loader=), an atol for outputs near 0, or a tolerance above that spread"
+                        f"candidate can be judged within it; {advice}"
                     )
         finally:
             if witness.make is not None:
