@@ -51,6 +51,7 @@ class Precision(Enum):
     float16 = "float16"
     bfloat16 = "bfloat16"
     int8 = "int8"  # low_precision only: QDQ, calibrated (``runner.lowp.quantize``)
+    float8 = "float8"  # low_precision only: Q/DQ to float8e4m3fn as TensorRT deploys fp8 (``runner.lowp.fp8``)
 
 
 #: a candidate the compare checker's backend cannot run: fail, pass or stop ("pass" is a keyword, hence

@@ -153,7 +153,8 @@ def chosen(config: Any, group: str) -> str:
 def check_key_uses(mode: str, config: Any, overrides: Iterable[str]) -> None:
     """Check that every key the user set is used by the options chosen with it: a mode's keys dataclass
     names in its ``used_with`` (a ``ClassVar``) the keys that only some options of another key use
-    (``tie_blocks`` only ``marker=minimal``, ``calibration`` only ``low_precision=int8``).
+    (``tie_blocks`` only ``marker=minimal``, ``calibration`` only ``low_precision=int8``), and in its
+    ``not_with`` the keys another one replaces (``quantized_model`` brings its own ``low_precision``).
 
     Args:
         mode: the mode's name. config: the composed config. overrides: the user's overrides.
@@ -163,8 +164,16 @@ def check_key_uses(mode: str, config: Any, overrides: Iterable[str]) -> None:
             (``calibration.cache``) and the options that use it.
     """
     used_with: Dict[str, Any] = getattr(mode_keys()[mode], "used_with", {})
+    not_with: Dict[str, Any] = getattr(mode_keys()[mode], "not_with", {})
     overrides = list(overrides)
-    for key in set_keys(overrides):
+    given = set_keys(overrides)
+    for key, others in not_with.items():
+        for other in (o for o in others if key in given and o in given):
+            sub = _keys_after(f"{other}.", overrides)
+            raise ConfigError(
+                f"{other}{'.' + sub[0] if sub else ''}= is not used with {key}= (it brings its own); drop it"
+            )
+    for key in given:
         if key not in used_with:
             continue
         group, users = used_with[key]

@@ -97,14 +97,21 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
         "tie_blocks": ("marker", ("minimal",)),
         "untie": ("marker", ("minimal",)),
         "exchange_checks": ("marker", ("minimal",)),
-        "calibration": ("low_precision", ("int8",)),
-        "quantization": ("low_precision", ("int8",)),
+        "calibration": ("low_precision", ("int8", "float8")),
+        "quantization": ("low_precision", ("int8", "float8")),
+    }
+    #: keys that go with none of others (``runner.config_keys.check_key_uses``): a given quantized model brings
+    #: its own precision, placement and scales
+    not_with: ClassVar[Dict[str, Tuple[str, ...]]] = {
+        "quantized_model": ("low_precision", "calibration", "quantization"),
     }
 
     marker: Any = MISSING
     direction: Direction = Direction.forward
     precision: Precision = candidate(Precision.float32)
     low_precision: Precision = candidate(Precision.float16)
+    # a QDQ model another tool made from model= (ModelOpt, NNCF, ONNX Runtime): the nodes to take out of its int8/fp8
+    quantized_model: Optional[str] = candidate(None)
     weak_typing: bool = candidate(False)  # TensorRT <= 10: candidates are engines with layer precisions
     ranking_memory_mb: Optional[float] = 512.0  # tensor values the ranking holds at once; past it, chunks (null: none)
     tie_blocks: bool = True  # marker=minimal on a model that repeats a block: decide each block position once first
@@ -114,8 +121,10 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     exchange_checks: Optional[int] = None
 
     def checker_defaults(self) -> Dict[str, Any]:
-        """Checker options this search defaults where they are left null (``runner.run.plan``): an int8 search
-        with TensorRT's placement runs its candidates' Q/DQ as written (``graph_optimization_level=disable``),
-        and so as feeds of one switched model (``runner.lowp.qdq_switchboard``)."""
-        int8 = getattr(self.low_precision, "value", self.low_precision) == "int8"
-        return {"graph_optimization_level": "disable"} if int8 and self.quantization.placement == "tensorrt" else {}
+        """Checker options this search defaults where they are left null (``runner.run.plan``): an int8 or fp8
+        search with TensorRT's placement, or over a given quantized model, runs its candidates' Q/DQ as written
+        (``graph_optimization_level=disable``), and so as feeds of one switched model
+        (``runner.lowp.qdq_switchboard``)."""
+        low = getattr(self.low_precision, "value", self.low_precision)
+        placed = low in ("int8", "float8") and self.quantization.placement == "tensorrt"
+        return {"graph_optimization_level": "disable"} if placed or self.quantized_model else {}

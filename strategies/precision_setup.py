@@ -13,7 +13,9 @@ from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.graph.blocks import find_blocks
 from runner.graph.scope import Scope
-from runner.lowp.precisions import any_low_precision, is_quantized
+from runner.lowp.fp8 import check_fp8
+from runner.lowp.given_qdq import given_precision, load_given
+from runner.lowp.precisions import FLOAT8, any_low_precision, is_quantized
 from runner.lowp.quant_options import QuantOptions
 from strategies.boundary import BoundaryMarker, searches_sets
 from strategies.mode_keys import PrecisionKeys
@@ -57,7 +59,8 @@ def precision_arguments(
             f"precision={precision}: kept nodes stay in float32 (low_precision=int8's too); "
             "use precision=float32 with low_precision=float16, bfloat16 or int8"
         )
-    low_precision = any_low_precision(keys.low_precision)
+    given = load_given(keys.quantized_model) if keys.quantized_model else None
+    low_precision = given_precision(given) if given is not None else any_low_precision(keys.low_precision)
     assert low_precision is not None  # the schema's default is float16
     if is_quantized(low_precision) and weak_typing:
         raise ConfigError(
@@ -68,7 +71,9 @@ def precision_arguments(
         from runner.trt import load_tensorrt
 
         load_tensorrt("weak_typing=true")
-    quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) else None
+    quant = QuantOptions.from_keys(keys) if is_quantized(low_precision) and given is None else None
+    if quant is not None and low_precision is FLOAT8:
+        check_fp8(quant)
     ranked = searches_sets(marker) or direction == "ranked"
     budget = keys.ranking_memory_mb
     if budget is not None and not float(budget) > 0:
@@ -76,7 +81,7 @@ def precision_arguments(
     ranking_budget = None if budget is None else int(float(budget) * 2**20)
     if checker is not None:  # before the ranking: a reference that is only noise is refused first
         checker.trust_reference(ctx)
-    space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget)
+    space = search_space(ctx, low_precision, Scope.from_keys(keys), quant, checker, ranked, ranking_budget, given)
     rest = float_rest(ctx, space, checker, ranking_budget) if quant is not None and quant.float16_rest else None
     blocks = find_blocks(space.model, space.layers) if keys.tie_blocks and searches_sets(marker) else None
     if blocks is not None:

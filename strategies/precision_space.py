@@ -31,10 +31,12 @@ from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from runner.lowp.calibration import calibrate
 from runner.lowp.convert import Converter, float_nodes, prepare
+from runner.lowp.fp8 import FP8_OPSET, Fp8Quantizer
 from runner.lowp.fp16_switchboard import build_switchboard
+from runner.lowp.given_qdq import GivenQuantizer, check_rebuilt, given_precision, opset_of
 from runner.lowp.mixed_qdq import MIXED_OPSET, MixedQuantizer
 from runner.lowp.placement import PlacedQuantizer
-from runner.lowp.precisions import FLOAT16, INT8, LowPrecision
+from runner.lowp.precisions import FLOAT8, FLOAT16, INT8, LowPrecision
 from runner.lowp.qdq_switchboard import build_qdq_switchboard
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
@@ -187,6 +189,7 @@ def search_space(
     checker: Optional[Checker],
     ranked: bool,
     ranking_budget: Optional[int] = None,
+    given: Optional[onnx.ModelProto] = None,
 ) -> SearchSpace:
     """Prepare ``ctx.model`` for a search in ``low`` and rank its searchable nodes when ``ranked``.
 
@@ -199,14 +202,18 @@ def search_space(
         ranked: a set search or ``direction=ranked``: the search needs the ranking.
         ranking_budget: bytes of tensor values the ranking holds at once (``ranking_memory_mb``;
             past it, nodes are compared in chunks), or None for no limit.
+        given: the quantized model another tool made (``quantized_model=``): its Q/DQ are the candidates'
+            (``runner.lowp.given_qdq``), no calibration; None: the run places and calibrates its own.
 
     Raises:
         ConfigError: int8 without input samples, or with nothing to quantize; bad samples.
         ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
     """
-    quantizer = None
-    if quant is not None:
-        quantizer, model, layers = _int8(ctx, quant)
+    quantizer: Any = None
+    if given is not None:
+        quantizer, model, layers = _given(ctx, given)
+    elif quant is not None:
+        quantizer, model, layers = _int8(ctx, quant, low)
     else:
         model = prepare(ctx.model, low, in_place=True)  # the run's model, prepared: one copy
         layers = float_nodes(model)
@@ -302,7 +309,30 @@ def float_rest(
     return rest
 
 
-def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.ModelProto, List[int]]:
+def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[GivenQuantizer, onnx.ModelProto, List[int]]:
+    """The quantizer of a quantized model another tool made: ``ctx.model`` prepared at its opset and matched to
+    it node by node, checked to rebuild it bit for bit on the first sample; the nodes it quantizes.
+
+    Raises:
+        ConfigError: it is no quantized version of ``model=`` (``runner.lowp.given_qdq.read_given``), or
+            rebuilt it computes something else.
+        ModelError: the opset cannot be raised.
+    """
+    model = prepare_int8(ctx.model, in_place=True, opset=max(INT8_OPSET, opset_of(given)))
+    quantizer = GivenQuantizer(model, given)
+    check_rebuilt(quantizer, given, ctx.feeds)
+    units = set(quantizer.given.units)
+    layers = [i for i, n in enumerate(model.graph.node) if n.name in units]
+    log.info(
+        "quantized_model=: %d of %d nodes read its Q/DQ (%s) and can be taken out of it",
+        len(layers),
+        len(model.graph.node),
+        given_precision(given),
+    )
+    return quantizer, model, layers
+
+
+def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> tuple[Any, onnx.ModelProto, List[int]]:
     """Calibrate once on the run's samples; the quantizer, the prepared model and the indices of
     the nodes the full quantization quantizes (the nodes that can be kept).
 
@@ -313,16 +343,20 @@ def _int8(ctx: RunContext, options: QuantOptions) -> tuple[Quantizer, onnx.Model
     """
     if not ctx.inputs and not ctx.data_loader:
         raise ConfigError(
-            "low_precision=int8 calibrates activation ranges on real input: give inputs=FILE.json "
+            f"low_precision={low} calibrates activation ranges on real input: give inputs=FILE.json "
             "(polygraphy run --save-inputs, several samples) or data_loader=module.function"
         )
-    model = prepare_int8(ctx.model, in_place=True, opset=MIXED_OPSET if options.float16_rest else INT8_OPSET)
-    quantizer = make_quantizer(model, calibrate(model, ctx.samples, options), options)
+    opset = FP8_OPSET if low is FLOAT8 else MIXED_OPSET if options.float16_rest else INT8_OPSET
+    model = prepare_int8(ctx.model, in_place=True, opset=opset)
+    calibration = calibrate(model, ctx.samples, options)
+    quantizer = (
+        Fp8Quantizer(model, calibration, options) if low is FLOAT8 else make_quantizer(model, calibration, options)
+    )
     quantized = quantized_nodes(quantizer.convert([]))
     layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
     if not layers:
         raise ConfigError(
-            "int8 quantization quantizes no node of this model (no float node of a quantizable op type); "
+            f"{low} quantization quantizes no node of this model (no float node of a quantizable op type); "
             "precision marking does not apply"
         )
     log.info("%d of %d nodes are quantized to int8 and can be kept float", len(layers), len(model.graph.node))

@@ -122,6 +122,10 @@ def run_identity(cfg: DictConfig, model_files: List[Path]) -> Dict[str, Any]:
     if cfg.get("data_loader"):
         data["data_loader"] = _loader_identity(cfg.data_loader)
     candidates = {k: plain(cfg.get(k)) for k in candidate_options() if cfg.get(k) is not None}
+    if cfg.get("quantized_model") and Path(cfg.quantized_model).is_file():  # its content, not its name
+        from runner.graph.model_files import model_files as files_of
+
+        candidates["quantized_model"] = file_digest(files_of(cfg.quantized_model))
     return {
         "mode": cfg.mode.name,
         "model": file_digest(model_files) if model_files else None,

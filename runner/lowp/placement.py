@@ -91,6 +91,9 @@ class PlacedQuantizer:
         ModelError: shape inference fails on the model.
     """
 
+    #: every candidate is a sum of its nodes' input choices (``runner.lowp.qdq_switchboard`` holds them all)
+    switchable = True
+
     def __init__(self, model: onnx.ModelProto, calibration: Any, options: Any):
         self.model, self.calibration, self.options = model, calibration, options
         self.bare, self.weights = weightless(model)

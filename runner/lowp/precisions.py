@@ -27,8 +27,9 @@ class LowPrecision:
         min_opset: the first default-domain opset with a Cast to it.
         control_flow_opset: the first opset whose If, Loop and Scan carry it.
         emulation: the compare checker's backend that emulates it on CPU ("" for int8).
-        quantized: int8 QDQ (Q/DQ pairs around float nodes, calibrated ranges, made by
-            ``runner.lowp.quantize``), not a float type nodes are cast to.
+        quantized: Q/DQ (int8 or float8: Q/DQ pairs around float nodes, calibrated ranges, made by
+            ``runner.lowp.quantize``, ``runner.lowp.placement``, ``runner.lowp.fp8``), not a float type nodes are
+            cast to.
 
     ``str()`` gives ``name``: a precision reads as its config name in messages and keys.
     """
@@ -55,6 +56,12 @@ BFLOAT16 = LowPrecision(
 #: float type it is not, so it is not among ``LOW_PRECISIONS``
 INT8 = LowPrecision("int8", TensorProto.INT8, "tensor(int8)", 127.0, 13, 13, "", quantized=True)
 
+#: fp8 (E4M3) as TensorRT deploys it on Hopper: Q/DQ to float8e4m3fn at opset 19 (``runner.lowp.fp8``), calibrated
+#: by its maximum; quantized like int8, so not among ``LOW_PRECISIONS`` either
+FLOAT8 = LowPrecision("float8", TensorProto.FLOAT8E4M3FN, "tensor(float8e4m3fn)", 448.0, 19, 19, "", quantized=True)
+#: the quantized low precisions, by name
+QUANTIZED: Dict[str, LowPrecision] = {p.name: p for p in (INT8, FLOAT8)}
+
 #: every low precision nodes are cast to, by name
 LOW_PRECISIONS: Dict[str, LowPrecision] = {p.name: p for p in (FLOAT16, BFLOAT16)}
 #: their ONNX element types
@@ -74,7 +81,7 @@ def low_precision(name: Union[str, LowPrecision], option: str = "low_precision")
 
 
 def any_low_precision(name: Any, option: str = "low_precision") -> Optional[LowPrecision]:
-    """The low precision a config value names: float16, bfloat16 or int8 (a ``runner.config.Precision``
+    """The low precision a config value names: float16, bfloat16, int8 or float8 (a ``runner.config.Precision``
     member or its name; None for None).
 
     Raises:
@@ -83,11 +90,9 @@ def any_low_precision(name: Any, option: str = "low_precision") -> Optional[LowP
     if name is None or isinstance(name, LowPrecision):
         return name
     name = str(getattr(name, "value", name))
-    if name == INT8.name:
-        return INT8
-    found = LOW_PRECISIONS.get(name)
+    found = LOW_PRECISIONS.get(name) or QUANTIZED.get(name)
     if found is None:
-        raise ConfigError(f"{option}={name}: use one of {', '.join([*LOW_PRECISIONS, INT8.name])}")
+        raise ConfigError(f"{option}={name}: use one of {', '.join([*LOW_PRECISIONS, *QUANTIZED])}")
     return found
 
 
@@ -97,7 +102,8 @@ def emulated_by(backend: str) -> Optional[LowPrecision]:
 
 
 def is_quantized(precision: Union[str, LowPrecision, None]) -> bool:
-    """Whether ``precision`` (or the precision of that name) is int8 QDQ (quantized, not cast); False for None."""
+    """Whether ``precision`` (or the precision of that name) is Q/DQ (int8 or float8: quantized, not cast); False
+    for None."""
     if isinstance(precision, LowPrecision):
         return precision.quantized
-    return precision == INT8.name
+    return precision in QUANTIZED

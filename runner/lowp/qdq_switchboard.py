@@ -50,6 +50,7 @@ def build_qdq_switchboard(quantizer: PlacedQuantizer, key: str) -> Optional[Swit
     """
     model = quantizer.model
     why = unsupported(model) or ("" if quantizer.sites else "the placement quantizes no node")
+    why = why or ("" if quantizer.switchable else "a graph output is quantized")
     if why:
         log.info("No switched model: %s; each candidate is built", why)
         return None

@@ -160,7 +160,10 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
             "where a crash is the worker's; drop one of the two"
         )
     model = config.get("model")
-    data = {key: OmegaConf.select(config, key) for key in ("inputs", "golden", "replay.load", "reference_model")}
+    data = {
+        key: OmegaConf.select(config, key)
+        for key in ("inputs", "golden", "replay.load", "reference_model", "quantized_model")
+    }
     modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
     read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"))
     return RunPlan(

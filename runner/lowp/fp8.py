@@ -1,0 +1,139 @@
+"""fp8 (E4M3) candidates placed as TensorRT deploys them on Hopper: Q/DQ to float8e4m3fn (``low_precision=float8``).
+
+TensorRT builds a QDQ model strongly typed; for fp8 NVIDIA ModelOpt (``quantize_mode=fp8``) puts Q/DQ on the
+data input and the weight of Conv, ConvTranspose, MatMul and Gemm, nowhere else: pointwise nodes, pools and
+residual Adds run in the higher precision. The quantized type is ``float8e4m3fn`` (4 exponent bits, 3 mantissa
+bits, largest value 448): ``QuantizeLinear``/``DequantizeLinear`` at opset 19 with a float8 zero point, which
+ONNX Runtime runs on its CPU provider. Scales come from the calibrated maximum (amax / 448: ``calibration``'s
+``minmax``, what ModelOpt calls max calibration); each weight has one scale for the whole tensor, as ModelOpt's
+fp8 weights do. Everything else (which nodes TensorRT has fast kernels for, a kept node staying float with its
+own inputs, the switchboard of candidates) is ``runner.lowp.placement``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from runner.errors import ConfigError
+from runner.lowp.placement import WEIGHTED, PlacedQuantizer, Site
+
+#: float8e4m3fn's largest finite value (TensorRT's fp8 scale is amax / 448)
+FP8_MAX = 448.0
+#: QuantizeLinear/DequantizeLinear take float8 types from this opset
+FP8_OPSET = 19
+
+
+def check_fp8(options: Any) -> None:
+    """Refuse the quantization keys fp8 does not take.
+
+    Raises:
+        ConfigError: ONNX Runtime's placement (it places int8 only), or the rest in fp16 (int8 with fp16 is
+            TensorRT's ``--int8 --fp16``; fp8 is a precision of its own).
+    """
+    if options.placement != "tensorrt":
+        raise ConfigError(
+            f"low_precision=float8 with quantization.placement={options.placement}: fp8 is placed as TensorRT deploys "
+            "it (ModelOpt's fp8 placement); drop quantization.placement"
+        )
+    if options.float16_rest:
+        raise ConfigError(
+            "low_precision=float8 with quantization.float_precision=float16: the rest in fp16 is int8's (TensorRT's "
+            "--int8 --fp16); drop it"
+        )
+
+
+def _zero(name: str, shape: Tuple[int, ...] = ()) -> TensorProto:
+    """A float8e4m3fn zero point of ``shape`` (all zeros)."""
+    return helper.make_tensor(name, TensorProto.FLOAT8E4M3FN, list(shape), [0.0] * int(np.prod(shape, dtype=int)))
+
+
+def fp8_bytes(values: np.ndarray, scale: np.ndarray) -> bytes:
+    """``values / scale`` saturated to +-448 and rounded to float8e4m3fn (nearest even), as little-endian bytes."""
+    scaled = np.clip(values.astype(np.float32) / scale, -FP8_MAX, FP8_MAX)
+    return bytes(scaled.astype(ml_dtypes.float8_e4m3fn).tobytes())
+
+
+class Fp8Quantizer(PlacedQuantizer):
+    """Builds fp8 QDQ candidates of one model with ModelOpt's fp8 placement, from one calibration.
+
+    Args:
+        model: the fp32 model at opset 19 or newer (``prepare_int8(model, opset=FP8_OPSET)``), nodes named,
+            Constant nodes as initializers.
+        calibration: the run's ranges (amax from them).
+        options: ``runner.lowp.quant_options.QuantOptions`` (op_types_to_quantize).
+
+    Raises:
+        ModelError: shape inference fails on the model.
+    """
+
+    def _place(self) -> Dict[str, List[Site]]:
+        """Sites: the data input and weight of each Conv, ConvTranspose, MatMul and Gemm TensorRT has fast
+        kernels for; nothing else."""
+        allowed = set(self.options.op_types())
+        sites: Dict[str, List[Site]] = {}
+        for node in self.model.graph.node:
+            if node.op_type in WEIGHTED and node.op_type in allowed and self._fast_enough(node):
+                found = [Site(s.index, s.weight, None) for s in self._weighted(node)]  # per-tensor weights
+                if found:
+                    sites[node.name] = found
+        return sites
+
+    def qdq(
+        self,
+        name: str,
+        site: Site,
+        nodes: List[onnx.NodeProto],
+        inits: List[TensorProto],
+        rename=str,
+    ) -> str:
+        """Append the fp8 Q/DQ (activation) or DQ (weight) of ``name``; return the DequantizeLinear's output."""
+        if site.weight:
+            data, scale = self._weight(name, None)
+            q = TensorProto(name=f"{name}_fp8", data_type=TensorProto.FLOAT8E4M3FN, dims=self.shapes[name])
+            q.raw_data = data
+            scales = numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_fp8_scale")
+            zero = _zero(f"{name}_fp8_zero_point")
+            inits.extend([q, scales, zero])
+            out = rename(f"{name}_DequantizeLinear_Output")
+            nodes.append(
+                helper.make_node(
+                    "DequantizeLinear", [q.name, scales.name, zero.name], [out], name=rename(f"{name}_DequantizeLinear")
+                )
+            )
+            return out
+        amax = float(np.max(np.abs(np.asarray(self.ranges[name], dtype=np.float64))))
+        scale = numpy_helper.from_array(np.array(amax / FP8_MAX if amax > 0 else 1.0, np.float32), f"{name}_fp8_scale")
+        zero = _zero(f"{name}_fp8_zero_point")
+        inits.extend([scale, zero])
+        quantized, out = rename(f"{name}_QuantizeLinear_Output"), rename(f"{name}_DequantizeLinear_Output")
+        nodes.append(
+            helper.make_node(
+                "QuantizeLinear", [name, scale.name, zero.name], [quantized], name=rename(f"{name}_QuantizeLinear")
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear", [quantized, scale.name, zero.name], [out], name=rename(f"{name}_DequantizeLinear")
+            )
+        )
+        return out
+
+    def _weight(self, name: str, axis: Optional[int]) -> Tuple[bytes, np.ndarray]:
+        """A weight in float8e4m3fn with one scale (once per run): (its bytes, the scale)."""
+        key = (name, None)
+        with self._lock:
+            found = self._quantized.get(key)
+        if found is not None:
+            return found
+        values = numpy_helper.to_array(self.inits[name]).astype(np.float32)
+        amax = float(np.abs(values).max()) if values.size else 0.0
+        scale = np.array(amax / FP8_MAX if amax > 0 else 1.0, np.float32)
+        found = (fp8_bytes(values, scale), scale)
+        with self._lock:
+            self._quantized[key] = found
+        return found

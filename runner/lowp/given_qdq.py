@@ -1,0 +1,472 @@
+"""Candidates from a QDQ model another tool made (``quantized_model=``): its placement and scales as they are.
+
+Users quantize with the tool of their runtime (NVIDIA ModelOpt for TensorRT, NNCF for OpenVINO, ONNX Runtime's
+``quantize_static``) and come with that model when accuracy drops. It is ``model=`` with Q/DQ written in (and,
+from some tools, a few initializers changed: NNCF's bias correction). ``GivenQuantizer`` reads it as ``model=``
+plus, for each of ``model=``'s nodes, what the quantized model changes at its inputs:
+
+- a Q/DQ chain (``QuantizeLinear -> DequantizeLinear`` of an activation, a weight's ``DequantizeLinear`` of its
+  stored int8 or float8 values, or a fake-quantized weight's pair), copied with the given scales, zero points
+  and quantized values;
+- an initializer the tool changed (a corrected bias), read as the tool wrote it;
+- and for a node whose output reaches a graph output through Q/DQ, that chain on its output.
+
+A candidate keeps a set of nodes out of int8: each kept node is ``model=``'s node as it is (its float inputs,
+weights and bias); every other node reads what the quantized model gives it. With no node kept the candidate
+computes the quantized model itself (checked on the first sample when the run starts), and the search's units
+are the nodes that read a DequantizeLinear. Being a sum of node choices, its candidates get a switchboard
+(``runner.lowp.qdq_switchboard``) where no graph output is quantized.
+
+The two models are matched node by node: by name where the quantized model keeps ``model=``'s names, else by
+position in topological order with the same op types; tensors follow the matched nodes' inputs and outputs.
+A model that does not match (another model, a float model, one whose tool fused or removed nodes) is refused
+with the first difference named.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from runner.errors import ConfigError, ModelError, first_line
+from runner.graph.constants import constant_tensor
+from runner.graph.meta import infer_shapes
+from runner.graph.qdq import Chain, compute_nodes, input_chains, is_qdq
+from runner.graph.stubs import raw_bytes, weightless
+from runner.lowp.emulate import tensor_types
+from runner.lowp.placement import PlacedQuantizer, Site
+from runner.lowp.precisions import FLOAT8, INT8, LowPrecision
+
+#: the element types a quantized tensor of a given model may have, and the low precision each means
+QUANTIZED_TYPES = {
+    TensorProto.INT8: "int8",
+    TensorProto.UINT8: "int8",
+    TensorProto.FLOAT8E4M3FN: "float8",
+}
+
+
+@dataclass
+class Recipe:
+    """What one input of one node reads in the quantized model.
+
+    Attributes:
+        chain: the Q/DQ chain that makes it (None: an initializer the tool changed, ``init``).
+        init: the initializer read there, as the tool wrote it (a chain's fake-quantized weight, or a
+            changed bias); None for an activation's chain or a stored quantized weight.
+    """
+
+    chain: Optional[Chain] = None
+    init: Optional[TensorProto] = None
+
+
+@dataclass
+class Given:
+    """The quantized model read against ``model=``.
+
+    Attributes:
+        recipes: ``{model= node name: {input position: Recipe}}``.
+        outputs: ``{model= node name: {output position: the chain its output takes to a graph output}}``.
+        units: ``model=``'s node names that read a DequantizeLinear (the nodes a search may take out of int8).
+        consts: ``{name: tensor}`` of what the chains read (scales, zero points, stored values), from the
+            quantized model's initializers and Constant nodes.
+        quantized_type: the element type of its quantized tensors (``QUANTIZED_TYPES``).
+        opset: the quantized model's default-domain opset.
+    """
+
+    recipes: Dict[str, Dict[int, Recipe]] = field(default_factory=dict)
+    outputs: Dict[str, Dict[int, Chain]] = field(default_factory=dict)
+    units: List[str] = field(default_factory=list)
+    consts: Dict[str, TensorProto] = field(default_factory=dict)
+    quantized_type: int = TensorProto.INT8
+    opset: int = 13
+
+
+def load_given(path: str, option: str = "quantized_model") -> onnx.ModelProto:
+    """The quantized model named by ``option`` (its external data included).
+
+    Raises:
+        ModelError: a missing, truncated or non-ONNX file (one line naming ``option``).
+        ConfigError: a model with no Q/DQ (a float model).
+    """
+    from runner.graph.load import load_model
+
+    model = load_model(path, option)
+    if not input_chains(model):
+        raise ConfigError(
+            f"{option}={path} holds no QuantizeLinear/DequantizeLinear: it is a float model; give the QDQ model a "
+            "quantizer made from model= (ModelOpt, NNCF, ONNX Runtime's quantize_static)"
+        )
+    return model
+
+
+def given_precision(model: onnx.ModelProto) -> LowPrecision:
+    """The low precision a quantized model's Q/DQ hold: float8 where any quantizes to float8e4m3fn, else int8."""
+    consts = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        made = constant_tensor(node)
+        if made is not None:
+            consts[made.name] = made
+    types = {_quantized_type(c, consts) for c in input_chains(model).values()}
+    return FLOAT8 if TensorProto.FLOAT8E4M3FN in types else INT8
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    """A model's default-domain opset (0 when it imports none)."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str = "quantized_model") -> Given:
+    """Match ``quantized`` to ``model`` node by node and say what it changes at each node.
+
+    Args:
+        model: ``model=`` prepared (nodes named, Constant nodes as initializers, opset raised).
+        quantized: the QDQ model as loaded.
+        option: the key that named it, for messages.
+
+    Returns:
+        The ``Given`` reading.
+
+    Raises:
+        ConfigError: no Q/DQ at all; a quantized type this tool does not know; the compute nodes differ in
+            number, op type or wiring (the first difference named); a Q/DQ chain that makes a tensor no
+            matched node reads.
+    """
+    chains = input_chains(quantized)
+    if not chains:
+        raise ConfigError(
+            f"{option}= holds no QuantizeLinear/DequantizeLinear: it is a float model; give the QDQ model a "
+            "quantizer made from model= (ModelOpt, NNCF, ONNX Runtime's quantize_static)"
+        )
+    consts: Dict[str, TensorProto] = {i.name: i for i in quantized.graph.initializer}
+    for node in quantized.graph.node:
+        made = constant_tensor(node)
+        if made is not None:
+            consts[made.name] = made
+    types = {t for t in (_quantized_type(c, consts) for c in chains.values()) if t is not None}
+    unknown = [t for t in types if t not in QUANTIZED_TYPES]
+    if unknown or not types:
+        names = ", ".join(TensorProto.DataType.Name(t) for t in unknown) or "none"
+        raise ConfigError(f"{option}= quantizes to {names}; this tool reads int8, uint8 and float8e4m3fn Q/DQ models")
+    pairs = _matched(model, quantized, option)
+    fp8 = TensorProto.FLOAT8E4M3FN in types
+    given = Given(
+        consts=consts, quantized_type=TensorProto.FLOAT8E4M3FN if fp8 else min(types), opset=opset_of(quantized)
+    )
+    f_inits = {i.name: i for i in model.graph.initializer}
+    tensor = {i.name: i.name for i in quantized.graph.input}  # quantized model's tensor -> model='s
+    f_inputs = [i.name for i in model.graph.input if i.name not in f_inits]
+    q_inputs = [i.name for i in quantized.graph.input if i.name not in consts]
+    if len(f_inputs) != len(q_inputs):
+        raise ConfigError(f"{option}= takes inputs {q_inputs} but model= takes {f_inputs}; give a quantized model= ")
+    tensor.update(zip(q_inputs, f_inputs))
+    used: Set[str] = set()
+    for f_node, q_node in pairs:
+        recipes: Dict[int, Recipe] = {}
+        for k, (f_in, q_in) in enumerate(zip(f_node.input, q_node.input)):
+            if q_in in chains:
+                chain = chains[q_in]
+                used.add(q_in)
+                source = chain.source
+                init = consts.get(source) if source is not None else None
+                if source is not None and init is None and tensor.get(source) != f_in:
+                    raise _differs(option, f_node, q_node, k, f"reads {source} through Q/DQ where model= reads {f_in}")
+                if source is None and f_in not in f_inits:
+                    raise _differs(
+                        option, f_node, q_node, k, f"reads a stored quantized weight where model= reads {f_in}"
+                    )
+                recipes[k] = Recipe(chain, init)
+            elif q_in in consts:
+                if f_in not in f_inits:
+                    raise _differs(option, f_node, q_node, k, f"reads a constant where model= reads {f_in}")
+                if (
+                    raw_bytes(consts[q_in]) != raw_bytes(f_inits[f_in])
+                    or consts[q_in].data_type != f_inits[f_in].data_type
+                ):
+                    recipes[k] = Recipe(None, consts[q_in])  # a corrected bias
+            elif tensor.get(q_in, q_in) != f_in:
+                raise _differs(option, f_node, q_node, k, f"reads {q_in} where model= reads {f_in}")
+        if len(f_node.input) != len(q_node.input):
+            raise _differs(option, f_node, q_node, len(f_node.input), "has another number of inputs")
+        for q_out, f_out in zip(q_node.output, f_node.output):
+            tensor[q_out] = f_out
+        if recipes:
+            given.recipes[f_node.name] = recipes
+        if any(r.chain is not None for r in recipes.values()):
+            given.units.append(f_node.name)
+    _output_chains(given, model, quantized, chains, tensor, used, option)
+    return given
+
+
+def _quantized_type(chain: Chain, consts: Dict[str, TensorProto]) -> Optional[int]:
+    """The element type a chain quantizes to: its DequantizeLinear's zero point's, else its input's."""
+    dq = chain.nodes[-1]
+    for name in (dq.input[2] if len(dq.input) > 2 else "", dq.input[0]):
+        if name in consts:
+            return consts[name].data_type
+    return TensorProto.UINT8 if len(dq.input) < 3 else None  # no zero point: uint8 by ONNX's rule
+
+
+def _matched(
+    model: onnx.ModelProto, quantized: onnx.ModelProto, option: str
+) -> List[Tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """``model=``'s compute nodes paired with the quantized model's: by name where every name is shared, else
+    by position.
+
+    Raises:
+        ConfigError: another count, or another op type at a position (the first difference named).
+    """
+    f_nodes = [n for n in compute_nodes(model)]
+    q_nodes = [n for n in compute_nodes(quantized)]
+    by_name = {n.name: n for n in q_nodes}
+    if len(by_name) == len(q_nodes) and {n.name for n in f_nodes} == set(by_name):
+        pairs = [(f, by_name[f.name]) for f in f_nodes]
+    else:
+        pairs = list(zip(f_nodes, q_nodes))
+    for i, (f, q) in enumerate(pairs):
+        if f.op_type != q.op_type:
+            raise ConfigError(
+                f"{option}= is no quantized version of model=: its compute node #{i} is {q.name or '?'} ({q.op_type}) "
+                f"where model= has {f.name} ({f.op_type}); quantize model= itself (a copy of it) and give that"
+            )
+    if len(f_nodes) != len(q_nodes):
+        i = len(pairs)
+        extra = q_nodes[i] if len(q_nodes) > i else f_nodes[i]
+        whose = f"{option}=" if len(q_nodes) > i else "model="
+        raise ConfigError(
+            f"{option}= is no quantized version of model=: it has {len(q_nodes)} compute nodes (not Q/DQ) where "
+            f"model= has {len(f_nodes)}; the first without a match is {whose}'s #{i} {extra.name} ({extra.op_type}); "
+            "quantize model= itself (a copy of it) and give that"
+        )
+    return pairs
+
+
+def _differs(option: str, f_node: onnx.NodeProto, q_node: onnx.NodeProto, k: int, what: str) -> ConfigError:
+    return ConfigError(
+        f"{option}= is no quantized version of model=: its node {q_node.name or '?'} ({q_node.op_type}, matched to "
+        f"model='s {f_node.name}) {what} at input {k}; quantize model= itself (a copy of it) and give that"
+    )
+
+
+def _output_chains(
+    given: Given,
+    model: onnx.ModelProto,
+    quantized: onnx.ModelProto,
+    chains: Dict[str, Chain],
+    tensor: Dict[str, str],
+    used: Set[str],
+    option: str,
+) -> None:
+    """Record the chains that quantize a node's output on its way to a graph output.
+
+    Raises:
+        ConfigError: a chain that makes a tensor no matched node reads and no graph output is.
+    """
+    outputs = {o.name: i for i, o in enumerate(quantized.graph.output)}
+    f_outputs = [o.name for o in model.graph.output]
+    producer = {o: (n, k) for n in model.graph.node for k, o in enumerate(n.output)}
+    read_by_chain = {c.nodes[0].input[0] for c in chains.values()} | {
+        n.input[0] for n in quantized.graph.node if n.op_type == "DequantizeLinear"
+    }
+    for out, chain in chains.items():
+        if out in used or out in read_by_chain:
+            continue
+        if out not in outputs or chain.source is None or outputs[out] >= len(f_outputs):
+            readers = [n.name for n in quantized.graph.node if out in n.input and not is_qdq(n)]
+            if not readers:
+                continue  # a chain nothing reads: the tool left it, the candidates leave it out
+            raise ConfigError(f"{option}=: the Q/DQ making {out} feeds nodes model= does not match ({readers[:3]})")
+        f_out = f_outputs[outputs[out]]
+        made = producer.get(f_out)
+        if made is None:
+            raise ConfigError(f"{option}=: graph output {out} is quantized from a tensor no node of model= makes")
+        node, k = made
+        given.outputs.setdefault(node.name, {})[k] = chain
+        if node.name not in given.units:
+            given.units.append(node.name)
+
+
+class GivenQuantizer(PlacedQuantizer):
+    """Builds candidates of a quantized model another tool made (module docstring), as the precision search's
+    int8 builder (``convert(kept)``; its ``sites`` and ``qdq_inputs`` make the switchboard).
+
+    Args:
+        model: ``model=`` prepared (``prepare_int8`` at the quantized model's opset).
+        quantized: the quantized model (``quantized_model=``), as loaded.
+        option: the key that named it, for messages.
+
+    Attributes:
+        given: the reading of the quantized model (``read_given``).
+        calibration: None: the scales are the tool's.
+
+    Raises:
+        ConfigError: as ``read_given``.
+        ModelError: shape inference fails on ``model``.
+    """
+
+    def __init__(self, model: onnx.ModelProto, quantized: onnx.ModelProto, option: str = "quantized_model"):
+        self.model, self.calibration, self.options = model, None, None
+        self.given = read_given(model, quantized, option)
+        self.bare, self.weights = weightless(model)
+        try:
+            typed = infer_shapes(self.bare)
+        except Exception as e:  # onnx's inference raises InferenceError/ValidationError
+            raise ModelError(f"shape inference fails on the model before quantization: {first_line(e)}") from None
+        self.shapes = {
+            v.name: [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim]
+            for v in list(typed.graph.value_info) + list(typed.graph.input) + list(typed.graph.output)
+        }
+        self.types = tensor_types(typed)
+        self.inits = {i.name: i for i in model.graph.initializer}
+        self.ranges = {}
+        self._lock = threading.Lock()
+        self._quantized = {}
+        self.sites = {
+            name: [Site(k, r.chain is not None and r.chain.source is None) for k, r in sorted(recipes.items())]
+            for name, recipes in self.given.recipes.items()
+        }
+        for name in self.given.outputs:
+            self.sites.setdefault(name, [])
+        #: a candidate is a sum of input choices only where no graph output is quantized
+        self.switchable = not self.given.outputs
+        self._taken = {t for n in model.graph.node for t in (*n.input, *n.output)} | set(self.inits)
+        self._names: Dict[str, str] = {}
+
+    def _own(self, name: str) -> str:
+        """The name a tensor of the quantized model takes in the candidates: its own, unless ``model=`` uses it."""
+        if name not in self._names:
+            out, k = name, 0
+            while out in self._taken:
+                k += 1
+                out = f"{name}__given{k if k > 1 else ''}"
+            self._taken.add(out)
+            self._names[name] = out
+        return self._names[name]
+
+    def convert(self, kept: Sequence[str]) -> onnx.ModelProto:
+        """The quantized model with the nodes named in ``kept`` as ``model=`` has them (out of int8).
+
+        Raises:
+            ModelError: as ``PlacedQuantizer.convert``.
+        """
+        out = super().convert(kept)
+        keep = frozenset(kept)
+        if not any(name not in keep for name in self.given.outputs):
+            return out
+        g = out.graph
+        nodes: List[onnx.NodeProto] = []
+        inits: List[TensorProto] = []
+        present = {i.name for i in g.initializer}
+        for node in g.node:
+            nodes.append(node)
+            for k, chain in self.given.outputs.get(node.name, {}).items():
+                if node.name in keep:
+                    continue
+                final = node.output[k]
+                node.output[k] = self._own(f"{final}__float")
+                nodes.extend(self._copy(chain, node.output[k], final, inits, present, str))
+        del g.node[:]
+        g.node.extend(nodes)
+        g.initializer.extend(inits)
+        return out
+
+    def qdq_inputs(
+        self,
+        node: onnx.NodeProto,
+        made: Dict[Tuple[str, Optional[int], bool], str],
+        nodes: List[onnx.NodeProto],
+        inits: List[TensorProto],
+        rename: Callable[[str], str] = str,
+    ) -> Dict[int, str]:
+        """What ``node`` reads at each input the quantized model changes: a copy of its Q/DQ chain (one per chain,
+        shared by its readers through ``made``), or the tool's initializer.
+
+        Args:
+            made: ``{(chain's output, None, False): the copy's output}`` made so far; updated.
+            rename: maps each new node's name and output (a switched node's branch); initializers keep their names.
+        """
+        reads: Dict[int, str] = {}
+        present = {i.name for i in inits}
+        for k, recipe in self.given.recipes.get(node.name, {}).items():
+            if recipe.chain is None:
+                assert recipe.init is not None
+                reads[k] = self._const(recipe.init, inits, present)
+                continue
+            key = (recipe.chain.nodes[-1].output[0], None, False)
+            if key not in made:
+                source = self._const(recipe.init, inits, present) if recipe.init is not None else node.input[k]
+                final = rename(self._own(recipe.chain.nodes[-1].output[0]))
+                nodes.extend(self._copy(recipe.chain, source, final, inits, present, rename))
+                made[key] = final
+            reads[k] = made[key]
+        return reads
+
+    def _copy(
+        self,
+        chain: Chain,
+        source: str,
+        final: str,
+        inits: List[TensorProto],
+        present: Set[str],
+        rename: Callable[[str], str],
+    ) -> List[onnx.NodeProto]:
+        """The chain's nodes reading ``source`` (the first node's data input; a stored weight's DQ reads its own
+        values) and writing ``final``, their constants added to ``inits`` once."""
+        copies: List[onnx.NodeProto] = []
+        previous = source
+        for i, node in enumerate(chain.nodes):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.name = rename(self._own(node.name or f"{node.op_type}_{final}"))
+            for j, name in enumerate(copy.input):
+                if j == 0 and (chain.source is not None or i > 0):
+                    copy.input[j] = previous
+                elif name:
+                    copy.input[j] = self._const(self.given.consts[name], inits, present)
+            last = i == len(chain.nodes) - 1
+            copy.output[0] = final if last else rename(self._own(node.output[0]))
+            previous = copy.output[0]
+            copies.append(copy)
+        return copies
+
+    def _const(self, tensor: TensorProto, inits: List[TensorProto], present: Set[str]) -> str:
+        """The candidate's name of a constant of the quantized model, added to ``inits`` once."""
+        name = self._own(tensor.name)
+        if name not in present:
+            made = TensorProto()
+            made.CopyFrom(tensor)
+            made.name = name
+            inits.append(made)
+            present.add(name)
+        return name
+
+
+def check_rebuilt(
+    quantizer: GivenQuantizer, quantized: onnx.ModelProto, feeds: Dict[str, np.ndarray], option: str = "quantized_model"
+) -> None:
+    """The candidate keeping nothing computes what the quantized model does, bit for bit on ONNX Runtime's CPU
+    provider with its optimizations off (so every Q/DQ runs as written), on ``feeds``.
+
+    Raises:
+        ConfigError: it does not: the quantized model holds more than Q/DQ around ``model=``'s nodes.
+    """
+    from runner.graph.activations import run_tensors
+
+    rebuilt = quantizer.convert([])
+    names = [o.name for o in quantized.graph.output]
+    try:
+        want = run_tensors(quantized, feeds, names)
+        got = run_tensors(rebuilt, feeds, [o.name for o in rebuilt.graph.output])
+    except (ModelError, RuntimeError) as e:  # onnxruntime's session raises its own Fail, a RuntimeError
+        raise ConfigError(f"{option}= cannot be run on ONNX Runtime's CPU provider ({first_line(e)})") from None
+    for name, out in zip(names, [o.name for o in rebuilt.graph.output]):
+        a, b = np.asarray(want[name]), np.asarray(got[out])
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
+            raise ConfigError(
+                f"{option}= does not compute what model= with its Q/DQ computes (output {name} differs): it changes "
+                "more than Q/DQ and initializers; give the QDQ model as the quantizer wrote it"
+            )
