@@ -359,5 +359,5 @@ def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> t
             f"{low} quantization quantizes no node of this model (no float node of a quantizable op type); "
             "precision marking does not apply"
         )
-    log.info("%d of %d nodes are quantized to int8 and can be kept float", len(layers), len(model.graph.node))
+    log.info("%d of %d nodes are quantized to %s and can be kept float", len(layers), len(model.graph.node), low)
     return quantizer, model, layers

@@ -125,6 +125,21 @@ def _made_files(work: Path) -> None:
     script.chmod(0o755)
 
 
+def _quantized_detector(path: Path) -> None:
+    """docs/int8.md's ``det_qdq.onnx``: the detector as a user's quantizer leaves it, here ONNX Runtime's
+    ``quantize_static`` (QDQ, per-channel weights, the rendered pages)."""
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    from examples.text_pages import detector_pages
+    from runner.lowp.quantize import prepare_int8
+    from tests.helpers.int8 import calibration_reader
+
+    source = path.with_name("det_opset13.onnx")
+    onnx.save(prepare_int8(onnx.load(ROOT / "examples" / "ch_PP-OCRv4_det_infer.onnx")), source)
+    reader = calibration_reader(detector_pages())
+    quantize_static(str(source), str(path), reader, quant_format=QuantFormat.QDQ, per_channel=True)
+
+
 def _sandbox(tmp_path: Path) -> Path:
     """``tmp_path/work``, with ``examples`` and ``../shared`` as the repository root sees them."""
     work = tmp_path / "work"
@@ -151,6 +166,8 @@ def _reason(line: str) -> str:
 @pytest.mark.parametrize("doc, commands", _cases(), ids=[name for name, _ in _cases()])
 def test_the_documents_commands_run_as_written(doc, commands, tmp_path, request):
     work = _sandbox(tmp_path)
+    if any("quantized_model=det_qdq.onnx" in line for line in commands):
+        _quantized_detector(work / "det_qdq.onnx")  # 4 s: made for the document that names it
     elsewhere = {line for name, lines in _cases() if name != doc for line in lines} if doc == "README.md" else set()
     ran = 0
     for i, line in enumerate(commands):

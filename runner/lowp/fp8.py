@@ -1,8 +1,11 @@
 """fp8 (E4M3) candidates placed as TensorRT deploys them on Hopper: Q/DQ to float8e4m3fn (``low_precision=float8``).
 
-TensorRT builds a QDQ model strongly typed; for fp8 NVIDIA ModelOpt (``quantize_mode=fp8``) puts Q/DQ on the
-data input and the weight of Conv, ConvTranspose, MatMul and Gemm, nowhere else: pointwise nodes, pools and
-residual Adds run in the higher precision. The quantized type is ``float8e4m3fn`` (4 exponent bits, 3 mantissa
+TensorRT builds a QDQ model strongly typed and runs fp8 GEMMs and convolutions from Q/DQ on their data input and
+weight. Here those go on Conv, MatMul and Gemm, except the Convs TensorRT has no fp8 kernel for (grouped,
+depthwise ones, and those with 16 input or output channels or fewer): on the detector the same 36 Convs NVIDIA
+ModelOpt 0.47's ``quantize_mode=fp8`` quantizes. ModelOpt also quantizes some pools, Resizes and
+pointwise Adds/Muls of the detector's neck (27 more nodes); give its model as ``quantized_model=`` to search its
+own placement. The quantized type is ``float8e4m3fn`` (4 exponent bits, 3 mantissa
 bits, largest value 448): ``QuantizeLinear``/``DequantizeLinear`` at opset 19 with a float8 zero point, which
 ONNX Runtime runs on its CPU provider. Scales come from the calibrated maximum (amax / 448: ``calibration``'s
 ``minmax``, what ModelOpt calls max calibration); each weight has one scale for the whole tensor, as ModelOpt's
@@ -20,10 +23,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from runner.errors import ConfigError
-from runner.lowp.placement import WEIGHTED, PlacedQuantizer, Site
+from runner.lowp.placement import MIN_CHANNELS, PlacedQuantizer, Site
 
 #: float8e4m3fn's largest finite value (TensorRT's fp8 scale is amax / 448)
 FP8_MAX = 448.0
+#: the ops whose data input and weight TensorRT reads in fp8
+FP8_OPS = frozenset({"Conv", "MatMul", "Gemm"})
 #: QuantizeLinear/DequantizeLinear take float8 types from this opset
 FP8_OPSET = 19
 
@@ -72,16 +77,27 @@ class Fp8Quantizer(PlacedQuantizer):
     """
 
     def _place(self) -> Dict[str, List[Site]]:
-        """Sites: the data input and weight of each Conv, ConvTranspose, MatMul and Gemm TensorRT has fast
-        kernels for; nothing else."""
+        """Sites: the data input and weight (one scale) of each Conv, MatMul and Gemm TensorRT runs in fp8
+        (``_fp8_conv``, and int8's rule for a GEMM's K and N)."""
         allowed = set(self.options.op_types())
         sites: Dict[str, List[Site]] = {}
         for node in self.model.graph.node:
-            if node.op_type in WEIGHTED and node.op_type in allowed and self._fast_enough(node):
-                found = [Site(s.index, s.weight, None) for s in self._weighted(node)]  # per-tensor weights
-                if found:
-                    sites[node.name] = found
+            if node.op_type not in FP8_OPS or node.op_type not in allowed:
+                continue
+            if not (self._fp8_conv(node) if node.op_type == "Conv" else self._fast_enough(node)):
+                continue
+            found = [Site(s.index, s.weight, None) for s in self._weighted(node)]  # per-tensor weights
+            if found:
+                sites[node.name] = found
         return sites
+
+    def _fp8_conv(self, node: onnx.NodeProto) -> bool:
+        """Whether TensorRT has an fp8 kernel for this Conv: not grouped, more than 16 input and output channels (as
+        ModelOpt 0.47 chooses on the detector: a 32-by-16 Conv stays float, an 18-by-96 one does not)."""
+        if next((a.i for a in node.attribute if a.name == "group"), 1) > 1:
+            return False
+        weight = self.shapes.get(node.input[1], []) if len(node.input) > 1 else []
+        return len(weight) >= 2 and weight[0] > MIN_CHANNELS and weight[1] > MIN_CHANNELS
 
     def qdq(
         self,

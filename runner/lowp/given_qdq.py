@@ -42,10 +42,12 @@ from runner.lowp.emulate import tensor_types
 from runner.lowp.placement import PlacedQuantizer, Site
 from runner.lowp.precisions import FLOAT8, INT8, LowPrecision
 
-#: the element types a quantized tensor of a given model may have, and the low precision each means
+#: the element types a quantized tensor of a given model may have, and the low precision each means (int32: a bias
+#: ONNX Runtime's quantizer stores with the product of its input's and weight's scales)
 QUANTIZED_TYPES = {
     TensorProto.INT8: "int8",
     TensorProto.UINT8: "int8",
+    TensorProto.INT32: "int8",
     TensorProto.FLOAT8E4M3FN: "float8",
 }
 
@@ -151,8 +153,17 @@ def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str =
     unknown = [t for t in types if t not in QUANTIZED_TYPES]
     if unknown or not types:
         names = ", ".join(TensorProto.DataType.Name(t) for t in unknown) or "none"
-        raise ConfigError(f"{option}= quantizes to {names}; this tool reads int8, uint8 and float8e4m3fn Q/DQ models")
-    pairs = _matched(model, quantized, option)
+        raise ConfigError(
+            f"{option}= quantizes to {names}; this tool reads int8, uint8 and float8e4m3fn Q/DQ models (int32 biases)"
+        )
+    pairs, removed = _matched(model, quantized, option)
+
+    def same(f_in: str, q_in: Optional[str]) -> bool:
+        """Whether the quantized model's tensor (mapped to ``model=``'s) is ``f_in``, through removed activations."""
+        while f_in in removed and f_in != q_in:
+            f_in = removed[f_in]
+        return q_in == f_in
+
     fp8 = TensorProto.FLOAT8E4M3FN in types
     given = Given(
         consts=consts, quantized_type=TensorProto.FLOAT8E4M3FN if fp8 else min(types), opset=opset_of(quantized)
@@ -173,7 +184,7 @@ def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str =
                 used.add(q_in)
                 source = chain.source
                 init = consts.get(source) if source is not None else None
-                if source is not None and init is None and tensor.get(source) != f_in:
+                if source is not None and init is None and not same(f_in, tensor.get(source)):
                     raise _differs(option, f_node, q_node, k, f"reads {source} through Q/DQ where model= reads {f_in}")
                 if source is None and f_in not in f_inits:
                     raise _differs(
@@ -188,7 +199,7 @@ def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str =
                     or consts[q_in].data_type != f_inits[f_in].data_type
                 ):
                     recipes[k] = Recipe(None, consts[q_in])  # a corrected bias
-            elif tensor.get(q_in, q_in) != f_in:
+            elif not same(f_in, tensor.get(q_in, q_in)):
                 raise _differs(option, f_node, q_node, k, f"reads {q_in} where model= reads {f_in}")
         if len(f_node.input) != len(q_node.input):
             raise _differs(option, f_node, q_node, len(f_node.input), "has another number of inputs")
@@ -211,38 +222,61 @@ def _quantized_type(chain: Chain, consts: Dict[str, TensorProto]) -> Optional[in
     return TensorProto.UINT8 if len(dq.input) < 3 else None  # no zero point: uint8 by ONNX's rule
 
 
+#: activations a quantizer may remove where the Q/DQ after them clamps as they do (ONNX Runtime's quantize_static
+#: removes a Relu or Clip after a quantized node unless told to keep it: ``QDQKeepRemovableActivations``)
+REMOVABLE = frozenset({"Relu", "Clip"})
+
+
 def _matched(
     model: onnx.ModelProto, quantized: onnx.ModelProto, option: str
-) -> List[Tuple[onnx.NodeProto, onnx.NodeProto]]:
-    """``model=``'s compute nodes paired with the quantized model's: by name where every name is shared, else
-    by position.
+) -> Tuple[List[Tuple[onnx.NodeProto, onnx.NodeProto]], Dict[str, str]]:
+    """``model=``'s compute nodes paired with the quantized model's: by name where the quantized model's names are
+    all ``model=``'s (its quantizer may have removed Relu and Clip nodes, ``REMOVABLE``), else by position.
+
+    Returns:
+        (the pairs, ``{output of a removed node: its input}``).
 
     Raises:
-        ConfigError: another count, or another op type at a position (the first difference named).
+        ConfigError: another count, or another op type at a position, or a removed node that is no Relu or Clip
+            (the first difference named).
     """
     f_nodes = [n for n in compute_nodes(model)]
     q_nodes = [n for n in compute_nodes(quantized)]
     by_name = {n.name: n for n in q_nodes}
-    if len(by_name) == len(q_nodes) and {n.name for n in f_nodes} == set(by_name):
-        pairs = [(f, by_name[f.name]) for f in f_nodes]
+    removed: Dict[str, str] = {}
+    if len(by_name) == len(q_nodes) and set(by_name) <= {n.name for n in f_nodes}:
+        pairs = [(f, by_name[f.name]) for f in f_nodes if f.name in by_name]
+        for f in f_nodes:
+            if f.name in by_name:
+                continue
+            if f.op_type not in REMOVABLE or not f.input or not f.output:
+                raise ConfigError(
+                    f"{option}= is no quantized version of model=: model='s {f.name} ({f.op_type}) is not in it; "
+                    "quantize model= itself (a copy of it), keeping its nodes, and give that"
+                )
+            removed[f.output[0]] = f.input[0]
     else:
         pairs = list(zip(f_nodes, q_nodes))
+        if len(f_nodes) != len(q_nodes):
+            i = len(pairs)
+            for k, (f, q) in enumerate(pairs):
+                if f.op_type != q.op_type:
+                    i = k
+                    break
+            extra = q_nodes[i] if len(q_nodes) > i else f_nodes[i]
+            whose = f"{option}=" if len(q_nodes) > i else "model="
+            raise ConfigError(
+                f"{option}= is no quantized version of model=: it has {len(q_nodes)} compute nodes (not Q/DQ) where "
+                f"model= has {len(f_nodes)}; the first without a match is {whose}'s #{i} {extra.name} "
+                f"({extra.op_type}); quantize model= itself (a copy of it) and give that"
+            )
     for i, (f, q) in enumerate(pairs):
         if f.op_type != q.op_type:
             raise ConfigError(
                 f"{option}= is no quantized version of model=: its compute node #{i} is {q.name or '?'} ({q.op_type}) "
                 f"where model= has {f.name} ({f.op_type}); quantize model= itself (a copy of it) and give that"
             )
-    if len(f_nodes) != len(q_nodes):
-        i = len(pairs)
-        extra = q_nodes[i] if len(q_nodes) > i else f_nodes[i]
-        whose = f"{option}=" if len(q_nodes) > i else "model="
-        raise ConfigError(
-            f"{option}= is no quantized version of model=: it has {len(q_nodes)} compute nodes (not Q/DQ) where "
-            f"model= has {len(f_nodes)}; the first without a match is {whose}'s #{i} {extra.name} ({extra.op_type}); "
-            "quantize model= itself (a copy of it) and give that"
-        )
-    return pairs
+    return pairs, removed
 
 
 def _differs(option: str, f_node: onnx.NodeProto, q_node: onnx.NodeProto, k: int, what: str) -> ConfigError:

@@ -98,3 +98,11 @@ def declares_no_tensor_types(path: str) -> bool:
 def returns(path: str, what: str) -> object:
     """A check that returns something other than a bool: the string "False", "no", a generator, a function."""
     return {"False": "False", "no": "no", "generator": (x for x in [False]), "function": len}[what]
+
+
+def reads_no_dq(path: str, *names: str) -> bool:
+    """Passes only while none of the nodes ``names`` reads a DequantizeLinear's output (they are kept out of
+    int8/fp8): a check whose answer is ``names``, whatever the numbers."""
+    model = onnx.load(path, load_external_data=False)
+    made = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return not any(made & set(n.input) for n in model.graph.node if n.name in names)

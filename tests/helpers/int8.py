@@ -171,3 +171,19 @@ def introduced_share(summary: Dict[str, Any], rows_path: Path) -> Tuple[float, L
         rows = list(csv.DictReader(f))
     assert len(rows) == summary["nodes"]
     return sum(1 for r in rows if r["intro_rel_l2"] != "") / len(rows), rows
+
+
+def wide_model(channels: int = 24) -> onnx.ModelProto:
+    """``x [1, 3, 8, 8] -> conv0 (3 to channels) -> conv1 -> conv2 -> conv3 -> y``, 1x1 Convs of ``channels``
+    channels near the identity: TensorRT runs conv1..conv3 in fp8 (more than 16 channels each), not conv0
+    (3 input channels). Opset 13."""
+    rng = np.random.default_rng(2)
+    inits, nodes, prev = [], [], "x"
+    for i in range(4):
+        c_in = 3 if i == 0 else channels
+        w = np.eye(channels, c_in) + 0.1 * rng.standard_normal((channels, c_in))
+        inits.append(numpy_helper.from_array(w.reshape(channels, c_in, 1, 1).astype(np.float32), f"w{i}"))
+        out = "y" if i == 3 else f"t{i}"
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [out], name=f"conv{i}"))
+        prev = out
+    return _image_model(nodes, "wide", inits, channels, 13)
