@@ -343,6 +343,14 @@ class QuantizationConf:
 
 
 @dataclass
+class BudgetConf:
+    """``budget.*``: when a search stops before its minimal answer, with the best answer it has checked so far."""
+
+    checks: Optional[int] = None  # checks this run may make (replayed verdicts are free); null: no limit
+    seconds: Optional[float] = None  # seconds this run may take, from its start; null: no limit
+
+
+@dataclass
 class QuantKeys:
     """The keys of modes that quantize to int8 (``low_precision=int8``, ``checker.low_precision=int8``)."""
 

@@ -8,7 +8,8 @@ and ``checker=compare``'s golden values all need.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # NumPy, ONNX and the model's files are imported where first 
     import numpy as np
     import onnx
 
+    from runner.files.rankings import Rankings
     from runner.files.samples import Sample
     from runner.graph.summaries import TensorSummary
 
@@ -55,6 +57,10 @@ class RunContext:
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
         lanes: where jobs that are not checks run (precision's ranking), as the executor offers
             (``Executor.lanes``, for ``runner.executors.spread.spread``); default one in this thread.
+        started: when the run started (``time.monotonic``), for ``budget.seconds``.
+        identity: what the run's verdicts depend on (``runner.files.identity.run_identity``), for keys of what
+            it keeps across runs (``rankings``).
+        ranking_sources: earlier runs' ``ranking.json`` files (or run directories) to read rankings from.
     """
 
     mode: str
@@ -73,6 +79,9 @@ class RunContext:
     value_budget: int = 2**30
     workers: int = 1
     lanes: Sequence[Any] = HERE
+    started: float = field(default_factory=time.monotonic)
+    identity: Mapping[str, Any] = field(default_factory=dict)
+    ranking_sources: Sequence[Path] = ()
 
     def __post_init__(self) -> None:
         """Check what can be checked before any work.
@@ -89,6 +98,14 @@ class RunContext:
             raise ConfigError(ITERATIONS_WITH_SAMPLES)
         if not isinstance(self.iterations, int) or self.iterations < 1:
             raise ConfigError(f"iterations={self.iterations}: give how many input samples to generate, 1 or more")
+
+    @functools.cached_property
+    def rankings(self) -> Rankings:
+        """The rankings this run reads (``ranking_sources``) and writes (``ranking.json`` in its directory):
+        ``runner.files.rankings``."""
+        from runner.files.rankings import FILE, Rankings
+
+        return Rankings(self.run_dir / FILE, self.ranking_sources)
 
     @functools.cached_property
     def model(self) -> onnx.ModelProto:

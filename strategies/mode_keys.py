@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 from omegaconf import MISSING
 
 from runner.config import (
+    BudgetConf,
     CheckedKeys,
     DataKeys,
     Direction,
@@ -119,6 +120,9 @@ class PrecisionKeys(DataKeys, SaveKeys, QuantKeys, ScopeKeys):
     # marker=minimal: checks spent trading two kept nodes for one after the 1-minimal answer (0: none; null: 16
     # for int8, whose rankings leave smaller answers than the 1-minimal one more often, 0 for fp16/bf16)
     exchange_checks: Optional[int] = None
+    # stop at budget.checks= checks or budget.seconds= seconds with the best answer checked so far (minimal: false)
+    budget: BudgetConf = field(default_factory=BudgetConf)
+    rankings: Optional[str] = None  # an earlier run's ranking.json (or its directory): rankings of this key are read
 
     def checker_defaults(self) -> Dict[str, Any]:
         """Checker options this search defaults where they are left null (``runner.run.plan``): an int8 or fp8

@@ -30,6 +30,7 @@ from runner.graph.validate import Validator
 from strategies.ahead import AheadModels
 from strategies.answer_check import WrittenAnswer, save_checked
 from strategies.base import RoundStrategy
+from strategies.budget import Budget
 from strategies.exchange import ExchangeSearch
 from strategies.gate import Gate
 from strategies.group_search import GroupSearch
@@ -91,6 +92,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self._answer: Optional[WrittenAnswer] = None  # the written answer, once written
         self._reused_misses: List[Units] = []  # unit sets whose miss came from a replay
         self._passed = False  # some check passed (an answer resting on none is never written)
+        #: ``budget.*``: where the search stops short with the best answer checked so far (``strategies.budget``)
+        self.budget: Optional[Budget] = None
 
     # -- what a mode defines ----------------------------------------------------------------
 
@@ -213,13 +216,15 @@ class OnnxSearchStrategy(RoundStrategy):
                 self._round_gates.append(gate)
                 self._gate_units.append(self._made)  # None: a gate whose candidate is no unit set (reduce's original)
             if self.final is not None:
-                if not made and self.next_stage():
+                if not made and not self._stopped_short() and self.next_stage():
                     continue
                 if not made and self.verify_answer and self._answer is None and (self._passed or not self.needs_pass):
                     answer = self._write_answer(self.final)
                     self.gates.append(Gate(self._answer_candidate, self.hit_on_pass, self._answer_failed, answer.held))
                     continue
                 return made
+            if not made and self._budget_spent():
+                continue
             sets = self.search.propose(k - len(made)) if len(made) < k else []
             if sets or made:
                 self._round = sets
@@ -230,6 +235,29 @@ class OnnxSearchStrategy(RoundStrategy):
             after = self.after_search()
             if after is not None:
                 self.gates.append(after)
+
+    def _stopped_short(self) -> bool:
+        """Whether the budget stopped the search (no further stage then)."""
+        return self.budget is not None and bool(self.budget.stopped)
+
+    def _budget_spent(self) -> bool:
+        """Stop the search at its budget (``strategies.budget``): the answer is the best hit checked so far,
+        written and verified as any answer. False while the budget lasts, or no hit is known yet."""
+        if self.budget is None or self.final is not None or self.budget.best is None:
+            return False
+        why = self.budget.over()
+        if not why:
+            return False
+        self.budget.stopped = why
+        self.final = self.answer_of(self.budget.best)
+        log.warning(
+            "%s: the search stops short of its minimal answer; the answer is the smallest %s checked so far (%s); "
+            "resume with replay.load= and a larger budget for the minimal one",
+            why,
+            "passing set" if self.hit_on_pass else "failing subgraph",
+            self.size(self.final),
+        )
+        return True
 
     def _rechecks(self, final: Units) -> List[Gate]:
         """A gate for each replayed miss the answer rests on: a unit set inside the answer whose verdict
@@ -284,6 +312,8 @@ class OnnxSearchStrategy(RoundStrategy):
         for gate, units, verdict in zip(self._round_gates, self._gate_units, verdicts):
             assert verdict is not None, "a round with gates is never settled early"
             self.gates.popleft()
+            if self.budget is not None:
+                self.budget.took(units, verdict.passed == self.hit_on_pass, verdict.reused)
             if units is not None:
                 self._keep_outputs(units, verdict)
             if verdict.passed != gate.expect_pass:
@@ -296,6 +326,8 @@ class OnnxSearchStrategy(RoundStrategy):
             return
         for units, verdict in zip(self._round, searched):
             if verdict is not None:
+                if self.budget is not None:
+                    self.budget.took(self.closure(units), verdict.passed == self.hit_on_pass, verdict.reused)
                 self._keep_outputs(units, verdict)
                 self.on_search_verdict(units, verdict)
                 if verdict.reused and not verdict.sealed and verdict.passed != self.hit_on_pass:

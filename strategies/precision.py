@@ -20,6 +20,7 @@ Markers:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 
@@ -39,6 +40,7 @@ from runner.lowp.precisions import FLOAT16, LowPrecision
 from runner.lowp.quantize import Quantizer
 from runner.lowp.switchboard import LazySwitchboard
 from strategies.boundary import BoundaryMarker, marker_name
+from strategies.budget import Budget
 from strategies.deferred_search import DeferredSearch
 from strategies.float_rest import FloatRest
 from strategies.gate import Gate
@@ -51,6 +53,9 @@ from strategies.precision_setup import precision_arguments
 from strategies.precision_space import OutputErrorOrder, switchboard_of
 from strategies.prefix_search import PrefixSearch
 from strategies.tied_search import Untie
+from strategies.tradeoff import Tradeoff
+
+log = logging.getLogger(__name__)
 
 KEYS = PrecisionKeys
 
@@ -92,6 +97,9 @@ class PrecisionStrategy(PrecisionGates):
         rest: int8 with the rest in fp16 (``quantization.float_precision=float16``, ``strategies.float_rest``):
             an fp16 stage first finds the nodes that must stay fp32, then the int8 search runs with
             them in fp32 and the rest in fp16; None: the rest stays fp32.
+        budget: where the search stops short with the best answer checked so far (``strategies.budget``);
+            None: it runs to its minimal answer.
+        run_dir: the run's directory, where ``tradeoff.png`` goes; None: nowhere.
 
     Raises:
         ConfigError: when the model has no float nodes.
@@ -122,6 +130,8 @@ class PrecisionStrategy(PrecisionGates):
         untie: Untie = Untie.auto,
         exchange_checks: int = 0,
         rest: Optional[FloatRest] = None,
+        budget: Optional[Budget] = None,
+        run_dir: Optional[Path] = None,
     ):
         self.forced: Units = frozenset(forced)
         self.rest = rest
@@ -157,6 +167,10 @@ class PrecisionStrategy(PrecisionGates):
             search = float16_stage(rest, marker, self.direction)
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.ahead.weight_bytes = initializer_bytes(model)
+        self.budget = budget
+        self.run_dir = run_dir
+        #: every search candidate's point, and the early verdict when most must stay (``strategies.tradeoff``)
+        self.tradeoff: Optional[Tradeoff] = Tradeoff(len(self.layers), low.name)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
         #: the candidates as feeds of one switched model (built when a checker first runs one)
         self.switchboard = switchboard or switchboard_of(self.converter, f"switchboard:{self.fingerprint}:{low}")
@@ -354,4 +368,15 @@ class PrecisionStrategy(PrecisionGates):
             **rest_facts(self.rest, self.final, self.forced, self.describe),
             **self.answer_outputs(),
             **self.answer_verified(),
+            **(self.budget.facts() if self.budget is not None else {}),
+            **(self.tradeoff.facts() if self.tradeoff is not None else {}),
         }
+
+    def finish(self) -> None:
+        """The answer (``OnnxSearchStrategy.finish``), and ``tradeoff.png`` in the run directory."""
+        super().finish()
+        if self.tradeoff is not None and self.run_dir is not None:
+            try:
+                self.tradeoff.plot(self.run_dir / "tradeoff.png")
+            except OSError as e:  # a figure must not cost the answer
+                log.warning("Could not write tradeoff.png: %s", e)

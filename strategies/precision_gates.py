@@ -20,6 +20,7 @@ from runner.lowp.precisions import LowPrecision
 from strategies.float_rest import FloatRest
 from strategies.gate import Gate
 from strategies.onnx_search import OnnxSearchStrategy, Units
+from strategies.tradeoff import Tradeoff
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class PrecisionGates(OnnxSearchStrategy):
     _none_queued: bool
     _pipeline_checked: bool
     _search_passed: bool
+    tradeoff: Optional[Tradeoff]
 
     @property
     def _fp16_stage(self) -> bool:
@@ -74,6 +76,8 @@ class PrecisionGates(OnnxSearchStrategy):
         ``PIPELINE_CHECK_FROM`` of the nodes or more queues the all-kept candidate as the pipeline
         builds it (``_pipeline_gate``)."""
         self._search_passed = self._search_passed or verdict.passed
+        if self.tradeoff is not None and not self._fp16_stage:
+            self.tradeoff.add(len(units), verdict)
         if self._fp16_stage:
             return
         if not verdict.passed:

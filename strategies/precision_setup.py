@@ -18,6 +18,7 @@ from runner.lowp.given_qdq import given_precision, load_given
 from runner.lowp.precisions import FLOAT8, any_low_precision, is_quantized
 from runner.lowp.quant_options import QuantOptions
 from strategies.boundary import BoundaryMarker, searches_sets
+from strategies.budget import Budget
 from strategies.mode_keys import PrecisionKeys
 from strategies.precision_search import exchange_budget
 from strategies.precision_space import float_rest, search_space
@@ -116,4 +117,6 @@ def precision_arguments(
         "untie": keys.untie,
         "exchange_checks": exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
         "rest": rest,
+        "budget": Budget.from_keys(keys.budget, ctx.started),
+        "run_dir": ctx.run_dir,
     }

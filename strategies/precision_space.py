@@ -24,6 +24,7 @@ from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
+from runner.files.rankings import key_of, names_digest
 from runner.graph.load import fingerprint
 from runner.graph.qdq import quantized_nodes
 from runner.graph.scope import Scope
@@ -137,6 +138,19 @@ class OutputErrorOrder:
 
     def __call__(self, items: List[Any]) -> List[Any]:
         """``items`` (node indices, or sets of them) ordered by output error, largest first."""
+        labels = {self._label(item): item for item in items}
+        key = key_of(
+            self.ctx.identity,
+            backend=backend_key(self.checker),
+            low=self.low.name,
+            items=names_digest(sorted(labels)),
+            builder=fingerprint(self.model),
+            everything=names_digest(sorted(self.model.graph.node[i].name for i in self.everything)),
+        )
+        stored = self.ctx.rankings.get("output_error", key)
+        if stored is not None and sorted(stored) == sorted(labels):
+            self.facts = {"nodes": len(items), "seconds": 0.0, "switched": False, "read": True}
+            return [labels[label] for label in stored]
         started = time.monotonic()
         log.info(
             "A ranked prefix of %d or more fails: ranking the %d %s again by the output error each makes "
@@ -159,8 +173,13 @@ class OutputErrorOrder:
         order = output_error_ranking(builds, self.model, self.ctx.samples, backend, self.ctx.lanes)
         seconds = time.monotonic() - started
         self.facts = {"nodes": len(items), "seconds": round(seconds, 3), "switched": board is not None}
+        self.ctx.rankings.put("output_error", key, [self._label(item) for item in order])
         log.info("Ranked again in %.1f s; first: %s", seconds, ", ".join(self._name(item) for item in order[:5]))
         return order
+
+    def _label(self, item: Any) -> str:
+        """An item's name in a stored ranking: its node's name, or a tied position's node names joined."""
+        return "+".join(sorted(self.model.graph.node[i].name for i in self._members(item)))
 
     def _name(self, item: Any) -> str:
         nodes = sorted(item) if isinstance(item, frozenset) else [item]
@@ -250,6 +269,15 @@ def search_space(
     return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder, switchboard)
 
 
+def backend_key(checker: Optional[Checker]) -> Dict[str, Any]:
+    """What of the checker's way of running shapes a ranking: its backend, providers and options (a device's
+    arithmetic ranks), or ``emulated`` where the ranking runs on CPU (``ranking_backend``)."""
+    comparison = checker.comparison() if checker is not None else None
+    if comparison is None or not comparison.on_device:
+        return {"backend": "emulated"}
+    return {"backend": comparison.backend_name, "options": dict(comparison.backend_options)}
+
+
 def introduced_order(
     ctx: RunContext,
     model: onnx.ModelProto,
@@ -271,12 +299,26 @@ def introduced_order(
         checker: the run's checker (``ranking_backend``).
         ranking_budget: bytes of tensor values held at once, or None for no limit.
     """
+    names = [model.graph.node[i].name for i in layers]
+    key = key_of(
+        ctx.identity,
+        backend=backend_key(checker),
+        low=low.name,
+        nodes=names_digest(names),
+        target=fingerprint(target) if target is not None else None,
+    )
+    stored = ctx.rankings.get("introduced", key)
+    if stored is not None and sorted(stored) == sorted(names):
+        index = {model.graph.node[i].name: i for i in layers}
+        return [index[n] for n in stored]
     # chunks sized by each tensor's bytes from shape inference alone: no extra fp32 run of the model
     sizes = ctx.tensor_sizes(model, measure=False) if ranking_budget is not None else None
     backend = ranking_backend(checker)
     order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
     if order is None:
         order = sensitivity_ranking(model, layers, ctx.summaries)
+    else:
+        ctx.rankings.put("introduced", key, [model.graph.node[i].name for i in order])
     log.info(
         "Nodes ranked by the error each introduces in %s; first: %s",
         low,

@@ -195,6 +195,7 @@ def test_the_documents_commands_run_as_written(doc, commands, tmp_path, request)
     assert ran == sum(_runnable(line) for line in commands)
 
 
+@pytest.mark.slow  # two shell scripts and a Python process: about 1.8 s on 2 cores
 def test_the_sandbox_holds_what_the_commands_name(tmp_path):
     work = _sandbox(tmp_path)
     assert (work / "../shared/models/ch_PP-OCRv4_det_infer.onnx").resolve().is_file()

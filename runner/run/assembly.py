@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_method, instantiate
@@ -134,8 +134,13 @@ def _overrides() -> List[str]:
         return []
 
 
-def _context(plan: RunPlan, directory: Path, executor: Optional[Executor]) -> RunContext:
-    """The run's shared context from the (output-resolved) plan, with the executor's workers and lanes."""
+def _context(
+    plan: RunPlan, directory: Path, executor: Optional[Executor], identity: Optional[Dict[str, Any]] = None
+) -> RunContext:
+    """The run's shared context from the (output-resolved) plan, with the executor's workers and lanes, the run's
+    identity and where earlier rankings are (beside a loaded replay, and ``rankings=``)."""
+    loaded, given = plan.get("replay.load"), plan.get("rankings")
+    sources = ([Path(loaded).parent] if loaded else []) + ([Path(given)] if given else [])
     return RunContext(
         mode=plan.mode,
         run_dir=directory,
@@ -152,6 +157,8 @@ def _context(plan: RunPlan, directory: Path, executor: Optional[Executor]) -> Ru
         iterations=plan.get("iterations", 1),
         workers=executor.workers if executor is not None else 1,
         lanes=executor.lanes() if executor is not None else HERE,
+        identity=identity or {},
+        ranking_sources=sources,
     )
 
 
@@ -240,7 +247,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         if state.executor.workers > 1 and not checker_class.concurrent:
             # by its class: the interactive checker asks for a terminal when it is built
             raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
-    ctx = _context(planned, directory, state.executor)
+    ctx = _context(planned, directory, state.executor, state.replay.identity)
     if planned.takes_checker:
         _adopt_checker(state, resources)
     state.strategy = strategy = _build_strategy(planned, ctx, state.checker)

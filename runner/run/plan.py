@@ -162,7 +162,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     model = config.get("model")
     data = {
         key: OmegaConf.select(config, key)
-        for key in ("inputs", "golden", "replay.load", "reference_model", "quantized_model")
+        for key in ("inputs", "golden", "replay.load", "reference_model", "quantized_model", "rankings")
     }
     modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
     read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"))

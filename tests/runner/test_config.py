@@ -155,7 +155,7 @@ def test_keys_of_fills_a_modes_keys_from_the_config_with_enums_and_nested_schema
     assert keys.direction is Direction.ranked and keys.low_precision is Precision.int8
     assert keys.calibration == CalibrationConf(samples=4) and keys.include_nodes == ["a.*"]
     with pytest.raises(ConfigError, match="mode=precision"):
-        keys_of("precision", {"low_precision": "float8"})
+        keys_of("precision", {"low_precision": "float4"})
 
 
 def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
@@ -177,6 +177,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
         "model_input_shapes",
         "precision",
         "quantization",
+        "quantized_model",
         "seed",
         "share_weights",
         "weak_typing",

@@ -1,0 +1,92 @@
+"""A search's budget (``budget.checks=``, ``budget.seconds=``): where it stops short of its minimal answer.
+
+A 1-minimal precision answer costs about one check per kept unit, and where most of a model must stay that is
+hundreds of checks. With a budget, the search stops once this run has made ``checks`` checks or taken
+``seconds`` (from the run's start; the ranking included), and its answer is the best one it has checked: the
+smallest unit set whose verdict was the one the search looks for (precision: a passing candidate). That
+answer is written and checked as written like any other; ``summary.json`` says ``minimal: false`` and why.
+Verdicts replayed from ``replay.load=`` cost nothing, so a resume with a larger budget (or none) goes on to
+the minimal answer without checking anything again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Optional
+
+from runner.errors import ConfigError
+
+Units = FrozenSet[int]
+
+
+@dataclass
+class Budget:
+    """What this run may spend, what it has spent, and the best answer so far.
+
+    Attributes:
+        checks: checks this run may make, or None.
+        seconds: seconds from ``started``, or None.
+        started: when the run started (``time.monotonic``).
+        spent: checks made so far (not replayed).
+        best: the smallest unit set with the verdict the search looks for, checked so far.
+        stopped: why the search stopped short ("" while it has not).
+    """
+
+    checks: Optional[int] = None
+    seconds: Optional[float] = None
+    started: float = field(default_factory=time.monotonic)
+    spent: int = 0
+    best: Optional[Units] = None
+    stopped: str = ""
+
+    @classmethod
+    def from_keys(cls, conf: Any, started: float) -> Optional[Budget]:
+        """The budget of ``budget.*`` (``runner.config.BudgetConf``), or None when neither key is set.
+
+        Raises:
+            ConfigError: a limit below 1 check or not above 0 seconds.
+        """
+        checks, seconds = conf.checks, conf.seconds
+        if checks is None and seconds is None:
+            return None
+        if checks is not None and (not isinstance(checks, int) or checks < 1):
+            raise ConfigError(f"budget.checks={checks}: give how many checks this run may make, 1 or more")
+        if seconds is not None and not float(seconds) > 0:
+            raise ConfigError(f"budget.seconds={seconds}: give how many seconds this run may take, above 0")
+        return cls(checks, None if seconds is None else float(seconds), started)
+
+    def took(self, units: Optional[Units], hit: bool, reused: bool) -> None:
+        """Count one verdict: a check unless it was replayed; a hit of fewer units is the best so far."""
+        if not reused:
+            self.spent += 1
+        if hit and units is not None and (self.best is None or len(units) < len(self.best)):
+            self.best = units
+
+    def over(self) -> str:
+        """Why the budget is spent ("" while it is not): the limit reached."""
+        if self.checks is not None and self.spent >= self.checks:
+            return f"budget.checks={self.checks} reached"
+        elapsed = time.monotonic() - self.started
+        if self.seconds is not None and elapsed >= self.seconds:
+            return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s)"
+        return ""
+
+    def facts(self) -> Dict[str, Any]:
+        """``summary.json``'s ``budget`` (limits, spent checks and seconds) and, when the search stopped short,
+        ``minimal: false`` with ``minimal_why``."""
+        found: Dict[str, Any] = {
+            "budget": {
+                "checks": self.checks,
+                "seconds": self.seconds,
+                "spent_checks": self.spent,
+                "spent_seconds": round(time.monotonic() - self.started, 3),
+            }
+        }
+        if self.stopped:
+            found["minimal"] = False
+            found["minimal_why"] = (
+                f"{self.stopped}: the answer is the smallest passing set checked so far; resume with "
+                "replay.load= and a larger budget (or none) for the minimal one"
+            )
+        return found

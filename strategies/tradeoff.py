@@ -1,0 +1,128 @@
+"""What a precision run has measured of its trade-off, and the early verdict when most of the model must stay.
+
+Every search candidate is a point: how many searchable nodes run in the low precision, the check's statistic
+(the worst output's, from an in-process comparison; None for a program's check) and its verdict. The ranked
+searches try short prefixes first and double them, so within their first checks they know roughly how much must
+stay: once a candidate keeping more than half of the units (the top-ranked ones) still fails, most of the model
+may have to stay (a ranking is no proof: another set of that size may pass), and a 1-minimal answer will cost
+about a check per kept unit. The run says so then, in the log and in ``summary.json``'s
+``most_must_stay``, with what to try, rather than at its end; ``tradeoff`` lists every point and
+``tradeoff.png`` draws them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from runner.candidates import Verdict
+
+log = logging.getLogger(__name__)
+
+
+def worst_output(verdict: Verdict) -> Tuple[Optional[str], Optional[float]]:
+    """The output whose statistic is the largest in an in-process comparison's verdict, and that statistic;
+    (None, None) for a verdict without per-output statistics (a program's check)."""
+    found: Tuple[Optional[str], Optional[float]] = (None, None)
+    for name, stats in (verdict.outputs or {}).items():
+        value = stats.get("statistic") if isinstance(stats, dict) else None
+        if value is None:
+            continue
+        value = float(value)
+        if found[1] is None or value > found[1] or (math.isnan(value) and not math.isnan(found[1])):
+            found = (name, value)
+    return found
+
+
+class Tradeoff:
+    """The points of one precision run and its early verdict.
+
+    Args:
+        total: the searchable units (nodes, or tied positions' nodes: counted as nodes kept).
+        low: the low precision's name, for the advice.
+    """
+
+    def __init__(self, total: int, low: str):
+        self.total, self.low = total, low
+        self.points: List[Dict[str, Any]] = []
+        self.verdict: Optional[Dict[str, Any]] = None
+
+    def add(self, kept: int, verdict: Verdict) -> None:
+        """One search candidate keeping ``kept`` nodes, and its verdict; the early verdict when it is the first
+        failure keeping more than half of them."""
+        output, statistic = worst_output(verdict)
+        self.points.append(
+            {"low_nodes": self.total - kept, "kept": kept, "statistic": statistic, "passed": bool(verdict.passed)}
+        )
+        if self.verdict is None and not verdict.passed and kept * 2 > self.total:
+            self._say(kept, output, statistic)
+
+    def _say(self, kept: int, output: Optional[str], statistic: Optional[float]) -> None:
+        """Log and record that most must stay, with what to try."""
+        where = f" ({output}: {statistic:.4g})" if output is not None and statistic is not None else ""
+        tries = [
+            "a looser tolerance (the measured trade-off: summary.json's tradeoff, tradeoff.png)",
+            "budget.checks= or budget.seconds= for the best answer in bounded time",
+        ]
+        if self.low == "float16":
+            tries.insert(0, "low_precision=bfloat16 (fp32's range: errors of overflow go)")
+        if output is not None:
+            tries.append(f"comparing the tensors before the output whose error dominates, {output} (checker.outputs=)")
+        self.verdict = {
+            "kept": kept,
+            "total": self.total,
+            "checks": len(self.points),
+            "worst_output": output,
+            "statistic": statistic,
+            "try": tries,
+        }
+        log.warning(
+            "Most of the model may have to stay: the top-ranked %d of %d nodes kept in float32 still fail%s, after %d "
+            "search checks; a 1-minimal answer costs about a check per kept node. Try: %s",
+            kept,
+            self.total,
+            where,
+            len(self.points),
+            "; ".join(tries),
+        )
+
+    def facts(self) -> Dict[str, Any]:
+        """``summary.json``'s ``tradeoff`` (every point) and ``most_must_stay`` (the early verdict, when said)."""
+        found: Dict[str, Any] = {"tradeoff": self.points} if self.points else {}
+        if self.verdict is not None:
+            found["most_must_stay"] = self.verdict
+        return found
+
+    def plot(self, path: Path) -> Optional[Path]:
+        """``tradeoff.png``: each point's statistic against the nodes in the low precision, passes and failures
+        apart; None (nothing written) with fewer than two points with a statistic.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        points = [p for p in self.points if p["statistic"] is not None and math.isfinite(p["statistic"])]
+        if len(points) < 2:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for passed, color, label in ((True, "tab:green", "passes"), (False, "tab:red", "fails")):
+            chosen = [p for p in points if p["passed"] == passed]
+            ax.scatter([p["low_nodes"] for p in chosen], [p["statistic"] for p in chosen], c=color, s=14, label=label)
+        if all(p["statistic"] > 0 for p in points):
+            ax.set_yscale("log")
+        ax.set_xlabel(f"nodes in {self.low} (of {self.total})")
+        ax.set_ylabel("the check's statistic (worst output)")
+        ax.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
+        tmp = path.with_name(path.stem + ".tmp.png")
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        os.replace(tmp, path)
+        return path

@@ -1,0 +1,105 @@
+"""Precision when most of the model must stay: the early verdict and the measured trade-off
+(``strategies.tradeoff``), budgets that stop with the best answer checked so far and resume to the minimal one
+(``strategies.budget``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from examples.planted import f32, make_model
+from tests.helpers.cli import one_line_error
+
+TIGHT = ["checker=compare", "checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=3e-4"]
+
+
+@pytest.fixture
+def dense(tmp_path):
+    """A chain of 32 Muls by vectors near 1: each one's fp16 rounding adds about 1e-4 of rel L2 error, so at
+    3e-4 most must stay in fp32 (29 of 32)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(32):
+        inits.append(numpy_helper.from_array((1 + 0.3 * rng.standard_normal(16)).astype(np.float32), f"s{i}"))
+        out = "y" if i == 31 else f"t{i}"
+        nodes.append(helper.make_node("Mul", [x, f"s{i}"], [out], name=f"mul{i}"))
+        x = out
+    path, inputs = tmp_path / "dense.onnx", tmp_path / "x.npz"
+    onnx.save(make_model(nodes, [f32("x", [1, 16])], [f32("y", [1, 16])], inits), path)
+    np.savez(inputs, x=np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32))
+    return ["mode=precision", "marker=minimal", f"model={path}", f"inputs={inputs}", *TIGHT]
+
+
+@pytest.mark.slow  # about 45 checks
+def test_most_must_stay_is_said_within_20_checks_with_the_measured_tradeoff(run, dense):
+    r = run(*dense)
+    assert r.returncode == 0, r.stderr[-2000:]
+    verdict = r.summary["most_must_stay"]
+    assert verdict["checks"] <= 20 and verdict["kept"] * 2 > verdict["total"] == 32
+    assert verdict["worst_output"] == "y" and any("bfloat16" in t for t in verdict["try"])
+    assert "Most of the model may have to stay" in (r.run_dir / "runner.log").read_text()
+    points = r.summary["tradeoff"]
+    assert len(points) >= r.summary["checks"] - 5 and all(
+        set(p) == {"low_nodes", "kept", "statistic", "passed"} for p in points
+    )
+    assert all(p["low_nodes"] + p["kept"] == 32 for p in points)
+    assert any(p["passed"] for p in points) and any(not p["passed"] for p in points)
+    assert (r.run_dir / "tradeoff.png").stat().st_size > 1000
+    assert r.summary["kept"] >= 24 and "minimal" not in r.summary
+
+
+@pytest.mark.slow  # a budgeted run and its resume
+def test_a_budgeted_run_stops_verified_and_its_resume_ends_minimal_without_checking_a_verdict_twice(
+    run, dense, tmp_path
+):
+    budgeted = run(*dense, "budget.checks=12", f"output={tmp_path / 'short.onnx'}")
+    assert budgeted.returncode == 0, budgeted.stderr[-2000:]
+    s = budgeted.summary
+    assert s["minimal"] is False and "budget.checks=12 reached" in s["minimal_why"]
+    assert s["answer_verified"]["check_passed"] is True and s["checks"] <= 13
+    assert s["budget"]["spent_checks"] == s["checks"]
+    full = run(*dense, f"output={tmp_path / 'full.onnx'}")
+    resumed = run(*dense, f"replay.load={budgeted.run_dir / 'replay.json'}", f"output={tmp_path / 'resumed.onnx'}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "minimal" not in resumed.summary and resumed.summary["kept_nodes"] == full.summary["kept_nodes"]
+    assert resumed.summary["kept"] <= s["kept"] and resumed.summary["reused"] >= s["checks"] - 1
+    replayed = json.loads((budgeted.run_dir / "replay.json").read_text())["iterations"]
+    checked_again = [it for it in json.loads((resumed.run_dir / "replay.json").read_text())["iterations"]
+                     if not it.get("reused") and it["key"] in {r["key"] for r in replayed}]  # fmt: skip
+    assert not [it for it in checked_again if ":answer" not in it["key"]], "no search verdict checked twice"
+
+
+@pytest.mark.parametrize("key, words", [("budget.checks=0", "1 or more"), ("budget.seconds=-1", "above 0")])
+def test_a_budget_that_allows_nothing_is_one_line(run, dense, key, words):
+    one_line_error(run(*dense, key), key.split("=")[0] + "=", words, code=2)
+
+
+@pytest.mark.slow  # four runs
+def test_a_resume_and_a_run_at_another_tolerance_rank_nothing_again(run, dense):
+    """The rankings go to ranking.json in the run directory, keyed by what they depend on; a resume reads the file
+    beside its replay, another run the one it names (rankings=), whatever its tolerance or marker."""
+    first = run(*dense, "budget.checks=6")
+    stored = json.loads((first.run_dir / "ranking.json").read_text())
+    assert stored["format"] == "onnx-debug-runner rankings" and stored["rankings"][0]["kind"] == "introduced"
+    assert len(stored["rankings"][0]["order"]) == 32
+    resumed = run(*dense, f"replay.load={first.run_dir / 'replay.json'}")
+    log = (resumed.run_dir / "runner.log").read_text()
+    assert "introduced ranking is read from an earlier run's ranking.json" in log
+    assert "Nodes ranked by the error each introduces" not in log
+    looser = [a for a in dense if not a.startswith("checker.rtol")] + [
+        "checker.rtol=1e-3",
+        "marker=bisect",
+        "direction=ranked",
+    ]
+    other = run(*[a for a in looser if a != "marker=minimal"], f"rankings={first.run_dir}")
+    assert (
+        other.returncode == 0
+        and "read from an earlier run's ranking.json" in (other.run_dir / "runner.log").read_text()
+    )
+    fp16 = run(*[a.replace("fp16_emulation", "bf16_emulation") for a in dense], "low_precision=bfloat16",
+               f"rankings={first.run_dir}")  # fmt: skip
+    assert "read from an earlier run" not in (fp16.run_dir / "runner.log").read_text(), "another precision: its own"
