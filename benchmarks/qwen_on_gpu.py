@@ -144,6 +144,24 @@ def _save(work: Path, model, ids, start: float) -> tuple:
     return path, inputs, size, time.perf_counter() - start
 
 
+def _verdict_seconds(log: Path):
+    """Seconds from the run's first log line to its early verdict (``Most of the model may have to stay``), or
+    None when it gave none."""
+    import datetime
+
+    if not log.is_file():
+        return None
+    stamps = []
+    for line in log.read_text().splitlines():
+        if line.startswith("[") and "]" in line:
+            try:
+                stamps.append((datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f"), line))
+            except ValueError:
+                continue
+    said = [t for t, line in stamps if "Most of the model may have to stay" in line]
+    return round((said[0] - stamps[0][0]).total_seconds(), 1) if said and stamps else None
+
+
 def run(args, run_dir: Path) -> dict:
     """``python -m runner ARGS`` in its own process: wall seconds, peak RSS (MB), exit code, summary."""
     start = time.perf_counter()
@@ -199,6 +217,12 @@ def main() -> None:
             (p["position"], len(p["blocks"]), p["unit"]) for p in (s.get("blocks") or {}).get("kept_positions", [])
         ],
         "ranked_again": s.get("ranked_again"),
+        "most_must_stay": s.get("most_must_stay"),
+        "verdict_s": _verdict_seconds(work / "precision" / "runner.log"),
+        "minimal": s.get("minimal", True),
+        "budget": s.get("budget"),
+        "reference_spread": s.get("reference_spread"),
+        "error": s.get("status") if s.get("status") != "ok" else None,
     }
     print(json.dumps(figures["precision"], indent=1), flush=True)
     if not args.skip_layerwise:
