@@ -64,12 +64,15 @@ class Budget:
             self.best = units
 
     def over(self) -> str:
-        """Why the budget is spent ("" while it is not): the limit reached."""
+        """Why the budget is spent ("" while it is not): the limit reached. ``seconds`` keeps room for the answer's
+        own check (and its writing): the search stops once the time left is under two checks at the pace so far,
+        so that the verified answer comes within the limit."""
         if self.checks is not None and self.spent >= self.checks:
             return f"budget.checks={self.checks} reached"
         elapsed = time.monotonic() - self.started
-        if self.seconds is not None and elapsed >= self.seconds:
-            return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s)"
+        pace = elapsed / self.spent if self.spent else 0.0
+        if self.seconds is not None and elapsed + 2 * pace >= self.seconds:
+            return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s, room kept for the answer's check)"
         return ""
 
     def facts(self) -> Dict[str, Any]:
