@@ -168,6 +168,8 @@ class PrecisionStrategy(PrecisionGates):
         super().__init__(search, self.layers, True, output, save_opts, fingerprint(model))
         self.ahead.weight_bytes = initializer_bytes(model)
         self.budget = budget
+        if reorder is not None:
+            reorder.budget = budget
         self.run_dir = run_dir
         #: every search candidate's point, and the early verdict when most must stay (``strategies.tradeoff``)
         self.tradeoff: Optional[Tradeoff] = Tradeoff(len(self.layers), low.name)

@@ -42,6 +42,7 @@ from runner.lowp.qdq_switchboard import build_qdq_switchboard
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
 from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
+from strategies.budget import Budget
 from strategies.float_rest import FloatRest
 from strategies.group_search import REORDER_FROM
 
@@ -134,7 +135,10 @@ class OutputErrorOrder:
     ):
         self.ctx, self.model, self.everything, self.builder, self.checker = ctx, model, everything, builder, checker
         self.switchboard, self.low = switchboard, low
-        self.facts: Optional[Dict[str, float | bool]] = None
+        self.facts: Optional[Dict[str, float | bool | str]] = None
+        #: the search's budget (``strategies.budget``): a second ranking that would take most of what is left is
+        #: not made; None: always made
+        self.budget: Optional[Budget] = None
 
     def __call__(self, items: List[Any]) -> List[Any]:
         """``items`` (node indices, or sets of them) ordered by output error, largest first."""
@@ -151,6 +155,14 @@ class OutputErrorOrder:
         if stored is not None and sorted(stored) == sorted(labels):
             self.facts = {"nodes": len(items), "seconds": 0.0, "switched": False, "read": True}
             return [labels[label] for label in stored]
+        if self.budget is not None and not self.budget.affords(len(items)):
+            log.info(
+                "Not ranking the %d units again: one run each would take most of what is left of the budget; "
+                "the first ranking stays",
+                len(items),
+            )
+            self.facts = {"nodes": len(items), "seconds": 0.0, "switched": False, "skipped": "budget"}
+            return list(items)
         started = time.monotonic()
         log.info(
             "A ranked prefix of %d or more fails: ranking the %d %s again by the output error each makes "

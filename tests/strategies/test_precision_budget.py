@@ -103,3 +103,23 @@ def test_a_resume_and_a_run_at_another_tolerance_rank_nothing_again(run, dense):
     fp16 = run(*[a.replace("fp16_emulation", "bf16_emulation") for a in dense], "low_precision=bfloat16",
                f"rankings={first.run_dir}")  # fmt: skip
     assert "read from an earlier run" not in (fp16.run_dir / "runner.log").read_text(), "another precision: its own"
+
+
+def test_the_budget_keeps_room_for_the_answer_and_refuses_work_it_cannot_afford():
+    """``budget.seconds`` stops the search two checks' time early (the answer's own check comes within it) and
+    turns down a second ranking whose runs would take more than half of what is left (``Budget.affords``)."""
+    import time
+
+    from strategies.budget import Budget
+
+    budget = Budget(seconds=100.0, started=time.monotonic() - 40.0)
+    assert budget.affords(1000), "before any check there is no pace to go by"
+    for _ in range(8):
+        budget.took(frozenset({1, 2}), hit=True, reused=False)
+    budget.took(frozenset({1}), hit=False, reused=True)
+    assert budget.spent == 8 and budget.best == frozenset({1, 2})
+    assert budget.affords(5) and not budget.affords(7), "5 s a check, 60 s left: 6 runs fit in its half"
+    assert budget.over() == ""
+    late = Budget(seconds=100.0, started=time.monotonic() - 91.0, spent=10)
+    assert "budget.seconds=100 reached" in late.over(), "91 s and two 9 s checks to come is past 100"
+    assert Budget(checks=3, spent=3).over() == "budget.checks=3 reached"
