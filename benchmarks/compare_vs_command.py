@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         golden = work / "golden.npz"
-        checker = CompareChecker()
+        checker = CompareChecker.of()
         checker.bind(
             RunContext(
                 mode="reduce",

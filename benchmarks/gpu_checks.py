@@ -71,7 +71,7 @@ def overhead(model_path: Path, inputs: Path, checks: int, provider: str) -> List
     picks = [nodes[(i * 37) % len(nodes)] for i in range(checks + 1)]
     rows: List[Dict[str, Any]] = []
     for name, options, level in CONFIGS:
-        checker = CompareChecker(
+        checker = CompareChecker.of(
             backend="onnxruntime",
             providers=[provider],
             provider_options={provider: options},

@@ -1,8 +1,8 @@
 """The vocabulary every layer shares: a candidate to check and the verdict a check gives it.
 
 They sit at the bottom of the import graph (checkers, executors, the replay, the lifecycle and the
-strategies all use them; they use nothing of the project at run time: ``Switched`` is named for
-type checking only).
+strategies all use them; they import nothing of the project: precision's switched-run record,
+``runner.lowp.switchboard.Switched``, is carried without being named).
 """
 
 from __future__ import annotations
@@ -16,20 +16,6 @@ if TYPE_CHECKING:
     import onnx
 
 
-@dataclass(frozen=True)
-class Switched:
-    """A candidate as one feed set of its search's switchboard (``runner.lowp.switchboard``).
-
-    Attributes:
-        board: the search's switchboard, built on first use (a ``runner.lowp.switchboard.LazySwitchboard``:
-            ``runs_on`` and ``get()``; typed loosely here, at the bottom of the import graph).
-        kept: indices of the nodes the candidate keeps in fp32 (forced ones included).
-    """
-
-    board: Any
-    kept: FrozenSet[int]
-
-
 @dataclass
 class Verdict:
     """The outcome of checking one candidate.
@@ -38,8 +24,8 @@ class Verdict:
         passed: True when the candidate passed the check (is "good").
         returncode: the check command's exit code, when there was a command (None otherwise).
         reason: one short line: why it failed, e.g. "exit code 1", "timeout after 5.0 s".
-        details: other facts for the log, the iteration info and the replay (JSON-able): a
-            checker's own (``output_file``, ``sample``), the lifecycle's ``verdict_s``.
+        details: a checker's own other facts for the log, the iteration info and the replay (JSON-able; the
+            compare checker's detections found).
         error: why the check could not judge the candidate (e.g. a backend cannot run it); "" for
             a real verdict. Such verdicts are counted apart from failures.
         reused: the verdict was taken from a replay, not checked in this run.
@@ -58,6 +44,11 @@ class Verdict:
             each arithmetic at the full tolerance, ``{"margin": float, "on": {"cpu:all": {"provider",
             "level", "passed", "reason", "statistic": {output: value}}}}`` (``runner.checkers.compare.arithmetics``);
             None for other candidates and checkers.
+        timeout: the check ran past its time limit and was stopped (a failure).
+        output_file: where a check command's whole output was kept, or None.
+        sample: the input sample a failing comparison failed on, with several samples; else None.
+        crashed_iteration: for a replayed crash, the iteration it crashed in; else None.
+        verdict_s: seconds from the check's submission to its verdict (the lifecycle's), or None.
     """
 
     passed: bool
@@ -73,14 +64,31 @@ class Verdict:
     output_tail: str = ""
     switched: bool = False
     verified: Optional[Dict[str, Any]] = None
+    timeout: bool = False
+    output_file: Optional[str] = None
+    sample: Optional[int] = None
+    crashed_iteration: Optional[int] = None
+    verdict_s: Optional[float] = None
 
     #: the typed facts, kept under these names in the replay's ``details`` (the file's format is unchanged)
-    TYPED = ("crash", "check_s", "outputs", "output_tail", "switched", "verified")
+    TYPED = (
+        "crash",
+        "check_s",
+        "outputs",
+        "output_tail",
+        "switched",
+        "verified",
+        "timeout",
+        "output_file",
+        "sample",
+        "crashed_iteration",
+        "verdict_s",
+    )
 
     def recorded_details(self) -> Dict[str, Any]:
         """``details`` with the typed facts that are set, as ``replay.json`` holds them."""
         typed = {name: getattr(self, name) for name in self.TYPED}
-        return {**self.details, **{k: v for k, v in typed.items() if v not in (None, False, "")}}
+        return {**self.details, **{k: v for k, v in typed.items() if v is not None and v is not False and v != ""}}
 
     @classmethod
     def from_record(
@@ -100,6 +108,11 @@ class Verdict:
             output_tail=str(details.get("output_tail", "")),
             switched=bool(details.get("switched", False)),
             verified=details.get("verified"),
+            timeout=bool(details.get("timeout", False)),
+            output_file=details.get("output_file"),
+            sample=details.get("sample"),
+            crashed_iteration=details.get("crashed_iteration"),
+            verdict_s=details.get("verdict_s"),
         )
 
 
@@ -144,7 +157,7 @@ class Candidate:
     twin: Optional[str] = None
     units: Optional[FrozenSet[int]] = None
     as_reference: bool = False
-    switched: Optional[Switched] = None
+    switched: Any = None  # a runner.lowp.switchboard.Switched, or None
 
     def portable(self, payload: Optional[Callable[[], Any]]) -> Candidate:
         """The candidate as a check in another process receives it: ``payload`` (its model, built here), no

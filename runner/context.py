@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from runner.errors import ConfigError
-from runner.executors.spread import HERE
 
 if TYPE_CHECKING:  # NumPy, ONNX and the model's files are imported where first used: a run of no model needs none
     import numpy as np
@@ -56,7 +55,7 @@ class RunContext:
         value_budget: bytes of tensor values one streamed run may hold (``summaries``).
         workers: checks that may run at once (``executor.workers``; 1 for the serial executor).
         lanes: where jobs that are not checks run (precision's ranking), as the executor offers
-            (``Executor.lanes``, for ``runner.executors.spread.spread``); default one in this thread.
+            (``Executor.lanes``, for ``runner.executors.spread.spread``); empty (the default): one in this thread.
         started: when the run started (``time.monotonic``), for ``budget.seconds``.
         identity: what the run's verdicts depend on (``runner.files.identity.run_identity``), for keys of what
             it keeps across runs (``rankings``).
@@ -78,7 +77,7 @@ class RunContext:
     iterations: int = 1
     value_budget: int = 2**30
     workers: int = 1
-    lanes: Sequence[Any] = HERE
+    lanes: Sequence[Any] = ()
     started: float = field(default_factory=time.monotonic)
     identity: Mapping[str, Any] = field(default_factory=dict)
     ranking_sources: Sequence[Path] = ()

@@ -153,7 +153,7 @@ class RoundChecks:
             raise
         verdict = pending.verdict
         # from handing the check over to its verdict here: beside check_s, what the executor costs
-        verdict.details["verdict_s"] = round(time.monotonic() - pending.submitted, 4)
+        verdict.verdict_s = round(time.monotonic() - pending.submitted, 4)
         log.info(
             "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(verdict), verdict.reason
         )

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, cast
 
 import onnx
 
-from runner.candidates import Candidate, Switched
+from runner.candidates import Candidate
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError
@@ -38,7 +38,7 @@ from runner.lowp.calibration import Calibration
 from runner.lowp.convert import Converter
 from runner.lowp.precisions import FLOAT16, LowPrecision
 from runner.lowp.quantize import Quantizer
-from runner.lowp.switchboard import LazySwitchboard
+from runner.lowp.switchboard import LazySwitchboard, Switched
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.budget import Budget
 from strategies.deferred_search import DeferredSearch

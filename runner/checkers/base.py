@@ -5,14 +5,18 @@ from __future__ import annotations
 import abc
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Type, TypeVar
 
 from runner.candidates import Candidate, Verdict
+from runner.errors import ConfigError, first_line
 from runner.executors.slot import Slot
 
 if TYPE_CHECKING:
     from runner.checkers.compare.comparison import Comparison
     from runner.context import RunContext
+
+
+T = TypeVar("T")
 
 
 class Need(Enum):
@@ -26,6 +30,27 @@ class Need(Enum):
     nothing = "nothing"
 
 
+def conf_of(schema: Type[T], keys: Mapping[str, Any]) -> T:
+    """A checker's schema (``runner.config.<Name>CheckerConf``) filled from ``keys``: values checked and converted
+    by OmegaConf (names as enum members, numbers as numbers), keys left out at their one default.
+
+    Raises:
+        ConfigError: a key the schema does not have, or a value of the wrong type.
+        omegaconf.errors.MissingMandatoryValue: a mandatory key (``cmd``, ``target``) is not set.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), {k: v for k, v in keys.items() if k != "_target_"})
+    except (ConfigKeyError, ValidationError) as e:
+        key = getattr(e, "full_key", "") or ""
+        raise ConfigError(f"checker.{key}: {first_line(e)}" if key else f"checker: {first_line(e)}") from None
+    made = OmegaConf.to_object(merged)
+    assert isinstance(made, schema)
+    return made
+
+
 class Checker(abc.ABC):
     """Judges each iteration. One module per checker in ``runner/checkers/``.
 
@@ -35,6 +60,10 @@ class Checker(abc.ABC):
     """
 
     output_dir: Optional[Path] = None
+
+    #: the checker's schema (``runner.config``): a checker that has keys takes it whole, ``Checker(conf)``
+    #: (``runner.run.assembly`` fills it from the config); None for a checker without keys
+    schema: ClassVar[Optional[type]] = None
 
     #: several checks may run at once (``executor.workers`` > 1); False for a checker that asks a person
     concurrent = True

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from runner.candidates import Candidate, Verdict
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, conf_of
 from runner.checkers.polygraphy_check import polygraphy_run_outputs
-from runner.config import plain, seconds_limit
+from runner.config import CommandCheckerConf, seconds_limit
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
 from runner.files.artifacts import unique_path
@@ -48,6 +48,10 @@ class CommandChecker(Checker):
     ``signal_is="fail"``.
 
     Args:
+        conf: the checker's schema, ``runner.config.CommandCheckerConf`` (``CommandChecker.of(cmd, **keys)``
+            fills it), whose keys mean:
+
+    Keys:
         cmd: the command line, e.g. ``"python check.py {artifact}"``.
         fail_codes: exit codes that count as failures; any other passes.
         ignore_fail_codes: exit codes never counted as failures (exclusive with ``fail_codes``).
@@ -58,25 +62,24 @@ class CommandChecker(Checker):
         signal_is: what a check killed by a signal counts as: "error" (stop the run) or "fail".
 
     Raises:
-        ConfigError: empty command, bad regex, both code lists, a non-positive timeout, an
-            unknown ``signal_is``.
+        ConfigError: empty command, bad regex, both code lists, a non-positive timeout.
         CheckStartError: the command's program is not found or not executable.
     """
 
     in_process = False
     verdict_by_bytes = True
 
-    def __init__(
-        self,
-        cmd: str,
-        fail_codes: Optional[List[int]] = None,
-        ignore_fail_codes: Optional[List[int]] = None,
-        fail_regex: Optional[List[str]] = None,
-        show_output: bool = False,
-        hide_fail_output: bool = False,
-        timeout_s: Optional[float] = None,
-        signal_is: Any = "error",
-    ):
+    schema = CommandCheckerConf
+
+    def __init__(self, conf: CommandCheckerConf):
+        cmd, fail_codes, ignore_fail_codes, fail_regex = (
+            conf.cmd,
+            conf.fail_codes,
+            conf.ignore_fail_codes,
+            conf.fail_regex,
+        )
+        show_output, hide_fail_output, timeout_s = conf.show_output, conf.hide_fail_output, conf.timeout_s
+        signal_is = conf.signal_is
         if cmd in ("True", "False"):  # Hydra read an unquoted checker.cmd=true/false as a boolean
             cmd = cmd.lower()
         try:
@@ -87,10 +90,7 @@ class CommandChecker(Checker):
             raise ConfigError("checker.cmd is empty; set 'checker.cmd=\"python check.py {artifact}\"'")
         if fail_codes and ignore_fail_codes:
             raise ConfigError("checker.fail_codes and checker.ignore_fail_codes exclude each other; set only one")
-        signal_is = plain(signal_is)  # runner.config.SignalIs from the schema
-        if signal_is not in ("error", "fail"):
-            raise ConfigError(f"checker.signal_is={signal_is!r}; use error (stop the run) or fail (count as a failure)")
-        self.signal_is = signal_is
+        self.signal_is = signal_is.value  # runner.config.SignalIs: "error" or "fail"
         timeout_s = seconds_limit(timeout_s, "checker.timeout_s")
         try:
             self.fail_regex = [re.compile(r) for r in fail_regex] if fail_regex else None
@@ -107,6 +107,16 @@ class CommandChecker(Checker):
                 f"check command program {program!r} is not found or not executable; "
                 "fix checker.cmd (use a full path or a program on PATH)"
             )
+
+    @classmethod
+    def of(cls, cmd: str, **keys: Any) -> CommandChecker:
+        """A checker of ``cmd`` and the schema's other ``keys``, the rest at their one default
+        (``runner.checkers.base.conf_of``).
+
+        Raises:
+            ConfigError, CheckStartError: as the constructor.
+        """
+        return cls(conf_of(CommandCheckerConf, {"cmd": cmd, **keys}))
 
     @property
     def names_artifact(self) -> bool:
@@ -175,7 +185,7 @@ class CommandChecker(Checker):
         where = f" (whole output: {out_path})" if out_path else ""
         if timed_out:
             log.warning("Check of iteration %d timed out after %s s; counted as a failure", iteration, self.timeout_s)
-            verdict = Verdict(False, code, f"timeout after {self.timeout_s} s", {"timeout": True})
+            verdict = Verdict(False, code, f"timeout after {self.timeout_s} s", timeout=True)
         elif code < 0:
             verdict = self._killed(-code, iteration, output)
         elif code in (126, 127) and code not in (self.fail_codes or []) + (self.ignore_fail_codes or []):
@@ -190,7 +200,7 @@ class CommandChecker(Checker):
             verdict = Verdict(True, code, f"exit code {code}")
         verdict.output_tail = tail(output, TAIL_CHARS)
         if out_path:
-            verdict.details["output_file"] = str(out_path)
+            verdict.output_file = str(out_path)
         if output.strip() and (
             (verdict.passed and self.show_output) or (not verdict.passed and not self.hide_fail_output)
         ):

@@ -103,7 +103,7 @@ class IsolatedChecker(Checker):
     Args:
         inner: an in-process checker (python or compare), not bound yet.
         timeout_s: seconds a check may take; past them the child is killed and the candidate counts
-            as a failure (``details["timeout"]``), as a check command past ``checker.timeout_s`` does.
+            as a failure (``Verdict.timeout``), as a check command past ``checker.timeout_s`` does.
 
     The child ends with the runner: Ctrl-C, SIGTERM or SIGHUP in the runner kill it before the
     run ends, and a runner killed outright leaves it to end itself within ``PARENT_WATCH_S``.
@@ -184,7 +184,7 @@ class IsolatedChecker(Checker):
                     "the checker's module imports quickly"
                 ) from None
             log.warning("Iteration %d: the check took over %s s; its process was killed", iteration, self.timeout_s)
-            return Verdict(False, reason=f"timeout after {self.timeout_s} s", details={"timeout": True})
+            return Verdict(False, reason=f"timeout after {self.timeout_s} s", timeout=True)
         except BaseException as e:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):  # a signal: the child dies with the run
                 self._kill()

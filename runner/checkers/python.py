@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from runner.callables import TARGET, lookup
 from runner.candidates import Candidate, Verdict
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, conf_of
 from runner.checkers.on_error import OnError
+from runner.config import PythonCheckerConf
 from runner.errors import CheckStartError, first_line
 from runner.executors.slot import Slot
 from runner.targets import locate
@@ -32,6 +33,10 @@ class PythonChecker(Checker):
     verdicts (``errors`` in ``summary.json``).
 
     Args:
+        conf: the checker's schema, ``runner.config.PythonCheckerConf`` (``PythonChecker.of(target, *args)``
+            fills it), whose keys mean:
+
+    Keys:
         target: dotted path of the function, e.g. ``mypkg.checks.no_nan``.
         args: extra string arguments passed after the path (``checker.args=[a,b]``), so one
             function serves several checks.
@@ -45,9 +50,12 @@ class PythonChecker(Checker):
     fix_hint = "check that checker.target returns False for the model as given"
     verdict_by_bytes = True
 
-    def __init__(self, target: str, args: Sequence[str] = (), on_error: Any = "stop"):
+    schema = PythonCheckerConf
+
+    def __init__(self, conf: PythonCheckerConf):
+        target, on_error = conf.target, conf.on_error
         self.target = target
-        self.args = [str(a) for a in args]
+        self.args = [str(a) for a in conf.args]
         self.fn: Callable[..., Any]
         if target in REGISTERED and self.args:  # an API callable: the function itself, so it can go to a child
             try:
@@ -59,6 +67,16 @@ class PythonChecker(Checker):
             if not callable(self.fn):
                 raise CheckStartError(f"checker.target={target} is a {type(self.fn).__name__}; name a function")
         self.on_error = OnError(on_error)
+
+    @classmethod
+    def of(cls, target: str, *args: str, **keys: Any) -> PythonChecker:
+        """A checker of ``target`` called with ``args``, the schema's other ``keys`` at their one default
+        (``runner.checkers.base.conf_of``).
+
+        Raises:
+            CheckStartError, ConfigError: as the constructor.
+        """
+        return cls(conf_of(PythonCheckerConf, {"target": target, "args": list(args), **keys}))
 
     def check(
         self, artifact: Optional[Path], iteration: int, candidate: Candidate, slot: Optional[Slot] = None

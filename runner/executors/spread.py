@@ -88,7 +88,8 @@ def spread(lanes: Sequence[Lane], fn: Job, shared: Any, jobs: Iterable[Any]) -> 
     thread when there is one lane).
 
     Args:
-        lanes: the ``Lane``s (threads of this process, each with its slot, perhaps its worker process).
+        lanes: the ``Lane``s (threads of this process, each with its slot, perhaps its worker process); none:
+            one lane in this thread (``HERE``).
         fn: ``fn(shared, job)``; called with the current slot of the lane that runs it
             (``runner.executors.slot.current``). A module-level function where ``shared`` is ``held``
             (it is pickled to the worker processes).
@@ -103,6 +104,7 @@ def spread(lanes: Sequence[Lane], fn: Job, shared: Any, jobs: Iterable[Any]) -> 
         Whatever ``fn`` or building a job raises, once every lane has ended its job in hand (the
         first error stops every lane from taking more; Ctrl-C is raised at once).
     """
+    lanes = lanes or HERE
     source, lock, ended = enumerate(jobs), threading.Lock(), threading.Event()
     results: Dict[int, Any] = {}
     errors: List[BaseException] = []

@@ -16,15 +16,23 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from runner.executors.slot import Slot, set_current
 
 #: how often (seconds) a worker looks whether the runner is still its parent
 PARENT_WATCH_S = 0.5
 
-#: what a check imports, imported while a worker warms (by name: executors sit below the checkers they run)
-WARM_IMPORTS = ("onnxruntime", "runner.checkers.compare.checker")
+#: what a check imports, imported while a worker warms: ONNX Runtime, and the modules that asked to be
+#: (``warm_also``: a checker's own module registers itself, so executors never name the checkers above them)
+WARM_IMPORTS: List[str] = ["onnxruntime"]
+
+
+def warm_also(module: str) -> None:
+    """Have worker processes started from now on import ``module`` while they warm (``_warm``)."""
+    if module not in WARM_IMPORTS:
+        WARM_IMPORTS.append(module)
+
 
 _HELD: Dict[str, Any] = {}  # in a worker: what the runner sent once, by key
 
@@ -47,10 +55,11 @@ def _begin(env: Dict[str, str], parent: int) -> None:
     end_with_parent(parent)
 
 
-def _warm() -> None:
-    """A worker's first task: import what a check needs and, pinned to a GPU with the CUDA provider
-    there, make its CUDA context with a one-Conv session (the second or so a new process pays once)."""
-    for module in WARM_IMPORTS:
+def _warm(modules: Sequence[str]) -> None:
+    """A worker's first task: import what a check needs (``modules``: the runner's ``WARM_IMPORTS``) and, pinned
+    to a GPU with the CUDA provider there, make its CUDA context with a one-Conv session (the second or so a new
+    process pays once)."""
+    for module in modules:
         importlib.import_module(module)
     import onnxruntime as ort
 
@@ -112,7 +121,7 @@ class Worker:
             1, mp_context=context, initializer=_begin, initargs=(env, os.getpid())
         )
         #: done once the process has started and warmed (``_warm``)
-        self.ready = self.pool.submit(_warm)
+        self.ready = self.pool.submit(_warm, tuple(WARM_IMPORTS))
         self._held: Set[str] = set()
 
     def call(self, fn: Callable[..., Any], args: Sequence[Any], slot: Optional[Slot] = None) -> Any:

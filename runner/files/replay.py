@@ -129,7 +129,7 @@ class Replay:
             passed=False,
             reason="crashed the runner when it was checked before (pending in the replay)",
             crash=True,
-            details={"crashed_iteration": entry.get("iteration")},
+            crashed_iteration=entry.get("iteration"),
         )
         log.warning(
             "Iteration %s (%s) of %s never ended: the check crashed the runner; it counts as a failure of its own "

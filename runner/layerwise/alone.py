@@ -72,7 +72,7 @@ class AloneRuns:
         lanes: Sequence[Any] = HERE,
     ):
         self.target, self.types, self.weights, self.chains = target, types, weights, chains
-        self.backend, self.key, self.lanes = backend, key, lanes
+        self.backend, self.key, self.lanes = backend, key, lanes or HERE
         self._models: Dict[Tuple[str, ...], onnx.ModelProto] = {}  # the chunk's isolated models
         self._shared: Any = backend  # the backend as the lanes' jobs share it (``on_lanes``)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
 
@@ -193,6 +194,19 @@ def unsupported(model: onnx.ModelProto) -> str:
     if maps(weight_bytes(model)):
         return "its weights would be held again in their low-precision form"
     return ""
+
+
+@dataclass(frozen=True)
+class Switched:
+    """A candidate as one feed set of its search's switchboard (``Candidate.switched``).
+
+    Attributes:
+        board: the search's switchboard, built on first use.
+        kept: indices of the nodes the candidate keeps in fp32 (forced ones included).
+    """
+
+    board: LazySwitchboard
+    kept: FrozenSet[int]
 
 
 class LazySwitchboard:

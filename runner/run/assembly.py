@@ -19,14 +19,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
-from runner.checkers.base import Checker
+from runner.checkers.base import Checker, conf_of
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
@@ -88,13 +88,16 @@ def _someone_answers() -> bool:
 
 
 def _build_checker(plan: CheckerPlan) -> Checker:
-    """The run's checker (``checker=``), in a child process with ``checker.isolate``.
+    """The run's checker (``checker=``), given its schema whole (``Checker.schema``, filled by
+    ``runner.checkers.base.conf_of``), in a child process with ``checker.isolate``.
 
     Raises:
         ConfigError: a mandatory checker key is not set; what the checker's constructor raises.
     """
     try:
-        checker = instantiate(plan.options)
+        cls: Type[Checker] = get_class(plan.options["_target_"])
+        build: Callable[..., Checker] = cls  # a checker with a schema takes it whole
+        checker = build(conf_of(cls.schema, plan.options)) if cls.schema is not None else instantiate(plan.options)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "option"
         key = key if key.startswith("checker.") else f"checker.{key}"
@@ -241,9 +244,10 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         fatal,
     )
     if planned.executor is not None:
+        # the checker's class first: its module registers what worker processes warm (runner.executors.worker)
+        checker_class: type[Checker] = get_class(planned.get("checker._target_"))
         state.executor = _build_executor(planned.executor)
         resources.callback(state.executor.close)
-        checker_class: type[Checker] = get_class(planned.get("checker._target_"))
         if state.executor.workers > 1 and not checker_class.concurrent:
             # by its class: the interactive checker asks for a terminal when it is built
             raise ConfigError("checker=interactive asks one question at a time; use executor=serial")

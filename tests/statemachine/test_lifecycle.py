@@ -19,7 +19,7 @@ from strategies.until import Until
 
 
 def _lifecycle(tmp_path, strategy, code=0):
-    checker = CommandChecker(f"{sys.executable} -c 'import sys; sys.exit({code})'")
+    checker = CommandChecker.of(f"{sys.executable} -c 'import sys; sys.exit({code})'")
     replay = Replay(tmp_path / "replay.json", "repeat")
     return Lifecycle(strategy, checker, ArtifactSorter([], tmp_path / "art"), replay, tmp_path / "it")
 
@@ -36,7 +36,7 @@ def test_reused_verdicts_skip_check_and_sort(tmp_path):
     first = _lifecycle(tmp_path, RepeatStrategy(Until(count=2)))
     first.run()
     replay = Replay(tmp_path / "second.json", "repeat", load_path=tmp_path / "replay.json")
-    checker = CommandChecker(f"{sys.executable} -c 'import sys; sys.exit(0)'")
+    checker = CommandChecker.of(f"{sys.executable} -c 'import sys; sys.exit(0)'")
     lc = Lifecycle(
         RepeatStrategy(Until(count=3)), checker, ArtifactSorter([], tmp_path / "art"), replay, tmp_path / "it"
     )
@@ -85,7 +85,7 @@ class _GuessesBadly(RepeatStrategy):
 
 
 def test_a_failing_look_ahead_does_not_change_the_run(tmp_path):
-    checker = CommandChecker(f"{sys.executable} -c 'import time; time.sleep(0.2)'")
+    checker = CommandChecker.of(f"{sys.executable} -c 'import time; time.sleep(0.2)'")
     replay = Replay(tmp_path / "replay.json", "repeat")
     executor = LocalExecutor(workers=2)
     lc = Lifecycle(

@@ -245,7 +245,7 @@ def test_the_comparisons_sessions_keep_no_cpu_arena():
     model = chain_model(3)
     assert session_for(model).get_session_options().enable_cpu_mem_arena
     assert not session_for(model, cpu_arena=False).get_session_options().enable_cpu_mem_arena
-    checker = CompareChecker(backend="fp16_emulation", graph_optimization_level="basic")
+    checker = CompareChecker.of(backend="fp16_emulation", graph_optimization_level="basic")
     comparison = checker.comparison().backend()
     try:
         assert comparison is not checker.backend and comparison.ort.level == checker.backend.ort.level

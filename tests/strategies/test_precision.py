@@ -30,7 +30,7 @@ def _setup(tmp_path, name):
 
 
 def _passes(model_path, original, inputs):
-    checker = CompareChecker(backend="fp16_emulation", atol=1e-3, rtol=1e-2)
+    checker = CompareChecker.of(backend="fp16_emulation", atol=1e-3, rtol=1e-2)
     checker.bind(RunContext(mode="precision", run_dir=original.parent, model_path=original, inputs=str(inputs)))
     return checker.check(model_path, 1, Candidate("final", "final")).passed
 
@@ -153,7 +153,7 @@ def test_detector_fed_unnormalised_pixels(run, tmp_path):
         )
         assert r.returncode == 0, r.stderr + r.stdout[-1500:]
         results[marker, direction] = r.summary
-        checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
+        checker = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
         checker.bind(RunContext(mode="precision", run_dir=tmp_path, model_path=model, inputs=str(inputs)))
         assert checker.check(out, 1, Candidate(marker, marker, as_typed=True)).passed
     minimal, ranked = results["minimal", "forward"], results["bisect", "ranked"]

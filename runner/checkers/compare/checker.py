@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -17,7 +17,7 @@ import onnx
 from runner.backends.base import Backend, backend_class, make_backend, onnxruntime_options
 from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate, Verdict
-from runner.checkers.base import Checker, Need
+from runner.checkers.base import Checker, Need, conf_of
 from runner.checkers.compare.arithmetics import Arithmetic, arithmetics, margin_of, verify
 from runner.checkers.compare.comparison import Comparison
 from runner.checkers.compare.detections import DetectionRule
@@ -29,12 +29,13 @@ from runner.checkers.compare.outputs import check_compared, check_names, compare
 from runner.checkers.compare.reference import reference_run
 from runner.checkers.compare.spread import ADVICE, DETECTION_ADVICE, measure, witnesses
 from runner.checkers.compare.switched import SwitchedRuns
-from runner.checkers.compare.tolerance import Tolerance, Tolerances
+from runner.checkers.compare.tolerance import Tolerances
 from runner.checkers.on_error import OnError
-from runner.config import plain
+from runner.config import CompareCheckerConf, plain
 from runner.context import RunContext
 from runner.errors import ConfigError, ModelError
 from runner.executors.slot import Slot
+from runner.executors.worker import warm_also
 from runner.files.samples import check_golden, save_golden_samples
 from runner.graph.activations import marked, run_tensors
 from runner.graph.decisions import data_dependent_outputs
@@ -46,6 +47,10 @@ from runner.lowp.precisions import LowPrecision, any_low_precision, emulated_by
 from runner.lowp.switchboard import RunsOn, Switchboard
 
 log = logging.getLogger(__name__)
+warm_also(__name__)  # worker processes import this module while they warm (runner.executors.worker)
+
+#: the schema's provider options (what "not given" means for a backend outside ONNX Runtime)
+_schema_default = CompareCheckerConf().provider_options
 
 
 class CompareChecker(Checker):
@@ -57,6 +62,10 @@ class CompareChecker(Checker):
     backend cannot run it.
 
     Args:
+        conf: the checker's schema, ``runner.config.CompareCheckerConf`` (``CompareChecker.of(**keys)`` fills it),
+            whose keys mean:
+
+    Keys:
         backend: the backend that runs candidates (onnxruntime, onnx_reference, fp16_emulation,
             bf16_emulation, tensorrt).
         reference: the backend that computes golden outputs from the original model.
@@ -111,44 +120,28 @@ class CompareChecker(Checker):
         MissingExtraError: for tensorrt without TensorRT installed.
     """
 
-    def __init__(
-        self,
-        backend: str = "onnxruntime",
-        reference: str = "onnxruntime",
-        atol: Tolerance = 1e-3,
-        rtol: Tolerance = 1e-3,
-        max_mismatch_fraction: float = 0.0,
-        providers: Sequence[str] = ("CPUExecutionProvider",),
-        graph_optimization_level: Any = None,
-        check_error_stat: Any = "elemwise",
-        error_quantile: float = 0.5,
-        on_error: Any = "fail",
-        low_precision: Any = None,
-        provider_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
-        noise_floor: bool = True,
-        outputs: Sequence[str] = (),
-        exclude_outputs: Sequence[str] = (),
-        detections: Optional[Mapping[str, Any]] = None,
-        switchboard: bool = True,
-        margin: Optional[float] = None,
-        verify_on: Optional[Sequence[str]] = None,
-    ):
+    schema = CompareCheckerConf
+
+    def __init__(self, conf: CompareCheckerConf):
+        backend, reference, providers = conf.backend, conf.reference, list(conf.providers)
+        provider_options = conf.provider_options
         implied = emulated_by(backend)
         #: the low precision fp32 candidates run in (int8: QDQ models, quantized by the mode), or None
-        self.low: Optional[LowPrecision] = any_low_precision(low_precision, "checker.low_precision") or implied
-        # the schema's enums (runner.config: OnError, ErrorStat, GraphOptimization) arrive as members; names here
-        check_error_stat = plain(check_error_stat)
-        graph_optimization_level = plain(graph_optimization_level) or ("disable" if implied else "all")
-        self.on_error = OnError(on_error)
-        self.rule = Tolerances(plain(atol), plain(rtol), check_error_stat, error_quantile, max_mismatch_fraction)
+        self.low: Optional[LowPrecision] = any_low_precision(conf.low_precision, "checker.low_precision") or implied
+        level = conf.graph_optimization_level
+        graph_optimization_level = level.value if level is not None else ("disable" if implied else "all")
+        self.on_error = OnError(conf.on_error)
+        self.rule = Tolerances(
+            conf.atol, conf.rtol, conf.check_error_stat.value, conf.error_quantile, conf.max_mismatch_fraction
+        )
         options = onnxruntime_options(
             backend,
-            providers=list(providers),
+            providers=providers,
             graph_optimization_level=graph_optimization_level,
             provider_options=provider_options,
         )
         on_ort = bool(options) or backend_class(reference).on_onnxruntime
-        if not on_ort and (list(providers) != ["CPUExecutionProvider"] or provider_options):
+        if not on_ort and (providers != ["CPUExecutionProvider"] or provider_options != _schema_default):
             raise ConfigError(
                 f"checker.backend={backend} and checker.reference={reference} do not run on ONNX Runtime: "
                 "checker.providers and checker.provider_options do not apply; drop them"
@@ -158,27 +151,37 @@ class CompareChecker(Checker):
         self.backend_options = options
         self.backend_name = backend
         self.reference_name = reference
-        self.providers = list(providers)
+        self.providers = providers
         self.provider_options = provider_options
         self.samples: List[Dict[str, np.ndarray]] = []
         self._made: Optional[List[Dict[str, np.ndarray]]] = None  # ``_golden``: made once
         #: ``trust_reference``'s measure: ``{arithmetic: {output: worst statistic}}``
         self.spread: Dict[str, Dict[str, float]] = {}
-        self.noise_floor = bool(noise_floor)
+        self.noise_floor = bool(conf.noise_floor)
         self._golden_made_here = False  # bind: the golden values come from this checker's reference run
-        self.outputs = [str(o) for o in (outputs or [])]
-        self.exclude_outputs = {str(o) for o in (exclude_outputs or [])}
-        self.detections = DetectionRule.from_config(plain(detections))
+        self.outputs = [str(o) for o in conf.outputs]
+        self.exclude_outputs = {str(o) for o in conf.exclude_outputs}
+        self.detections = DetectionRule.from_config(plain(conf.detections))
         self.judge = Judge(self.rule, self.detections)
         self._noise = NoiseFloor(graph_optimization_level, self.providers, provider_options)
         named = self.outputs + (self.detections.tensors() if self.detections else [])
         only_cpu = self.providers == ["CPUExecutionProvider"]
-        self.switched = SwitchedRuns(self.backend, switchboard, only_cpu, graph_optimization_level, named)
+        self.switched = SwitchedRuns(self.backend, conf.switchboard, only_cpu, graph_optimization_level, named)
         emulating = isinstance(self.backend, EmulationBackend)
         self.lowering = Lowering(self.low, emulating, backend == "onnxruntime" and only_cpu)
-        margin_of(margin, False)  # refuses a margin outside [0, 1) before the run starts
-        self.margin = None if margin is None else float(margin)
-        self.verify_on = None if verify_on is None else [Arithmetic.parse(n).name for n in verify_on]
+        margin_of(conf.margin, False)  # refuses a margin outside [0, 1) before the run starts
+        self.margin = None if conf.margin is None else float(conf.margin)
+        self.verify_on = None if conf.verify_on is None else [Arithmetic.parse(n).name for n in conf.verify_on]
+
+    @classmethod
+    def of(cls, **keys: Any) -> CompareChecker:
+        """A checker of ``keys`` (the schema's, as on the command line: ``backend="fp16_emulation"``,
+        ``check_error_stat="rel_l2"``), the rest at their one default (``runner.checkers.base.conf_of``).
+
+        Raises:
+            ConfigError: a key the schema does not have, a value of the wrong type, or what the checker refuses.
+        """
+        return cls(conf_of(CompareCheckerConf, keys))
 
     def bind(self, ctx: RunContext) -> None:
         """Make the input samples and their golden values once: loaded (``golden=``) or from the

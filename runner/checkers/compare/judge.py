@@ -77,9 +77,10 @@ class Judgement:
             switched: whether the candidate ran as feeds of a switched model.
         """
         more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-        details: Dict[str, Any] = {**self.found, **({"sample": sample} if sample is not None else {})}
         reason = (f"sample {sample}: " if sample is not None else "") + self.problems[0] + more
-        return Verdict(False, reason=reason, details=details, outputs=self.stats, switched=switched)
+        return Verdict(
+            False, reason=reason, details=dict(self.found), outputs=self.stats, switched=switched, sample=sample
+        )
 
 
 class Judge:

@@ -58,5 +58,5 @@ def test_providers_for_checks_that_run_nowhere_on_onnxruntime_are_an_error():
     from runner.errors import ConfigError
 
     with pytest.raises(ConfigError, match="do not run on ONNX Runtime"):
-        CompareChecker(backend="onnx_reference", reference="onnx_reference", providers=["CUDAExecutionProvider"])
-    assert CompareChecker(backend="onnx_reference", reference="onnxruntime", providers=["CPUExecutionProvider"])
+        CompareChecker.of(backend="onnx_reference", reference="onnx_reference", providers=["CUDAExecutionProvider"])
+    assert CompareChecker.of(backend="onnx_reference", reference="onnxruntime", providers=["CPUExecutionProvider"])

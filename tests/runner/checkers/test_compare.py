@@ -51,7 +51,7 @@ def overflow_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("backend", ["onnxruntime", "onnx_reference"])
 def test_real_models_pass_against_themselves(model, backend):
     need(model)
-    checker = CompareChecker(backend=backend, atol=1e-4, rtol=1e-4)
+    checker = CompareChecker.of(backend=backend, atol=1e-4, rtol=1e-4)
     checker.bind(_cfg(model, SHAPES[str(model)]))
     verdict = _check(checker, model)
     assert verdict.passed, verdict.reason
@@ -62,13 +62,13 @@ def test_real_fp32_models_under_fp16_emulation_run_in_fp16():
     """An fp32 model under fp16_emulation runs as TensorRT's --fp16 would: the classifier stays close by
     rel_l2; the detector breaks even on [0, 1) inputs (its BatchNormalization variance of 9.8e7 is past
     fp16's 65504), on the output after that node's branch."""
-    classifier = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=1e-2)
+    classifier = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=1e-2)
     classifier.bind(_cfg(need(CLASSIFIER), SHAPES[str(CLASSIFIER)]))
     verdict = _check(classifier, CLASSIFIER)
     assert verdict.passed, verdict.reason
     out = next(iter(verdict.outputs.values()))
     assert 0 < out["rel_l2"] < 1e-2 and out["max_abs"] > 1e-4, "it really ran in fp16"
-    detector = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=1e-2)
+    detector = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=1e-2)
     detector.bind(_cfg(need(DETECTOR), SHAPES[str(DETECTOR)]))
     assert not _check(detector, DETECTOR).passed
 
@@ -77,7 +77,7 @@ def test_real_fp32_models_under_fp16_emulation_run_in_fp16():
 def test_bf16_emulation_raises_the_opset_of_an_fp32_model_below_13(model, caplog):
     """Both real models are below opset 13 (no Cast to bfloat16): the conversion raises their opset
     (logged) and the candidate runs; ops ONNX defines no bfloat16 for at that opset stay fp32."""
-    checker = CompareChecker(backend="bf16_emulation", check_error_stat="rel_l2", rtol=0.05)
+    checker = CompareChecker.of(backend="bf16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(_cfg(need(model), SHAPES[str(model)]))
     with caplog.at_level(logging.INFO):
         verdict = _check(checker, model)
@@ -94,7 +94,7 @@ def test_fp16_overflow_fails_on_emulation_and_passes_on_onnxruntime(tmp_path):
     np.savez(inputs, x=np.full(4, 3000, np.float16))
     results = {}
     for backend in ("onnxruntime", "fp16_emulation"):
-        checker = CompareChecker(backend=backend, reference="onnxruntime")
+        checker = CompareChecker.of(backend=backend, reference="onnxruntime")
         checker.bind(_cfg(path, inputs=str(inputs)))
         results[backend] = _check(checker, path)
     assert results["onnxruntime"].passed
@@ -106,7 +106,7 @@ def test_fp16_overflow_fails_on_emulation_and_passes_on_onnxruntime(tmp_path):
 def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     model = onnx.load(str(need(CLASSIFIER)))
     golden = tmp_path / "golden.npz"
-    checker = CompareChecker()
+    checker = CompareChecker.of()
     checker.bind(_cfg(CLASSIFIER, SHAPES[str(CLASSIFIER)], save_golden=str(golden)))
     assert _check(checker, CLASSIFIER).passed
     # perturb one Conv weight (held in a Constant node) near the end
@@ -117,7 +117,7 @@ def test_perturbed_weight_fails_with_the_right_output(tmp_path):
     const.attribute[0].t.CopyFrom(numpy_helper.from_array(w, const.attribute[0].t.name))
     perturbed = tmp_path / "perturbed.onnx"
     onnx.save(model, perturbed)
-    loaded = CompareChecker(atol=1e-4, rtol=1e-4)
+    loaded = CompareChecker.of(atol=1e-4, rtol=1e-4)
     loaded.bind(_cfg(perturbed, SHAPES[str(CLASSIFIER)], golden=str(golden)))
     verdict = _check(loaded, perturbed)
     out = model.graph.output[0].name
@@ -131,7 +131,7 @@ def test_reduce_with_compare_finds_the_perturbed_node(run, tmp_path):
     shapes = "model_input_shapes={x:[1,3,64,64]}"
     golden = tmp_path / "golden.npz"
     # golden values of every tensor of the original model, written by the checker itself
-    checker = CompareChecker()
+    checker = CompareChecker.of()
     checker.bind(_cfg(DETECTOR, {"x": [1, 3, 64, 64]}, save_golden=str(golden)))
     conv = [n for n in model.graph.node if n.op_type == "Conv"][20]
     const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == conv.input[1])
@@ -154,18 +154,18 @@ def test_tensorrt_backend_without_tensorrt_names_the_extra(run, tmp_path):
     if tensorrt_available():
         pytest.skip("TensorRT is installed here")
     with pytest.raises(MissingExtraError, match=r"\[trt\]"):
-        CompareChecker(backend="tensorrt")
+        CompareChecker.of(backend="tensorrt")
     r = run("mode=reduce", f"model={need(CLASSIFIER)}", "checker=compare", "checker.backend=tensorrt")
     assert r.returncode == 2 and "install the 'trt' extra" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bad_tolerances_and_backend():
     with pytest.raises(ConfigError):
-        CompareChecker(atol=-1)
+        CompareChecker.of(atol=-1)
     with pytest.raises(ConfigError):
-        CompareChecker(max_mismatch_fraction=1.5)
+        CompareChecker.of(max_mismatch_fraction=1.5)
     with pytest.raises(ConfigError, match="unknown"):
-        CompareChecker(backend="nope")
+        CompareChecker.of(backend="nope")
 
 
 def test_max_mismatch_fraction_allows_a_few_outliers(tmp_path):
@@ -336,13 +336,12 @@ def test_recorded_values_that_do_not_fit_the_model(run, tmp_path):
 
 def test_an_unknown_on_error_is_one_line_for_both_checkers_that_take_it():
     """``runner.checkers.on_error.OnError`` serves the compare and the python checker."""
-    import re
 
     from runner.checkers.python import PythonChecker
     from runner.errors import ConfigError
 
-    line = re.escape("checker.on_error='maybe'; use fail, pass or stop")
+    line = r"checker\.on_error: Invalid value 'maybe', expected one of \[fail, pass, stop\]"
     with pytest.raises(ConfigError, match=line):
-        CompareChecker(on_error="maybe")
+        CompareChecker.of(on_error="maybe")
     with pytest.raises(ConfigError, match=line):
-        PythonChecker("os.path.exists", on_error="maybe")
+        PythonChecker.of("os.path.exists", on_error="maybe")

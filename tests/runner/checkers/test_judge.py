@@ -21,7 +21,7 @@ def test_a_failing_sample_names_its_first_problem_and_counts_the_rest():
     assert not judged.passed and judged.arrays_failed and len(judged.problems) == 2
     verdict = judged.failed(sample=1, switched=False)
     assert not verdict.passed and verdict.reason.startswith("sample 1: a") and verdict.reason.endswith("(+1 more)")
-    assert verdict.details == {"sample": 1} and set(verdict.outputs or {}) == {"a", "b"}
+    assert verdict.sample == 1 and verdict.details == {} and set(verdict.outputs or {}) == {"a", "b"}
     passed, stats, first = judge.at_full_tolerance({"a": np.ones(4, np.float32)}, _golden())
     assert passed and first == "" and stats == {"a": 0.0}
 

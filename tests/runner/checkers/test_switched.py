@@ -12,7 +12,7 @@ import pytest
 
 from examples.planted import rmsnorm_decoder, two_branches
 from runner.backends.fp16_emulation import EmulationBackend
-from runner.candidates import Candidate, Switched
+from runner.candidates import Candidate
 from runner.checkers.base import Need
 from runner.checkers.compare import CompareChecker
 from runner.checkers.compare.switched import CROSS_CHECKS, SwitchedRuns
@@ -20,7 +20,7 @@ from runner.checkers.isolated import IsolatedChecker
 from runner.lowp.convert import Converter, prepare
 from runner.lowp.fp16_switchboard import build_switchboard
 from runner.lowp.precisions import FLOAT16
-from runner.lowp.switchboard import LazySwitchboard, RunsOn
+from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switched
 
 
 def _lazy(model, converter):
@@ -41,7 +41,7 @@ def _lazy(model, converter):
     ],
 )
 def test_switched_runs_only_where_they_give_the_candidates_bits(options, on):
-    checker = CompareChecker(**options)
+    checker = CompareChecker.of(**options)
     model, _, _ = two_branches()
     checker.switched.bind(model)
     prepared = prepare(model, FLOAT16)
@@ -155,7 +155,7 @@ def test_a_checker_with_switched_runs_pickles():
     """A checker is sent to worker processes (executor=processes, dask, checker.isolate)."""
     import pickle
 
-    checker = pickle.loads(pickle.dumps(CompareChecker(backend="fp16_emulation")))
+    checker = pickle.loads(pickle.dumps(CompareChecker.of(backend="fp16_emulation")))
     model, _, _ = two_branches()
     prepared = prepare(model, FLOAT16)
     candidate = Candidate("k", "c", switched=Switched(_lazy(prepared, Converter(prepared)), frozenset()))
@@ -203,7 +203,7 @@ def test_detections_on_graph_outputs_run_switched(run, tmp_path):
     ],
 )
 def test_int8_switchboards_run_on_onnxruntime_with_optimizations_off(options, on):
-    checker = CompareChecker(**options)
+    checker = CompareChecker.of(**options)
     qdq = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.ONNXRUNTIME), frozenset()))
     assert (checker.needs(qdq) is Need.nothing) is on
     fp16 = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.EMULATION), frozenset()))

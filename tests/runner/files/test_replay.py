@@ -101,15 +101,19 @@ def test_each_check_records_its_seconds_and_the_summary_their_sum(run, tmp_path,
 
 
 def test_a_verdicts_typed_facts_keep_the_replays_format():
-    """crash, check_s, outputs and output_tail are Verdict fields, written under ``details`` as replay.json
-    always held them and read back into the fields; other details stay details."""
+    """crash, check_s, outputs, output_tail, sample, timeout, ... are Verdict fields, written under ``details`` as
+    replay.json always held them and read back into the fields; a checker's other details stay details."""
     from runner.candidates import Verdict
 
-    verdict = Verdict(False, reason="r", details={"sample": 2}, crash=True, check_s=0.5, outputs={"y": {"max_abs": 1}})
+    verdict = Verdict(
+        False, reason="r", details={"matched": 3}, crash=True, check_s=0.5, outputs={"y": {"max_abs": 1}}, sample=2
+    )
     recorded = verdict.recorded_details()
-    assert recorded == {"sample": 2, "crash": True, "check_s": 0.5, "outputs": {"y": {"max_abs": 1}}}
+    assert recorded == {"matched": 3, "sample": 2, "crash": True, "check_s": 0.5, "outputs": {"y": {"max_abs": 1}}}
     back = Verdict.from_record(recorded, passed=False, reason="r")
-    assert back == verdict and back.details == {"sample": 2} and back.output_tail == ""
+    assert back == verdict and back.details == {"matched": 3} and back.sample == 2 and back.output_tail == ""
+    timed = Verdict.from_record({"timeout": True, "verdict_s": 1.5}, passed=False)
+    assert timed.timeout and timed.verdict_s == 1.5 and timed.details == {}
     assert Verdict(True).recorded_details() == {}
 
 

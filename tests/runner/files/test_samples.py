@@ -93,7 +93,7 @@ def test_polygraphy_json_written_by_polygraphy_is_read_as_samples(tmp_path):
 
     ctx = RunContext(mode="reduce", run_dir=tmp_path, model_path=model, inputs=str(inputs), golden=str(outputs))
     assert ctx.shapes == {"x": [1, 3, 48, 192]}
-    checker = CompareChecker()
+    checker = CompareChecker.of()
     checker.bind(ctx)
     verdict = checker.check(None, 1, _whole(ctx))
     assert verdict.passed and "all 3 samples" in verdict.reason
@@ -106,25 +106,25 @@ def test_polygraphy_json_written_by_polygraphy_is_read_as_samples(tmp_path):
     (_, iterations), *_ = results.items()
     iterations[2][out] = iterations[2][out] + 0.01
     results.save(str(moved))
-    checker = CompareChecker(atol=1e-3, rtol=1e-3)
+    checker = CompareChecker.of(atol=1e-3, rtol=1e-3)
     checker.bind(RunContext(mode="reduce", run_dir=tmp_path, model_path=model, inputs=str(inputs), golden=str(moved)))
     verdict = checker.check(None, 1, _whole(ctx))
-    assert not verdict.passed and verdict.reason.startswith("sample 2:") and verdict.details["sample"] == 2
+    assert not verdict.passed and verdict.reason.startswith("sample 2:") and verdict.sample == 2
 
 
 def test_a_candidate_passes_only_if_every_sample_passes(tmp_path, loader):
     """Under fp16 emulation the model overflows on the second sample only: one sample passes, two fail,
     and the failing sample is named."""
     ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.first_only")
-    checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
+    checker = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(ctx)
     assert checker.check(None, 1, _whole(ctx)).passed
 
     ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.two")
-    checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
+    checker = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(ctx)
     verdict = checker.check(None, 1, _whole(ctx))
-    assert not verdict.passed and verdict.details["sample"] == 1 and "sample 1" in verdict.reason
+    assert not verdict.passed and verdict.sample == 1 and "sample 1" in verdict.reason
 
 
 def test_reduce_over_two_samples_finds_the_node_only_one_of_them_breaks(run, tmp_path, loader):
@@ -216,7 +216,7 @@ def test_samples_must_fit_the_model(tmp_path):
     ctx = _model_ctx(tmp_path, overflow_model(), inputs=str(good))
     golden = tmp_path / "golden.json"
     save_golden_samples(golden, [{"y": np.ones((1, 4), np.float32)}] * 3)
-    checker = CompareChecker()
+    checker = CompareChecker.of()
     with pytest.raises(ConfigError, match="holds 3 samples but the inputs 2"):
         checker.bind(dataclasses.replace(ctx, golden=str(golden)))
     with pytest.raises(ConfigError, match="holds no values for the model inputs"):
@@ -230,14 +230,14 @@ def test_save_golden_json_round_trips_through_polygraphy(tmp_path, loader):
     inputs and golden values of each sample."""
     saved = tmp_path / "golden.json"
     ctx = _model_ctx(tmp_path, overflow_model(), data_loader=f"{loader}.two", save_golden=str(saved))
-    CompareChecker().bind(ctx)
+    CompareChecker.of().bind(ctx)
     from polygraphy.comparator import RunResults
 
     (runner, iterations), *_ = RunResults.load(str(saved)).items()
     assert runner == "golden" and len(iterations) == 2 and {"x", "big", "small", "y"} <= set(iterations[1].keys())
     again = _model_ctx(tmp_path, overflow_model(), golden=str(saved))
     assert [s["x"][0, 0] for s in again.samples] == [0.5, 250.0]
-    checker = CompareChecker(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
+    checker = CompareChecker.of(backend="fp16_emulation", check_error_stat="rel_l2", rtol=0.05)
     checker.bind(again)
     assert not checker.check(None, 1, _whole(again)).passed
 
