@@ -79,6 +79,15 @@ class GraphOptimization(Enum):
     all = "all"
 
 
+class Untie(Enum):
+    """How far a tied precision answer is searched block by block (``untie=``): where it pays, to node level, or
+    not at all."""
+
+    auto = "auto"
+    nodes = "nodes"
+    none = "none"
+
+
 class SignalIs(Enum):
     """What a check command killed by a signal counts as: an error that stops the run, or a failure."""
 

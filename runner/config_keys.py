@@ -82,8 +82,26 @@ def mode_keys() -> Dict[str, type]:
             module, _, cls = str(spec["keys"]).rpartition(".")
             found[name] = getattr(importlib.import_module(module), cls)
         else:
-            found[name] = importlib.import_module(".".join(str(spec._target_).split(".")[:2])).KEYS
+            found[name] = target_module(str(spec._target_)).KEYS
     return found
+
+
+def target_module(target: str) -> Any:
+    """The module of a dotted ``_target_`` (``strategies.precision.strategy.PrecisionStrategy.create``): its longest
+    prefix that imports.
+
+    Raises:
+        ImportError: no prefix imports.
+    """
+    import importlib
+
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            return importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+    raise ImportError(f"no module in {target}")
 
 
 def run_config() -> type:

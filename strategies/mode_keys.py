@@ -22,9 +22,9 @@ from runner.config import (
     QuantKeys,
     SaveKeys,
     ScopeKeys,
+    Untie,
     candidate,
 )
-from strategies.tied_search import Untie
 
 
 @dataclass

@@ -19,7 +19,7 @@ import itertools
 import logging
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 import onnx
 
@@ -31,17 +31,40 @@ from strategies.ahead import AheadModels
 from strategies.answer_check import WrittenAnswer, save_checked
 from strategies.base import RoundStrategy
 from strategies.budget import Budget
-from strategies.exchange import ExchangeSearch
 from strategies.gate import Gate
-from strategies.group_search import GroupSearch
-from strategies.prefix_search import PrefixSearch
-from strategies.set_search import SetSearch
-from strategies.tied_search import TiedSearch
 
 log = logging.getLogger(__name__)
 
 Units = FrozenSet[int]
-Search = Union[PrefixSearch[int], SetSearch[int], GroupSearch[int], ExchangeSearch[int], TiedSearch]
+
+
+class Search(Protocol):
+    """What an ONNX search strategy asks of its search over unit sets (``strategies.prefix_search``,
+    ``strategies.set_search``, precision's ``group_search``, ``tied_search``, ``exchange``, and a
+    ``deferred_search`` standing for one): rounds (``RoundSearch``'s ``propose``, ``step_round``, ``settled``,
+    ``ahead``), its ``result`` once over (None: none), the units found ``required`` so far, the ``rounds`` run,
+    the label of a round's i-th set and an estimate of the checks left."""
+
+    @property
+    def result(self) -> Optional[FrozenSet[int]]: ...
+
+    @property
+    def rounds(self) -> int: ...
+
+    @property
+    def required(self) -> Iterable[int]: ...
+
+    def propose(self, k: int) -> List[FrozenSet[int]]: ...
+
+    def step_round(self, hits: Sequence[Optional[bool]]) -> None: ...
+
+    def settled(self, hits: Sequence[Optional[bool]]) -> bool: ...
+
+    def ahead(self, sets: Sequence[FrozenSet[int]], k: int) -> List[List[FrozenSet[int]]]: ...
+
+    def label(self, noun: str, i: int) -> str: ...
+
+    def remaining(self) -> int: ...
 
 
 class OnnxSearchStrategy(RoundStrategy):

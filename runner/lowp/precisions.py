@@ -30,6 +30,8 @@ class LowPrecision:
         quantized: Q/DQ (int8 or float8: Q/DQ pairs around float nodes, calibrated ranges, made by
             ``runner.lowp.quantize``, ``runner.lowp.placement``, ``runner.lowp.fp8``), not a float type nodes are
             cast to.
+        maker: the kind of candidate maker that makes its candidates (``runner.lowp.makers.MAKERS``): "casts",
+            "qdq" or "fp8".
 
     ``str()`` gives ``name``: a precision reads as its config name in messages and keys.
     """
@@ -42,6 +44,7 @@ class LowPrecision:
     control_flow_opset: int
     emulation: str
     quantized: bool = False
+    maker: str = "casts"
 
     def __str__(self) -> str:
         return self.name
@@ -54,11 +57,13 @@ BFLOAT16 = LowPrecision(
 
 #: the quantized low precision: int8 QDQ, made by ``runner.lowp.quantize`` rather than by casting; a
 #: float type it is not, so it is not among ``LOW_PRECISIONS``
-INT8 = LowPrecision("int8", TensorProto.INT8, "tensor(int8)", 127.0, 13, 13, "", quantized=True)
+INT8 = LowPrecision("int8", TensorProto.INT8, "tensor(int8)", 127.0, 13, 13, "", quantized=True, maker="qdq")
 
 #: fp8 (E4M3) as TensorRT deploys it on Hopper: Q/DQ to float8e4m3fn at opset 19 (``runner.lowp.fp8``), calibrated
 #: by its maximum; quantized like int8, so not among ``LOW_PRECISIONS`` either
-FLOAT8 = LowPrecision("float8", TensorProto.FLOAT8E4M3FN, "tensor(float8e4m3fn)", 448.0, 19, 19, "", quantized=True)
+FLOAT8 = LowPrecision(
+    "float8", TensorProto.FLOAT8E4M3FN, "tensor(float8e4m3fn)", 448.0, 19, 19, "", quantized=True, maker="fp8"
+)
 #: the quantized low precisions, by name
 QUANTIZED: Dict[str, LowPrecision] = {p.name: p for p in (INT8, FLOAT8)}
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from strategies.deferred_search import DeferredSearch
 from strategies.minimal import MinimalMarker
-from strategies.precision_search import ranked_search
+from strategies.precision.deferred_search import DeferredSearch
+from strategies.precision.search import ranked_search
 
 
 def test_the_state_a_check_records_does_not_build_the_search():

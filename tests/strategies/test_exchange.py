@@ -1,4 +1,4 @@
-"""The exchange after a 1-minimal answer (``strategies.exchange``): two kept elements traded for one."""
+"""The exchange after a 1-minimal answer (``strategies.precision.exchange``): two kept elements traded for one."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Callable, FrozenSet
 
 import pytest
 
-from strategies.exchange import ExchangeSearch
-from strategies.group_search import GroupSearch
 from strategies.minimal import MinimalMarker
+from strategies.precision.exchange import ExchangeSearch
+from strategies.precision.group_search import GroupSearch
 
 
 def drive(search, target: Callable[[FrozenSet[str]], bool], k: int = 1) -> FrozenSet[str]:

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from strategies.bisect import BisectMarker
-from strategies.group_search import GroupSearch
 from strategies.linear import LinearMarker
 from strategies.minimal import MinimalMarker
+from strategies.precision.group_search import GroupSearch
 from strategies.prefix_search import PrefixSearch
 from strategies.set_search import SetSearch
 

@@ -1,5 +1,5 @@
 """Precision when most of the model must stay: the early verdict and the measured trade-off
-(``strategies.tradeoff``), budgets that stop with the best answer checked so far and resume to the minimal one
+(``strategies.precision.tradeoff``), budgets that stop with the best answer checked so far and resume to the minimal one
 (``strategies.budget``)."""
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def test_many_needed_nodes_are_ranked_again_by_the_error_each_makes_at_the_outpu
     assert r.summary["answer_verified"]["check_passed"] is True
     assert "ranking the 64 nodes again by the output error" in (r.run_dir / "runner.log").read_text()
     assert r.summary["ranked_again"]["nodes"] == 64 and r.summary["ranked_again"]["seconds"] > 0
-    # then int8's default 16 checks trading two kept nodes for one (strategies.exchange): never a larger answer
+    # then int8's default 16 checks trading two kept nodes for one (strategies.precision.exchange): never larger
     traded = r.summary["exchange"]
     assert traded["budget"] == 16 and traded["checks"] == 16 and r.summary["kept"] <= traded["from"] - traded["trades"]
     assert r.summary["kept"] > 32 and r.summary["checks"] <= r.summary["kept"] + 30 + 16  # two gallops, a few drops

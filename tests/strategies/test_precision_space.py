@@ -12,7 +12,7 @@ from runner.layerwise.output_ranking import output_error_ranking
 from runner.lowp.calibration import calibrate
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import make_quantizer, prepare_int8
-from strategies.precision_space import OutputErrorOrder, switchboard_of
+from strategies.precision.space import OutputErrorOrder, switchboard_of
 from tests.helpers.int8 import dense_model, samples
 
 

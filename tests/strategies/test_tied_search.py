@@ -10,9 +10,9 @@ from typing import FrozenSet, List, Set, Tuple
 
 import pytest
 
-from strategies.group_search import GroupSearch
 from strategies.minimal import MinimalMarker
-from strategies.tied_search import TiedSearch, Untie
+from strategies.precision.group_search import GroupSearch
+from strategies.precision.tied_search import TiedSearch, Untie
 
 BLOCKS, POSITIONS, OUTSIDE = 12, 20, 6
 

@@ -3,14 +3,13 @@ module but its own; every mode's keys come from ``strategies.mode_keys`` (benchm
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runner.config_keys import group_targets, mode_keys
+from runner.config_keys import group_targets, mode_keys, target_module
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,5 +32,4 @@ def test_every_bundled_mode_names_its_keys_in_the_light_module() -> None:
     assert set(named) == set(group_targets("mode")), "a bundled mode without keys: its module loads at start-up"
     assert all(path.startswith("strategies.mode_keys.") for path in named.values())
     for mode, keys in mode_keys().items():  # the strategy's own KEYS is the same class
-        module = importlib.import_module(".".join(group_targets("mode")[mode].split(".")[:2]))
-        assert module.KEYS is keys, mode
+        assert target_module(group_targets("mode")[mode]).KEYS is keys, mode

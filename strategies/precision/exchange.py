@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Dict, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
-from strategies.group_search import GroupSearch
+from strategies.precision.group_search import GroupSearch
 from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)

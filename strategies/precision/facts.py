@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional
 
 from runner.graph.blocks import Blocks
-from strategies.exchange import ExchangeSearch
-from strategies.float_rest import FloatRest
-from strategies.tied_search import TiedSearch
+from strategies.precision.exchange import ExchangeSearch
+from strategies.precision.float_rest import FloatRest
+from strategies.precision.tied_search import TiedSearch
 
 Units = FrozenSet[int]
 
@@ -20,7 +20,7 @@ def rest_facts(
     forced: Units,
     describe: Callable[[Iterable[int]], List[Dict[str, str]]],
 ) -> Dict[str, Any]:
-    """With the rest in fp16 (``strategies.float_rest``): ``float_precision``, ``fp16_nodes`` (kept out of
+    """With the rest in fp16 (``strategies.precision.float_rest``): ``float_precision``, ``fp16_nodes`` (kept out of
     int8, in fp16), ``fp32_nodes`` (in float32: shown needed by the search, or outside the scope) and
     ``fp32_always`` (op types the fp16 converter never converts); empty otherwise.
 
@@ -44,7 +44,7 @@ def rest_facts(
 
 def exchange_facts(found: Any) -> Dict[str, Any]:
     """``{"exchange": {"budget", "checks", "trades", "from"}}`` when the search traded its 1-minimal answer
-    smaller (``strategies.exchange``): the checks spent, the trades made, the 1-minimal answer's size."""
+    smaller (``strategies.precision.exchange``): the checks spent, the trades made, the 1-minimal answer's size."""
     if not isinstance(found, ExchangeSearch) or found.started is None:
         return {}
     return {"exchange": {"budget": found.budget, "checks": found.spent, "trades": found.trades, "from": found.started}}

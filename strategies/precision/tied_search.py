@@ -35,20 +35,12 @@ more kept than the answer holds, so (monotone target) the answer without it fail
 from __future__ import annotations
 
 import copy
-from enum import Enum
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
+from runner.config import Untie  # the searches name it here
 from strategies.boundary import BoundaryMarker
-from strategies.group_search import GroupSearch
+from strategies.precision.group_search import GroupSearch
 from strategies.search_rounds import RoundSearch
-
-
-class Untie(Enum):
-    """How far a tied answer is untied (``untie=``)."""
-
-    auto = "auto"
-    nodes = "nodes"
-    none = "none"
 
 
 class _Fixed:

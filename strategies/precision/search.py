@@ -10,13 +10,13 @@ from typing import Any, Callable, List, Optional, cast
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks
 from strategies.boundary import BoundaryMarker, searches_sets
-from strategies.deferred_search import DeferredSearch
-from strategies.exchange import ExchangeSearch
-from strategies.float_rest import FloatRest
-from strategies.group_search import GroupSearch
 from strategies.onnx_search import Search
+from strategies.precision.deferred_search import DeferredSearch
+from strategies.precision.exchange import ExchangeSearch
+from strategies.precision.float_rest import FloatRest
+from strategies.precision.group_search import GroupSearch
+from strategies.precision.tied_search import TiedSearch, Untie
 from strategies.prefix_search import PrefixSearch
-from strategies.tied_search import TiedSearch, Untie
 
 
 def ranked_search(
@@ -29,9 +29,9 @@ def ranked_search(
 ) -> Search:
     """The search over ``order`` (nodes ranked by the error each introduces): for the minimal marker a
     set search, over the repeated ``blocks``' ties and the other nodes where the model repeats a block
-    (``strategies.tied_search``), else over the nodes (``strategies.group_search``), ranking them
+    (``strategies.precision.tied_search``), else over the nodes (``strategies.precision.group_search``), ranking them
     again with ``reorder`` when its gallop finds them many, its 1-minimal answer then traded smaller
-    within ``exchange_checks`` checks (``strategies.exchange``); else a prefix search."""
+    within ``exchange_checks`` checks (``strategies.precision.exchange``); else a prefix search."""
     if not searches_sets(marker):
         return PrefixSearch(order, marker)
     if blocks is not None:
@@ -41,7 +41,7 @@ def ranked_search(
     return ExchangeSearch(found, lambda: found.order, exchange_checks) if exchange_checks > 0 else found
 
 
-#: ``exchange_checks`` of an int8 run when the key is unset (``strategies.exchange``)
+#: ``exchange_checks`` of an int8 run when the key is unset (``strategies.precision.exchange``)
 INT8_EXCHANGE_CHECKS = 16
 
 
@@ -68,7 +68,7 @@ def exchange_budget(value: Any, quantized: bool) -> int:
 
 
 def float16_stage(rest: FloatRest, marker: Callable[[int], BoundaryMarker], direction: str) -> Search:
-    """The fp16 stage's search (``strategies.float_rest``): over the float nodes ranked by the error each
+    """The fp16 stage's search (``strategies.precision.float_rest``): over the float nodes ranked by the error each
     introduces in fp16 (made when the search is first used) for a ranked search, else in topological order
     (``direction=reverse``: from the outputs)."""
     stand_in = ranked_search(rest.elements(), marker)

@@ -12,7 +12,7 @@ Markers:
         order, and search its length for the shortest that passes. ``direction=ranked`` takes
         prefixes of the nodes ranked by the error each introduces in the low precision
         (``runner.layerwise.ranking``) instead: about log2 n checks, a far smaller kept set.
-    minimal: a group search (``strategies.group_search``) over that ranking: the shortest
+    minimal: a group search (``strategies.precision.group_search``) over that ranking: the shortest
         passing ranked prefix, then its unneeded nodes dropped in groups of a learnt size, ending
         with a 1-minimal kept set: dropping any one kept node fails the check.
 """
@@ -28,6 +28,7 @@ import onnx
 
 from runner.candidates import Candidate
 from runner.checkers.base import Checker
+from runner.config import Untie
 from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks
@@ -41,19 +42,18 @@ from runner.lowp.quantize import Quantizer
 from runner.lowp.switchboard import LazySwitchboard, Switched
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.budget import Budget
-from strategies.deferred_search import DeferredSearch
-from strategies.float_rest import FloatRest
 from strategies.gate import Gate
 from strategies.mode_keys import PrecisionKeys
 from strategies.onnx_search import Search, Units
-from strategies.precision_facts import exchange_facts, rest_facts, tied_facts
-from strategies.precision_gates import PrecisionGates
-from strategies.precision_search import float16_stage, ranked_search
-from strategies.precision_setup import precision_arguments
-from strategies.precision_space import OutputErrorOrder, switchboard_of
+from strategies.precision.deferred_search import DeferredSearch
+from strategies.precision.facts import exchange_facts, rest_facts, tied_facts
+from strategies.precision.float_rest import FloatRest
+from strategies.precision.gates import PrecisionGates
+from strategies.precision.search import float16_stage, ranked_search
+from strategies.precision.setup import precision_arguments
+from strategies.precision.space import OutputErrorOrder, switchboard_of
+from strategies.precision.tradeoff import Tradeoff
 from strategies.prefix_search import PrefixSearch
-from strategies.tied_search import Untie
-from strategies.tradeoff import Tradeoff
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +90,13 @@ class PrecisionStrategy(PrecisionGates):
         switchboard: the candidates' switchboard the search space made (which the second ranking
             runs on too); None: one of the converter's or quantizer's own (``switchboard_of``).
         blocks: the model's repeated blocks (``runner.graph.blocks``): a set search decides each tied
-            block position once first (``strategies.tied_search``); None: node by node.
+            block position once first (``strategies.precision.tied_search``); None: node by node.
         untie: how far a tied answer is searched block by block (``Untie``).
         exchange_checks: checks a minimal search may spend trading two kept nodes for one after its
-            1-minimal answer (``strategies.exchange``; 0: none; not over tied blocks).
-        rest: int8 with the rest in fp16 (``quantization.float_precision=float16``, ``strategies.float_rest``):
+            1-minimal answer (``strategies.precision.exchange``; 0: none; not over tied
+            blocks).
+        rest: int8 with the rest in fp16 (``quantization.float_precision=float16``,
+            ``strategies.precision.float_rest``):
             an fp16 stage first finds the nodes that must stay fp32, then the int8 search runs with
             them in fp32 and the rest in fp16; None: the rest stays fp32.
         budget: where the search stops short with the best answer checked so far (``strategies.budget``);
@@ -171,7 +173,7 @@ class PrecisionStrategy(PrecisionGates):
         if reorder is not None:
             reorder.budget = budget
         self.run_dir = run_dir
-        #: every search candidate's point, and the early verdict when most must stay (``strategies.tradeoff``)
+        #: every search candidate's point, and the early verdict when most must stay (``strategies.precision.tradeoff``)
         self.tradeoff: Optional[Tradeoff] = Tradeoff(len(self.layers), low.name)
         self.converter: Optional[Any] = quantizer or (converter or Converter(model, low) if not weak_typing else None)
         #: the candidates as feeds of one switched model (built when a checker first runs one)
@@ -218,7 +220,7 @@ class PrecisionStrategy(PrecisionGates):
         marker: Optional[Callable[[int], BoundaryMarker]] = None,
     ) -> PrecisionStrategy:
         """The strategy for a run: ``ctx.model`` prepared, nodes ranked for a set search, as
-        ``strategies.precision_setup.precision_arguments`` sets it up from the same arguments.
+        ``strategies.precision.setup.precision_arguments`` sets it up from the same arguments.
 
         Raises:
             ModelError, ConfigError, MissingExtraError: as ``precision_arguments`` says.
@@ -269,7 +271,7 @@ class PrecisionStrategy(PrecisionGates):
 
     def next_stage(self) -> bool:
         """With the rest in fp16, once the fp16 stage has its answer: start the int8 search, the fully
-        quantized candidate checked first (``strategies.float_rest``)."""
+        quantized candidate checked first (``strategies.precision.float_rest``)."""
         if not self._fp16_stage or self.final is None:
             return False
         assert self.rest is not None
@@ -351,7 +353,7 @@ class PrecisionStrategy(PrecisionGates):
     def result(self) -> Dict[str, Any]:
         """``kept_nodes`` (names and op types), ``kept``, ``total``, ``output`` for summary.json; int8's
         ``calibration``, and ``ranked_again`` (nodes, seconds, switched) when the nodes were ranked again;
-        the search's own facts (``strategies.precision_facts``)."""
+        the search's own facts (``strategies.precision.facts``)."""
         assert self.final is not None
         kept = self.rest.split(self.final)[0] if self.rest is not None else self.final
         return {

@@ -43,8 +43,8 @@ from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
 from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
 from strategies.budget import Budget
-from strategies.float_rest import FloatRest
-from strategies.group_search import REORDER_FROM
+from strategies.precision.float_rest import FloatRest
+from strategies.precision.group_search import REORDER_FROM
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class SearchSpace:
             search's candidates (each weight's low-precision form is made once per run); else None.
         reorder: ranks the nodes again by the error each makes at the outputs alone in the low
             precision (``runner.layerwise.output_ranking``), for a set search that finds them many
-            (``strategies.group_search.REORDER_FROM``): int8's, and fp16's and bf16's where the
+            (``strategies.precision.group_search.REORDER_FROM``): int8's, and fp16's and bf16's where the
             ranking made a converter; else None.
         switchboard: the candidates' switchboard (the search's and ``reorder``'s): int8's with
             TensorRT's placement, fp16's and bf16's where the ranking made a converter; else None
@@ -98,10 +98,10 @@ def switchboard_of(builder: Any, key: str) -> Optional[LazySwitchboard]:
 
 
 class OutputErrorOrder:
-    """The second ranking, for a set search that finds the needed nodes many (``strategies.group_search``'s
+    """The second ranking, for a set search that finds the needed nodes many (``strategies.precision.group_search``'s
     ``reorder``): the items ordered by the error each makes at the outputs alone in the low precision
     (``runner.layerwise.output_ranking``: one candidate run per item). An item is a node index, or a
-    set of node indices (a tied block position of ``strategies.tied_search``: every block's node at once).
+    set of node indices (a tied block position of ``strategies.precision.tied_search``: every block's node at once).
 
     Args:
         ctx: the run context (its samples; ``lanes`` spread the runs).
@@ -342,7 +342,7 @@ def introduced_order(
 def float_rest(
     ctx: RunContext, space: SearchSpace, checker: Optional[Checker], ranking_budget: Optional[int]
 ) -> FloatRest:
-    """The fp16 stage of an int8 search (``quantization.float_precision=float16``, ``strategies.float_rest``):
+    """The fp16 stage of an int8 search (``quantization.float_precision=float16``, ``strategies.precision.float_rest``):
     over every float node of ``space.model`` outside the scope's forced ones, ranked by the error each
     introduces in fp16 when the stage first needs it.
 

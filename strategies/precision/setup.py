@@ -20,8 +20,8 @@ from runner.lowp.quant_options import QuantOptions
 from strategies.boundary import BoundaryMarker, searches_sets
 from strategies.budget import Budget
 from strategies.mode_keys import PrecisionKeys
-from strategies.precision_search import exchange_budget
-from strategies.precision_space import float_rest, search_space
+from strategies.precision.search import exchange_budget
+from strategies.precision.space import float_rest, search_space
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import List, Optional
 from runner.candidates import Verdict
 from runner.errors import CheckNeverPassedError
 from runner.lowp.precisions import LowPrecision
-from strategies.float_rest import FloatRest
 from strategies.gate import Gate
 from strategies.onnx_search import OnnxSearchStrategy, Units
-from strategies.tradeoff import Tradeoff
+from strategies.precision.float_rest import FloatRest
+from strategies.precision.tradeoff import Tradeoff
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class PrecisionGates(OnnxSearchStrategy):
 
     @property
     def _fp16_stage(self) -> bool:
-        """Whether the fp16 stage of an int8 search with the rest in fp16 runs (``strategies.float_rest``)."""
+        """Whether the fp16 stage of an int8 search with the rest in fp16 runs (``strategies.precision.float_rest``)."""
         return self.rest is not None and self.rest.stage == "float16"
 
     def _all_fp16_passed(self, verdict: Verdict) -> None:

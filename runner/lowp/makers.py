@@ -1,0 +1,196 @@
+"""The candidate makers: for each kind of low precision, the one object that turns a kept set into a candidate.
+
+A precision search asks a maker three things and never which kind it holds (Hypothesis's shrinker keeps its
+loop in one template and each type in a small class; Polygraphy's ``debug precision`` has one
+``mark_layers``):
+
+- ``candidate(kept)``: the model in the low precision except the nodes named in ``kept``;
+- ``describe(kept, total)``: how the candidate reads in the log ("3 of 146 nodes out of int8");
+- ``switchboard(key)``: one switched model that runs every candidate as its feeds, built on first use, or None
+  where the candidates are no sum of node choices; ``runs_on`` says which checker backend runs it as written.
+
+One maker per kind, each a small subclass of ``CandidateMaker``:
+
+- ``CastMaker``: fp16 and bf16, nodes cast (``runner.lowp.convert.Converter``), switched under emulation;
+- ``PlacedMaker``: Q/DQ where TensorRT reads them (``runner.lowp.placement``: int8, fp8 through
+  ``runner.lowp.fp8``, and a quantized model another tool made, ``runner.lowp.given_qdq``), switched on ONNX
+  Runtime;
+- ``OnnxRuntimeMaker``: ONNX Runtime's own placement (``runner.lowp.quantize.Quantizer``), no switchboard (its
+  quantizer decides a node's Q/DQ from its neighbours');
+- ``MixedMaker``: int8 with the rest in fp16 (``runner.lowp.mixed_qdq``), keeping nodes in fp32 besides.
+
+``maker_for`` makes the maker a ``LowPrecision`` record names (``LowPrecision.maker``) with the run's options.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterable, Optional, Sequence
+
+import onnx
+
+from runner.lowp.convert import Converter
+from runner.lowp.precisions import LowPrecision
+from runner.lowp.switchboard import LazySwitchboard, RunsOn
+
+
+class CandidateMaker(abc.ABC):
+    """Turns a kept set into a candidate (module docstring).
+
+    Attributes:
+        model: the prepared fp32 model whose node names a kept set holds.
+        low: the low precision.
+        calibration: the run's calibration (``runner.lowp.calibration.Calibration``), or None (casts, a given
+            quantized model).
+        runs_on: the checker backend that runs the switchboard's candidates as written.
+    """
+
+    runs_on = RunsOn.EMULATION
+    #: what the kept nodes are kept from, for ``describe``
+    kept_from = "in float32"
+
+    def __init__(self, model: onnx.ModelProto, low: LowPrecision, calibration: Any = None):
+        self.model, self.low, self.calibration = model, low, calibration
+        self._board: Optional[LazySwitchboard] = None
+
+    @abc.abstractmethod
+    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
+        """The model in the low precision except the nodes named in ``kept``. A new model each call.
+
+        Raises:
+            ModelError: the conversion or quantization fails on the model.
+        """
+
+    def describe(self, kept: int, total: int) -> str:
+        """A candidate keeping ``kept`` of ``total`` searchable nodes, as the log says it."""
+        return f"{kept} of {total} nodes {self.kept_from}"
+
+    def switchboard(self, key: str) -> Optional[LazySwitchboard]:
+        """The switched model of the candidates (``runner.lowp.switchboard``), built on first use, one per maker;
+        None where the candidates are no sum of node choices."""
+        if self._board is None:
+            self._board = self._switchboard(key)
+        return self._board
+
+    def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
+        return None
+
+
+class CastMaker(CandidateMaker):
+    """fp16 and bf16: every float node cast except the kept ones (``Converter``).
+
+    Args:
+        converter: the converter of ``model`` (each weight's low-precision form made once per run).
+    """
+
+    def __init__(self, converter: Converter):
+        super().__init__(converter.model, converter.low)
+        self.converter = converter
+
+    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
+        return self.converter.convert(kept)
+
+    def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
+        from runner.lowp.fp16_switchboard import build_switchboard
+
+        converter = self.converter
+        return LazySwitchboard(lambda: build_switchboard(converter.model, converter, key))
+
+
+class PlacedMaker(CandidateMaker):
+    """Q/DQ where TensorRT reads them: int8, fp8 and a given quantized model (a ``PlacedQuantizer``).
+
+    Args:
+        quantizer: the placed quantizer (``runner.lowp.placement.PlacedQuantizer`` or a subclass).
+        low: its low precision.
+    """
+
+    runs_on = RunsOn.ONNXRUNTIME
+    kept_from = "out of Q/DQ"
+
+    def __init__(self, quantizer: Any, low: LowPrecision):
+        super().__init__(quantizer.model, low, quantizer.calibration)
+        self.quantizer = quantizer
+        self.kept_from = f"out of {low}"
+
+    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
+        return self.quantizer.convert(kept)  # type: ignore[no-any-return]
+
+    def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
+        from runner.lowp.qdq_switchboard import build_qdq_switchboard
+
+        quantizer = self.quantizer
+        return LazySwitchboard(lambda: build_qdq_switchboard(quantizer, key), RunsOn.ONNXRUNTIME)
+
+
+class OnnxRuntimeMaker(CandidateMaker):
+    """ONNX Runtime's own int8 placement (``runner.lowp.quantize.Quantizer``): no switchboard."""
+
+    runs_on = RunsOn.ONNXRUNTIME
+
+    def __init__(self, quantizer: Any, low: LowPrecision):
+        super().__init__(quantizer.model, low, quantizer.calibration)
+        self.quantizer = quantizer
+        self.kept_from = f"out of {low}"
+
+    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
+        return self.quantizer.convert(kept)  # type: ignore[no-any-return]
+
+
+class MixedMaker(CandidateMaker):
+    """int8 with the rest in fp16 (``runner.lowp.mixed_qdq.MixedQuantizer``): a candidate keeps some nodes out of
+    int8 (in fp16) and some in fp32 (``candidate_with``).
+
+    Args:
+        mixed: the mixed quantizer (its int8 quantizer's model and calibration).
+        low: the quantized precision (int8).
+    """
+
+    runs_on = RunsOn.ONNXRUNTIME
+
+    def __init__(self, mixed: Any, low: LowPrecision):
+        super().__init__(mixed.quantizer.model, low, mixed.quantizer.calibration)
+        self.mixed = mixed
+        self.kept_from = f"out of {low}"
+
+    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
+        return self.candidate_with(kept, ())
+
+    def candidate_with(self, out_of_int8: Sequence[str], fp32: Iterable[str]) -> onnx.ModelProto:
+        """The candidate with ``out_of_int8`` out of int8 (in fp16) and ``fp32`` in float32.
+
+        Raises:
+            ModelError: the quantizer or the float16 converter fails on the model.
+        """
+        return self.mixed.convert(out_of_int8, fp32)  # type: ignore[no-any-return]
+
+    def blocked(self, layers: Iterable[int]) -> Any:
+        """Float nodes the fp16 converter never converts (``MixedQuantizer.blocked``)."""
+        return self.mixed.blocked(self.model, layers)
+
+
+def maker_for(low: LowPrecision, builder: Any) -> CandidateMaker:
+    """The maker of ``builder`` for ``low``: the record names its kind (``LowPrecision.maker``: "casts" or "qdq"),
+    and a Q/DQ builder says which placement it is.
+
+    Args:
+        low: the low precision.
+        builder: a ``Converter`` (casts), a ``PlacedQuantizer`` (or subclass), a ``Quantizer`` (ONNX Runtime's
+            placement) or a ``MixedQuantizer``.
+
+    Raises:
+        TypeError: a builder of no kind above (the tool's defect).
+    """
+    from runner.lowp.mixed_qdq import MixedQuantizer
+    from runner.lowp.placement import PlacedQuantizer
+    from runner.lowp.quantize import Quantizer
+
+    if low.maker == "casts" and isinstance(builder, Converter):
+        return CastMaker(builder)
+    if isinstance(builder, PlacedQuantizer):
+        return PlacedMaker(builder, low)
+    if isinstance(builder, MixedQuantizer):
+        return MixedMaker(builder, low)
+    if isinstance(builder, Quantizer):
+        return OnnxRuntimeMaker(builder, low)
+    raise TypeError(f"no candidate maker for {type(builder).__name__} in {low}")
