@@ -236,3 +236,63 @@ def test_the_run_names_no_mode_and_no_precision():
         for match in named.finditer(path.read_text())
     ]
     assert found == []
+
+
+#: the classes that make precision candidates: only ``runner/lowp`` tells them apart (``runner.lowp.makers``)
+MAKER_CLASSES = frozenset(
+    {
+        "Converter",
+        "Quantizer",
+        "PlacedQuantizer",
+        "Fp8Quantizer",
+        "GivenQuantizer",
+        "MixedQuantizer",
+        "CandidateMaker",
+        "CastMaker",
+        "QdqMaker",
+        "PlacedMaker",
+        "OnnxRuntimeMaker",
+        "MixedMaker",
+        "FloatRest",
+        "SingleStage",
+    }
+)
+
+
+def asks_which_maker(root: Path = ROOT) -> List[Tuple[str, int]]:
+    """(file, line) of each ``isinstance(x, C)`` with ``C`` a candidate maker or stage class outside ``runner/lowp``
+    and the tests: a search asks its maker and its stage, never which one it holds."""
+    found = []
+    for package in ("runner", "strategies", "statemachine"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path.parent.name == "lowp":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"):
+                    continue
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                if any(getattr(kind, "id", getattr(kind, "attr", None)) in MAKER_CLASSES for kind in kinds):
+                    found.append((str(path.relative_to(root)), node.lineno))
+    return found
+
+
+def test_no_search_asks_which_maker_it_holds(tmp_path):
+    """A precision is a record plus a maker (ARCHITECTURE.md, "Adding a precision"): the strategy asks its
+    ``Stage`` and its ``CandidateMaker``; no module outside ``runner/lowp`` tests for a maker's class."""
+    assert asks_which_maker() == []
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "strategies" / "s.py").write_text("def f(b):\n    return isinstance(b, (int, PlacedQuantizer))\n")
+    assert asks_which_maker(tmp_path) == [("strategies/s.py", 2)]
+
+
+def test_every_precision_names_a_maker():
+    """Each low-precision record names a maker ``make_maker`` has (a record without one fails here, not in a run)."""
+    from runner.lowp.makers import MAKERS
+    from runner.lowp.precisions import LOW_PRECISIONS, QUANTIZED
+
+    assert {low.name: low.maker in MAKERS for low in [*LOW_PRECISIONS.values(), *QUANTIZED.values()]} == {
+        "float16": True,
+        "bfloat16": True,
+        "int8": True,
+        "float8": True,
+    }

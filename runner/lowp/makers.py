@@ -19,16 +19,18 @@ One maker per kind, each a small subclass of ``CandidateMaker``:
   quantizer decides a node's Q/DQ from its neighbours');
 - ``MixedMaker``: int8 with the rest in fp16 (``runner.lowp.mixed_qdq``), keeping nodes in fp32 besides.
 
-``maker_for`` makes the maker a ``LowPrecision`` record names (``LowPrecision.maker``) with the run's options.
+``make_maker`` makes the maker a ``LowPrecision`` record names (``LowPrecision.maker``, looked up in ``MAKERS``) with
+the run's calibration and options; ``QdqMaker.with_rest`` the mixed one.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Set
 
 import onnx
 
+from runner.errors import ConfigError
 from runner.lowp.convert import Converter
 from runner.lowp.precisions import LowPrecision
 from runner.lowp.switchboard import LazySwitchboard, RunsOn
@@ -46,8 +48,6 @@ class CandidateMaker(abc.ABC):
     """
 
     runs_on = RunsOn.EMULATION
-    #: what the kept nodes are kept from, for ``describe``
-    kept_from = "in float32"
 
     def __init__(self, model: onnx.ModelProto, low: LowPrecision, calibration: Any = None):
         self.model, self.low, self.calibration = model, low, calibration
@@ -62,8 +62,9 @@ class CandidateMaker(abc.ABC):
         """
 
     def describe(self, kept: int, total: int) -> str:
-        """A candidate keeping ``kept`` of ``total`` searchable nodes, as the log says it."""
-        return f"{kept} of {total} nodes {self.kept_from}"
+        """A candidate keeping ``kept`` of ``total`` searchable nodes, as the log says it (kept nodes run in
+        float32, out of the low precision)."""
+        return f"{kept} of {total} nodes in float32"
 
     def switchboard(self, key: str) -> Optional[LazySwitchboard]:
         """The switched model of the candidates (``runner.lowp.switchboard``), built on first use, one per maker;
@@ -74,6 +75,17 @@ class CandidateMaker(abc.ABC):
 
     def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
         return None
+
+    def with_rest(self, rest: LowPrecision) -> MixedMaker:
+        """The maker of this maker's candidates with every node outside the low precision in ``rest``.
+
+        Raises:
+            ConfigError: the candidates are no Q/DQ model (casts: every node is either low or float32).
+        """
+        raise ConfigError(
+            f"quantization.float_precision={rest} runs the nodes outside a quantized precision in {rest}; "
+            f"{self.low} has no such nodes: drop it"
+        )
 
 
 class CastMaker(CandidateMaker):
@@ -97,24 +109,33 @@ class CastMaker(CandidateMaker):
         return LazySwitchboard(lambda: build_switchboard(converter.model, converter, key))
 
 
-class PlacedMaker(CandidateMaker):
-    """Q/DQ where TensorRT reads them: int8, fp8 and a given quantized model (a ``PlacedQuantizer``).
+class QdqMaker(CandidateMaker):
+    """Q/DQ candidates of a quantizer (``convert(kept)``, ``model``, ``calibration``): int8 and fp8.
 
     Args:
-        quantizer: the placed quantizer (``runner.lowp.placement.PlacedQuantizer`` or a subclass).
+        quantizer: the run's quantizer.
         low: its low precision.
     """
 
     runs_on = RunsOn.ONNXRUNTIME
-    kept_from = "out of Q/DQ"
 
     def __init__(self, quantizer: Any, low: LowPrecision):
         super().__init__(quantizer.model, low, quantizer.calibration)
         self.quantizer = quantizer
-        self.kept_from = f"out of {low}"
 
     def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
         return self.quantizer.convert(kept)  # type: ignore[no-any-return]
+
+    def with_rest(self, rest: LowPrecision) -> MixedMaker:
+        """The maker of this maker's candidates with every node outside the low precision in ``rest`` (fp16:
+        ``runner.lowp.mixed_qdq``)."""
+        from runner.lowp.mixed_qdq import MixedQuantizer
+
+        return MixedMaker(MixedQuantizer(self.quantizer, rest), self.low)
+
+
+class PlacedMaker(QdqMaker):
+    """Q/DQ where TensorRT reads them: int8, fp8 and a given quantized model (a ``PlacedQuantizer``)."""
 
     def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
         from runner.lowp.qdq_switchboard import build_qdq_switchboard
@@ -123,18 +144,9 @@ class PlacedMaker(CandidateMaker):
         return LazySwitchboard(lambda: build_qdq_switchboard(quantizer, key), RunsOn.ONNXRUNTIME)
 
 
-class OnnxRuntimeMaker(CandidateMaker):
-    """ONNX Runtime's own int8 placement (``runner.lowp.quantize.Quantizer``): no switchboard."""
-
-    runs_on = RunsOn.ONNXRUNTIME
-
-    def __init__(self, quantizer: Any, low: LowPrecision):
-        super().__init__(quantizer.model, low, quantizer.calibration)
-        self.quantizer = quantizer
-        self.kept_from = f"out of {low}"
-
-    def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
-        return self.quantizer.convert(kept)  # type: ignore[no-any-return]
+class OnnxRuntimeMaker(QdqMaker):
+    """ONNX Runtime's own int8 placement (``runner.lowp.quantize.Quantizer``): no switchboard (its quantizer decides a
+    node's Q/DQ from its neighbours')."""
 
 
 class MixedMaker(CandidateMaker):
@@ -151,7 +163,6 @@ class MixedMaker(CandidateMaker):
     def __init__(self, mixed: Any, low: LowPrecision):
         super().__init__(mixed.quantizer.model, low, mixed.quantizer.calibration)
         self.mixed = mixed
-        self.kept_from = f"out of {low}"
 
     def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
         return self.candidate_with(kept, ())
@@ -164,33 +175,52 @@ class MixedMaker(CandidateMaker):
         """
         return self.mixed.convert(out_of_int8, fp32)  # type: ignore[no-any-return]
 
-    def blocked(self, layers: Iterable[int]) -> Any:
-        """Float nodes the fp16 converter never converts (``MixedQuantizer.blocked``)."""
-        return self.mixed.blocked(self.model, layers)
+    def blocked(self, layers: Iterable[int]) -> Set[int]:
+        """Float nodes of ``layers`` the fp16 converter never converts (``MixedQuantizer.blocked``)."""
+        return set(self.mixed.blocked(self.model, layers))
 
 
-def maker_for(low: LowPrecision, builder: Any) -> CandidateMaker:
-    """The maker of ``builder`` for ``low``: the record names its kind (``LowPrecision.maker``: "casts" or "qdq"),
-    and a Q/DQ builder says which placement it is.
+def _casts(model: onnx.ModelProto, low: LowPrecision, calibration: Any, options: Any) -> CandidateMaker:
+    return CastMaker(Converter(model, low))
+
+
+def _qdq(model: onnx.ModelProto, low: LowPrecision, calibration: Any, options: Any) -> CandidateMaker:
+    from runner.lowp.quantize import make_quantizer
+
+    quantizer = make_quantizer(model, calibration, options)
+    return PlacedMaker(quantizer, low) if options.placement == "tensorrt" else OnnxRuntimeMaker(quantizer, low)
+
+
+def _fp8(model: onnx.ModelProto, low: LowPrecision, calibration: Any, options: Any) -> CandidateMaker:
+    from runner.lowp.fp8 import Fp8Quantizer
+
+    return PlacedMaker(Fp8Quantizer(model, calibration, options), low)
+
+
+#: the maker of each kind a ``LowPrecision`` names (``LowPrecision.maker``): ``(model, low, calibration, options)``
+#: to the maker; a new precision adds its record and, where its candidates are made another way, its entry here
+MAKERS: Dict[str, Callable[[onnx.ModelProto, LowPrecision, Any, Any], CandidateMaker]] = {
+    "casts": _casts,
+    "qdq": _qdq,
+    "fp8": _fp8,
+}
+
+
+def make_maker(
+    model: onnx.ModelProto, low: LowPrecision, calibration: Any = None, options: Any = None
+) -> CandidateMaker:
+    """The candidate maker of ``low`` for ``model`` (``MAKERS[low.maker]``).
 
     Args:
+        model: the prepared fp32 model (``runner.lowp.convert.prepare``, or ``prepare_int8`` for a quantized
+            precision).
         low: the low precision.
-        builder: a ``Converter`` (casts), a ``PlacedQuantizer`` (or subclass), a ``Quantizer`` (ONNX Runtime's
-            placement) or a ``MixedQuantizer``.
+        calibration: a quantized precision's ranges (``runner.lowp.calibration.calibrate``); None for casts.
+        options: a quantized precision's ``QuantOptions`` (its placement picks ``PlacedMaker`` or
+            ``OnnxRuntimeMaker``); None for casts.
 
     Raises:
-        TypeError: a builder of no kind above (the tool's defect).
+        ModelError: the converter or quantizer cannot read the model (shape inference, an opset too old).
+        KeyError: ``low.maker`` names no maker (a record without its entry: the tool's defect).
     """
-    from runner.lowp.mixed_qdq import MixedQuantizer
-    from runner.lowp.placement import PlacedQuantizer
-    from runner.lowp.quantize import Quantizer
-
-    if low.maker == "casts" and isinstance(builder, Converter):
-        return CastMaker(builder)
-    if isinstance(builder, PlacedQuantizer):
-        return PlacedMaker(builder, low)
-    if isinstance(builder, MixedQuantizer):
-        return MixedMaker(builder, low)
-    if isinstance(builder, Quantizer):
-        return OnnxRuntimeMaker(builder, low)
-    raise TypeError(f"no candidate maker for {type(builder).__name__} in {low}")
+    return MAKERS[low.maker](model, low, calibration, options)

@@ -1,45 +1,16 @@
 """What a precision search adds to ``summary.json`` beside its answer: the repeated blocks it searched
-(``blocks``), the trades after the 1-minimal answer (``exchange``), and with the rest in fp16 which
-nodes run in fp16 and fp32. Read from the search objects once the run is done."""
+(``blocks``) and the trades after the 1-minimal answer (``exchange``), read from the search objects once the run is
+done (what a stage adds: ``Stage.facts``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional
+from typing import Any, Dict, FrozenSet, Optional
 
 from runner.graph.blocks import Blocks
 from strategies.precision.exchange import ExchangeSearch
-from strategies.precision.float_rest import FloatRest
 from strategies.precision.tied_search import TiedSearch
 
 Units = FrozenSet[int]
-
-
-def rest_facts(
-    rest: Optional[FloatRest],
-    final: Optional[Units],
-    forced: Units,
-    describe: Callable[[Iterable[int]], List[Dict[str, str]]],
-) -> Dict[str, Any]:
-    """With the rest in fp16 (``strategies.precision.float_rest``): ``float_precision``, ``fp16_nodes`` (kept out of
-    int8, in fp16), ``fp32_nodes`` (in float32: shown needed by the search, or outside the scope) and
-    ``fp32_always`` (op types the fp16 converter never converts); empty otherwise.
-
-    Args:
-        rest: the run's stages, or None.
-        final: the answer's units.
-        forced: nodes outside the scope (fp32 in every candidate).
-        describe: names and op types of node indices (``PrecisionStrategy.describe``).
-    """
-    if rest is None or final is None:
-        return {}
-    out, fp32 = rest.split(final)
-    fp32 = fp32 | forced
-    return {
-        "float_precision": "float16",
-        "fp16_nodes": describe(out - fp32),
-        "fp32_nodes": describe(fp32),
-        "fp32_always": describe(rest.blocked() - fp32),
-    }
 
 
 def exchange_facts(found: Any) -> Dict[str, Any]:

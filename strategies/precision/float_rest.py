@@ -27,28 +27,32 @@ of one stage stands for the other's.
 from __future__ import annotations
 
 import logging
-from typing import Callable, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, cast
 
 import onnx
 
 from runner.lowp.convert import Converter
-from runner.lowp.mixed_qdq import MixedQuantizer
+from runner.lowp.makers import CastMaker, MixedMaker
 from runner.lowp.precisions import FLOAT16
+from strategies.boundary import BoundaryMarker
+from strategies.onnx_search import Search
+from strategies.precision.deferred_search import DeferredSearch
+from strategies.precision.search import ranked_search
+from strategies.precision.stages import Stage, Units
 
 log = logging.getLogger(__name__)
 
-Units = FrozenSet[int]
 
-
-class FloatRest:
+class FloatRest(Stage):
     """The stages of an int8 search with the rest in fp16: what their candidates hold and how they are built.
 
     Args:
-        mixed: builds the int8 candidates with the rest in fp16 (``MixedQuantizer``).
+        mixed: builds the int8 candidates with the rest in fp16 (``runner.lowp.makers.MixedMaker``).
         model: the prepared fp32 model (opset 19), whose node indices the units are.
-        layers: indices of the float nodes the fp16 stage may keep in fp32, in topological order.
+        layers: indices of the nodes the int8 stage may keep out of int8, in topological order.
+        float_layers: indices of the float nodes the fp16 stage may keep in fp32, in topological order.
         forced: indices of nodes outside the scope: fp32 (and out of int8) in every candidate.
-        ranking: ranks ``layers`` by the error each introduces in fp16, largest first (called once,
+        ranking: ranks ``float_layers`` by the error each introduces in fp16, largest first (called once,
             when the all-fp16 candidate fails).
 
     Attributes:
@@ -58,32 +62,42 @@ class FloatRest:
 
     def __init__(
         self,
-        mixed: MixedQuantizer,
+        mixed: MixedMaker,
         model: onnx.ModelProto,
         layers: Iterable[int],
+        float_layers: Iterable[int],
         forced: Iterable[int],
         ranking: Callable[[], List[int]],
     ):
-        self.mixed, self.model, self.layers, self.forced = mixed, model, list(layers), frozenset(forced)
+        super().__init__(model, layers, forced)
+        self.mixed, self.float_layers = mixed, list(float_layers)
         self._ranking = ranking
         self.offset = len(model.graph.node)
         self.fp32: Optional[Units] = None
-        self._converter: Optional[Converter] = None
+        self._cast: Optional[CastMaker] = None
 
     @property
     def stage(self) -> str:
         """ "float16" while the fp16 stage runs, then "int8"."""
         return "float16" if self.fp32 is None else "int8"
 
-    def start_int8(self, fp32_units: Units) -> None:
-        """End the fp16 stage with its answer (a set of its units) and start the int8 stage."""
-        self.fp32 = self.split(fp32_units)[1]
+    @property
+    def first_of_two(self) -> bool:  # type: ignore[override]
+        """While the fp16 stage runs."""
+        return self.fp32 is None
+
+    def next_stage(self, answer: Units) -> bool:
+        """End the fp16 stage with its answer (a set of its units) and start the int8 stage; False once in it."""
+        if self.fp32 is not None:
+            return False
+        self.fp32 = self.split(answer)[1]
         log.info(
             "float16 stage done (%d of %d float nodes in float32); now the fewest nodes to keep out of int8, "
             "with the rest in float16",
             len(self.fp32),
-            len(self.layers),
+            len(self.float_layers),
         )
+        return True
 
     def encode(self, fp32: Iterable[int]) -> List[int]:
         """Node indices as "kept in fp32" units (``offset + j``)."""
@@ -95,11 +109,15 @@ class FloatRest:
 
     def elements(self) -> List[int]:
         """The fp16 stage's units in topological order (a search's stand-in before the ranking)."""
-        return self.encode(self.layers)
+        return self.encode(self.float_layers)
 
     def closure(self, units: Units) -> Units:
         """A set of the int8 stage with the fp16 stage's answer; a set of the fp16 stage as it is."""
         return units if self.fp32 is None else units | frozenset(self.encode(self.fp32))
+
+    def everything(self) -> Units:
+        """Every float node kept in fp32, none in int8 (the all-fp32 gate's set, in either stage)."""
+        return frozenset(self.encode(self.float_layers))
 
     def split(self, units: Iterable[int]) -> Tuple[Units, Units]:
         """(nodes out of int8, nodes kept in fp32) of a unit set."""
@@ -112,34 +130,83 @@ class FloatRest:
                 out.add(u)
         return frozenset(out), frozenset(fp32)
 
-    def node_of(self, unit: int) -> int:
-        """The node index a unit names."""
-        return unit - self.offset if unit >= self.offset else unit
+    def nodes(self, units: Iterable[int]) -> Set[int]:
+        """The node a unit names, for each unit."""
+        return {u - self.offset if u >= self.offset else u for u in units}
+
+    def kept(self, final: Units) -> Units:
+        """The nodes out of int8 of an answer."""
+        return self.split(final)[0]
 
     def convert(self, units: Units) -> onnx.ModelProto:
         """The candidate of a unit set: in the fp16 stage the fp16 conversion keeping its nodes in fp32
-        (nothing in int8); in the int8 stage ``MixedQuantizer.convert``.
+        (nothing in int8); in the int8 stage ``MixedMaker.candidate_with``.
 
         Raises:
             ModelError: the quantizer or the float16 converter fails on the model.
         """
         out, fp32 = self.split(units)
-        nodes = self.model.graph.node
-        kept = sorted(nodes[j].name for j in fp32 | self.forced)
+        kept = self.names(fp32 | self.forced)
         if self.fp32 is None:
-            return self.converter().convert(kept)
-        return self.mixed.convert(sorted(nodes[i].name for i in out | self.forced), kept)
+            return self.cast().candidate(kept)
+        return self.mixed.candidate_with(self.names(out | self.forced), kept)
 
-    def converter(self) -> Converter:
-        """The fp16 converter of the fp32 model (made once: the fp16 stage's candidates and its ranking share it).
+    def cast(self) -> CastMaker:
+        """The fp16 maker of the fp32 model (made once: the fp16 stage's candidates and its ranking share it).
 
         Raises:
             ModelError: bfloat16 below opset 13 (never for fp16).
         """
-        if self._converter is None:
-            self._converter = Converter(self.model, FLOAT16)
-        return self._converter
+        if self._cast is None:
+            self._cast = CastMaker(Converter(self.model, FLOAT16))
+        return self._cast
+
+    def size(self, units: Units) -> str:
+        """How many nodes are in fp32, and (in the int8 stage) how many out of int8."""
+        out, fp32 = self.split(units)
+        where = f"{len(fp32)} of {len(self.float_layers)} float nodes in float32, the rest float16"
+        if self.fp32 is None:
+            return f"{where}, none in int8"
+        return f"{len(out)} of {len(self.layers)} nodes out of int8; {where}"
+
+    def step(self, units: Units) -> str:
+        return f"the {self.stage} stage's conversion keeping {self.size(units)}"
+
+    def info(self, units: Units) -> Dict[str, Any]:
+        """Kept out of int8 (every node in the fp16 stage), total, ``fp32`` and the stage."""
+        out, fp32 = self.split(units)
+        kept = len(self.layers) if self.fp32 is None else len(out)
+        return {"kept": kept, "total": len(self.layers), "fp32": len(fp32), "stage": self.stage}
+
+    def variant(self) -> str:
+        """The stage: no verdict of one stage stands for the other's."""
+        return f":{self.stage}-stage"
 
     def blocked(self) -> Set[int]:
         """Float nodes the fp16 converter never converts (op types without fp16 kernels): fp32 always."""
-        return self.mixed.blocked(self.model, self.layers)
+        return self.mixed.blocked(self.float_layers)
+
+    def everything_size(self) -> str:
+        return "every node in float32"
+
+    def first_search(self, marker: Callable[[int], BoundaryMarker], direction: str) -> Optional[Search]:
+        """The fp16 stage's search: over the float nodes ranked by the error each introduces in fp16 (made when the
+        search is first used) for a ranked search, else in topological order (``direction=reverse``: from the
+        outputs)."""
+        stand_in = ranked_search(self.elements(), marker)
+        if direction == "ranked":
+            return cast(Search, DeferredSearch(lambda: ranked_search(self.order(), marker), stand_in))
+        return ranked_search(self.elements()[:: -1 if direction == "reverse" else 1], marker)
+
+    def facts(self, final: Units, describe: Callable[[Iterable[int]], List[Dict[str, str]]]) -> Dict[str, Any]:
+        """``float_precision``, ``fp16_nodes`` (kept out of int8, in fp16), ``fp32_nodes`` (in float32: shown
+        needed by the search, or outside the scope) and ``fp32_always`` (op types the fp16 converter never
+        converts)."""
+        out, fp32 = self.split(final)
+        fp32 = fp32 | self.forced
+        return {
+            "float_precision": "float16",
+            "fp16_nodes": describe(out - fp32),
+            "fp32_nodes": describe(fp32),
+            "fp32_always": describe(self.blocked() - fp32),
+        }

@@ -19,7 +19,7 @@ from runner.errors import CheckNeverPassedError
 from runner.lowp.precisions import LowPrecision
 from strategies.gate import Gate
 from strategies.onnx_search import OnnxSearchStrategy, Units
-from strategies.precision.float_rest import FloatRest
+from strategies.precision.stages import Stage
 from strategies.precision.tradeoff import Tradeoff
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class PrecisionGates(OnnxSearchStrategy):
     layers: List[int]
     low: LowPrecision
     scoped: bool
-    rest: Optional[FloatRest]
+    stage: Stage
     _some_failed: bool
     _none_queued: bool
     _pipeline_checked: bool
@@ -53,8 +53,8 @@ class PrecisionGates(OnnxSearchStrategy):
 
     @property
     def _fp16_stage(self) -> bool:
-        """Whether the fp16 stage of an int8 search with the rest in fp16 runs (``strategies.precision.float_rest``)."""
-        return self.rest is not None and self.rest.stage == "float16"
+        """Whether the first of two stages runs (fp16 before int8: ``strategies.precision.float_rest``)."""
+        return self.stage.first_of_two
 
     def _all_fp16_passed(self, verdict: Verdict) -> None:
         log.info("The check passes with every float node in float16: no node needs float32")

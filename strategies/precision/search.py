@@ -1,19 +1,17 @@
 """The search a precision run drives: over nodes ranked by the error each introduces (a prefix search, or
-for the minimal marker a set search, tied over repeated blocks, traded smaller by exchange), the fp16
-stage's search of an int8 run with the rest in fp16, and the exchange budget.
+for the minimal marker a set search, tied over repeated blocks, traded smaller by exchange), and the
+exchange budget (the fp16 stage's search of an int8 run with the rest in fp16: ``FloatRest.first_search``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, cast
+from typing import Any, Callable, List, Optional
 
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks
 from strategies.boundary import BoundaryMarker, searches_sets
 from strategies.onnx_search import Search
-from strategies.precision.deferred_search import DeferredSearch
 from strategies.precision.exchange import ExchangeSearch
-from strategies.precision.float_rest import FloatRest
 from strategies.precision.group_search import GroupSearch
 from strategies.precision.tied_search import TiedSearch, Untie
 from strategies.prefix_search import PrefixSearch
@@ -65,13 +63,3 @@ def exchange_budget(value: Any, quantized: bool) -> int:
             "1-minimal answer (a whole number, 0 for none)"
         )
     return value
-
-
-def float16_stage(rest: FloatRest, marker: Callable[[int], BoundaryMarker], direction: str) -> Search:
-    """The fp16 stage's search (``strategies.precision.float_rest``): over the float nodes ranked by the error each
-    introduces in fp16 (made when the search is first used) for a ranked search, else in topological order
-    (``direction=reverse``: from the outputs)."""
-    stand_in = ranked_search(rest.elements(), marker)
-    if direction == "ranked":
-        return cast(Search, DeferredSearch(lambda: ranked_search(rest.order(), marker), stand_in))
-    return ranked_search(rest.elements()[:: -1 if direction == "reverse" else 1], marker)

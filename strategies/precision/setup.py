@@ -1,39 +1,98 @@
 """How ``mode=precision`` is set up from its keys: the options checked, int8's calibration, the search
-space and its ranking, the fp16 stage of int8 with the rest in fp16, and the model's repeated blocks;
-what ``PrecisionStrategy.create`` hands the strategy."""
+space, its candidate maker and ranking, the stages (int8 with the rest in fp16 runs two), and the model's repeated
+blocks: the ``PrecisionSetup`` that ``PrecisionStrategy.create`` hands the strategy."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
+
+import onnx
 
 from runner.checkers.base import Checker
+from runner.config import Untie
 from runner.context import RunContext
 from runner.errors import ConfigError
-from runner.graph.blocks import find_blocks
+from runner.graph.blocks import Blocks, find_blocks
 from runner.graph.scope import Scope
 from runner.lowp.fp8 import check_fp8
 from runner.lowp.given_qdq import given_precision, load_given
-from runner.lowp.precisions import FLOAT8, any_low_precision, is_quantized
+from runner.lowp.makers import CandidateMaker
+from runner.lowp.precisions import FLOAT8, LowPrecision, any_low_precision, is_quantized
 from runner.lowp.quant_options import QuantOptions
 from strategies.boundary import BoundaryMarker, searches_sets
 from strategies.budget import Budget
 from strategies.mode_keys import PrecisionKeys
 from strategies.precision.search import exchange_budget
-from strategies.precision.space import float_rest, search_space
+from strategies.precision.space import OutputErrorOrder, float_rest, search_space
+from strategies.precision.stages import SingleStage, Stage
 
 log = logging.getLogger(__name__)
 
 
-def precision_arguments(
+@dataclass(frozen=True)
+class PrecisionSetup:
+    """What ``precision_setup`` hands ``PrecisionStrategy``.
+
+    Attributes:
+        model: the prepared fp32 model, nodes named, Constant nodes as initializers.
+        layers: indices of the nodes that can be kept, in topological order.
+        marker: ``marker(count)`` returns a boundary marker (bisect, linear or minimal).
+        direction: "forward", "reverse" or "ranked" (prefix markers only).
+        low: the low precision.
+        output: where the final mixed-precision model is written.
+        ranking: the nodes ranked by introduced error, for a set search or ``direction=ranked``, or a function
+            computing it when the search first needs it (int8: after its fully quantized gate); None:
+            topological prefixes.
+        save_opts: ``external_data`` and ``threshold`` for ``save_model``.
+        weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
+        maker: makes the candidates of the low precision's own search (``runner.lowp.makers``).
+        stage: what the searches' unit sets mean (``strategies.precision.stages``: one stage, or int8 with the
+            rest in fp16, ``strategies.precision.float_rest``).
+        forced: indices of nodes outside the scope: float32 in every candidate.
+        scoped: some float nodes are outside the search (``include_*``/``exclude_*``).
+        original: the model as the user gave it: the all-fp32 gate checks it as it is (its golden values' own
+            model), so that gate cannot fail for the tool's own reasons.
+        reorder: ranks the nodes again for a set search that finds them many (``space.OutputErrorOrder``).
+        blocks: the model's repeated blocks (``runner.graph.blocks``), or None: node by node.
+        untie: how far a tied answer is searched block by block (``Untie``).
+        exchange_checks: checks a minimal search may spend trading two kept nodes for one (0: none).
+        budget: where the search stops short with the best answer checked so far, or None.
+        run_dir: the run's directory (``tradeoff.png``), or None.
+    """
+
+    model: onnx.ModelProto
+    layers: List[int]
+    marker: Callable[[int], BoundaryMarker]
+    direction: str
+    low: LowPrecision
+    output: Path
+    ranking: Optional[List[int] | Callable[[], List[int]]]
+    save_opts: Dict[str, Any]
+    weak_typing: bool
+    maker: CandidateMaker
+    stage: Stage
+    forced: List[int]
+    scoped: bool
+    original: Optional[onnx.ModelProto]
+    reorder: OutputErrorOrder
+    blocks: Optional[Blocks]
+    untie: Untie
+    exchange_checks: int
+    budget: Optional[Budget]
+    run_dir: Optional[Path]
+
+
+def precision_setup(
     ctx: RunContext,
     keys: PrecisionKeys,
     checker: Optional[Checker],
     marker: Optional[Callable[[int], BoundaryMarker]],
-) -> Dict[str, Any]:
-    """The keyword arguments of ``PrecisionStrategy`` for a run: ``ctx.model`` prepared (nodes named,
-    Constant nodes as initializers), nodes ranked for a set search.
+) -> PrecisionSetup:
+    """What ``PrecisionStrategy`` runs on for a run: ``ctx.model`` prepared (nodes named, Constant nodes as
+    initializers), its candidate maker, nodes ranked for a set search.
 
     Args:
         ctx: the run context (model; feeds and fp32 values for the ranking).
@@ -45,7 +104,7 @@ def precision_arguments(
         marker: the marker factory (``marker=``).
 
     Returns:
-        ``{argument: value}`` for ``PrecisionStrategy(**...)``.
+        The ``PrecisionSetup``.
 
     Raises:
         ModelError: bad model. ConfigError: unsupported precisions or options; int8 without
@@ -96,27 +155,31 @@ def precision_arguments(
             len(space.layers),
             len(blocks.ties),
         )
-    return {
-        "model": space.model,
-        "layers": space.layers,
-        "marker": marker,
-        "direction": direction,
-        "low": low_precision,
-        "output": Path(keys.output or "mixed_precision.onnx"),
-        "ranking": space.ranking,
-        "save_opts": {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
-        "weak_typing": weak_typing,
-        "quantizer": space.quantizer,
-        "forced": space.forced,
-        "scoped": space.scoped,
-        "original": ctx.model,
-        "converter": space.converter,
-        "reorder": space.reorder,
-        "switchboard": space.switchboard,
-        "blocks": blocks,
-        "untie": keys.untie,
-        "exchange_checks": exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
-        "rest": rest,
-        "budget": Budget.from_keys(keys.budget, ctx.started),
-        "run_dir": ctx.run_dir,
-    }
+    if rest is not None:
+        stage: Stage = rest
+    else:  # the maker's switchboard (one per maker, the second ranking's too); an engine built with layer
+        # precisions runs no switched model
+        board = None if weak_typing else space.reorder.switchboard
+        stage = SingleStage(space.maker, space.model, space.layers, space.forced, board)
+    return PrecisionSetup(
+        model=space.model,
+        layers=space.layers,
+        marker=marker,
+        direction=direction,
+        low=low_precision,
+        output=Path(keys.output or "mixed_precision.onnx"),
+        ranking=space.ranking,
+        save_opts={"external_data": keys.external_data, "threshold": keys.external_data_threshold},
+        weak_typing=weak_typing,
+        maker=space.maker,
+        stage=stage,
+        forced=space.forced,
+        scoped=space.scoped,
+        original=ctx.model,
+        reorder=space.reorder,
+        blocks=blocks,
+        untie=keys.untie,
+        exchange_checks=exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
+        budget=Budget.from_keys(keys.budget, ctx.started),
+        run_dir=ctx.run_dir,
+    )

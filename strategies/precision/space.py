@@ -1,5 +1,6 @@
 """What a ``mode=precision`` search runs over: the prepared model, the nodes it may keep, the nodes the
-scope keeps whatever it finds, the int8 quantizer, and the ranking of the searchable nodes.
+scope keeps whatever it finds, the candidate maker (``runner.lowp.makers``), and the ranking of the searchable
+nodes.
 
 fp16 and bf16 prepare the run's model (nodes named, Constant nodes as initializers) and may keep any
 float node; int8 calibrates once on the run's samples and may keep the nodes its full quantization
@@ -31,17 +32,15 @@ from runner.graph.scope import Scope
 from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from runner.lowp.calibration import calibrate
-from runner.lowp.convert import Converter, float_nodes, prepare
-from runner.lowp.fp8 import FP8_OPSET, Fp8Quantizer
-from runner.lowp.fp16_switchboard import build_switchboard
+from runner.lowp.convert import float_nodes, prepare
+from runner.lowp.fp8 import FP8_OPSET
 from runner.lowp.given_qdq import GivenQuantizer, check_rebuilt, given_precision, opset_of
-from runner.lowp.mixed_qdq import MIXED_OPSET, MixedQuantizer
-from runner.lowp.placement import PlacedQuantizer
+from runner.lowp.makers import CandidateMaker, PlacedMaker, make_maker
+from runner.lowp.mixed_qdq import MIXED_OPSET
 from runner.lowp.precisions import FLOAT8, FLOAT16, INT8, LowPrecision
-from runner.lowp.qdq_switchboard import build_qdq_switchboard
 from runner.lowp.quant_options import QuantOptions
-from runner.lowp.quantize import INT8_OPSET, Quantizer, make_quantizer, prepare_int8
-from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
+from runner.lowp.quantize import INT8_OPSET, prepare_int8
+from runner.lowp.switchboard import LazySwitchboard, Switchboard
 from strategies.budget import Budget
 from strategies.precision.float_rest import FloatRest
 from strategies.precision.group_search import REORDER_FROM
@@ -58,43 +57,22 @@ class SearchSpace:
         layers: indices of the nodes the search may keep, in topological order.
         forced: indices of nodes outside the scope: float32 in every candidate.
         scoped: a scope was given (some float nodes are outside the search).
-        quantizer: for int8, builds the QDQ candidates from the run's calibration; else None.
+        maker: makes the candidates (``runner.lowp.makers``): casts for fp16 and bf16, Q/DQ from the run's
+            calibration for int8 and fp8, or from the given quantized model.
         ranking: the searchable nodes ranked by introduced error, a function computing it when the
             search first needs it (int8), or None for topological prefixes.
-        converter: for fp16 and bf16, the converter the ranking converted the whole model with, for the
-            search's candidates (each weight's low-precision form is made once per run); else None.
         reorder: ranks the nodes again by the error each makes at the outputs alone in the low
             precision (``runner.layerwise.output_ranking``), for a set search that finds them many
-            (``strategies.precision.group_search.REORDER_FROM``): int8's, and fp16's and bf16's where the
-            ranking made a converter; else None.
-        switchboard: the candidates' switchboard (the search's and ``reorder``'s): int8's with
-            TensorRT's placement, fp16's and bf16's where the ranking made a converter; else None
-            (the strategy makes one from its own converter).
+            (``strategies.precision.group_search.REORDER_FROM``).
     """
 
     model: onnx.ModelProto
     layers: List[int]
     forced: List[int]
     scoped: bool
-    quantizer: Optional[Quantizer]
+    maker: CandidateMaker
     ranking: Optional[List[int] | Callable[[], List[int]]]
-    converter: Optional[Converter] = None
-    reorder: Optional[OutputErrorOrder] = None
-    switchboard: Optional[LazySwitchboard] = None
-
-
-def switchboard_of(builder: Any, key: str) -> Optional[LazySwitchboard]:
-    """The switchboard of the candidates ``builder`` makes, built on first use: an fp16/bf16
-    ``Converter``'s (``runner.lowp.fp16_switchboard``), a ``PlacedQuantizer``'s (int8 as TensorRT
-    places it: ``runner.lowp.qdq_switchboard``); None for any other (ONNX Runtime's quantizer,
-    whose candidates are no sums of node choices; engines built with layer precisions)."""
-    if isinstance(builder, Converter):
-        converter: Converter = builder
-        return LazySwitchboard(lambda: build_switchboard(converter.model, converter, key))
-    if isinstance(builder, PlacedQuantizer):
-        quantizer: PlacedQuantizer = builder
-        return LazySwitchboard(lambda: build_qdq_switchboard(quantizer, key), RunsOn.ONNXRUNTIME)
-    return None
+    reorder: OutputErrorOrder
 
 
 class OutputErrorOrder:
@@ -107,15 +85,13 @@ class OutputErrorOrder:
         ctx: the run context (its samples; ``lanes`` spread the runs).
         model: the prepared fp32 model.
         everything: indices of every node the candidates may keep (searched and forced).
-        builder: builds the "these nodes alone in the low precision" candidates (``convert(kept names)``):
-            int8's quantizer, or fp16's/bf16's converter.
+        maker: builds the "these nodes alone in the low precision" candidates (``runner.lowp.makers``).
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
         switchboard: the candidates' switchboard: each candidate runs as its feeds in one session,
             instead of being built: on CPU with graph optimizations off (as the checks run), on the
             checker's device when it judges on ONNX Runtime's CUDA provider (an order, not a verdict:
             its bits need not be the built candidates'); None, where it cannot be built, or for a
             TensorRT checker: each candidate is built, and run on the checker's device or emulated on CPU.
-        low: the low precision (for the name of the work in the log, and fp16/bf16's emulation on CPU).
 
     Attributes:
         facts: ``{"nodes": how many items were ranked, "seconds": how long it took, "switched": whether
@@ -128,13 +104,12 @@ class OutputErrorOrder:
         ctx: RunContext,
         model: onnx.ModelProto,
         everything: FrozenSet[int],
-        builder: Any,
+        maker: CandidateMaker,
         checker: Optional[Checker],
         switchboard: Optional[LazySwitchboard] = None,
-        low: LowPrecision = INT8,
     ):
-        self.ctx, self.model, self.everything, self.builder, self.checker = ctx, model, everything, builder, checker
-        self.switchboard, self.low = switchboard, low
+        self.ctx, self.model, self.everything, self.maker, self.checker = ctx, model, everything, maker, checker
+        self.switchboard, self.low = switchboard, maker.low
         self.facts: Optional[Dict[str, float | bool | str]] = None
         #: the search's budget (``strategies.budget``): a second ranking that would take most of what is left is
         #: not made; None: always made
@@ -209,7 +184,7 @@ class OutputErrorOrder:
     def _alone(self, item: Any) -> onnx.ModelProto:
         """The model with ``item`` alone in the low precision."""
         kept = self.everything - self._members(item)
-        return self.builder.convert(sorted(self.model.graph.node[k].name for k in kept))
+        return self.maker.candidate(sorted(self.model.graph.node[k].name for k in kept))
 
 
 def search_space(
@@ -240,14 +215,14 @@ def search_space(
         ConfigError: int8 without input samples, or with nothing to quantize; bad samples.
         ModelError: the opset cannot be raised, or ONNX Runtime cannot calibrate or quantize.
     """
-    quantizer: Any = None
     if given is not None:
-        quantizer, model, layers = _given(ctx, given)
+        maker, layers = _given(ctx, given)
     elif quant is not None:
-        quantizer, model, layers = _int8(ctx, quant, low)
+        maker, layers = _int8(ctx, quant, low)
     else:
         model = prepare(ctx.model, low, in_place=True)  # the run's model, prepared: one copy
-        layers = float_nodes(model)
+        maker, layers = make_maker(model, low), float_nodes(model)
+    model = maker.model
     forced: List[int] = []
     if scope.given:
         nodes = {i: [(model.graph.node[i].name, model.graph.node[i].op_type)] for i in layers}
@@ -260,25 +235,23 @@ def search_space(
         )
         layers = searched
 
-    converters: List[Converter] = []  # the ranking's, kept for the search's candidates
-
     def rank() -> List[int]:
-        target = quantizer.convert([]) if quantizer is not None else None
-        if target is None:  # the whole model in the low precision, from the prepared model (no second copy)
-            with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
-                converters.append(Converter(model, low))
-                target = converters[0].convert([])
+        target = None  # the whole model in the low precision
+        try:
+            target = maker.candidate([])
+        except ModelError:
+            if low.quantized:
+                raise
+            # a conversion that fails: the ranking says why and ranks by magnitude
         return introduced_order(ctx, model, layers, low, target, checker, ranking_budget)
 
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:
-        ranking = rank if quantizer is not None else rank()  # int8 ranks once its full-quantization gate fails
-    converter = converters[0] if converters else None
-    builder = quantizer or converter  # what makes the candidates the second ranking runs
-    switchboard = switchboard_of(builder, f"switchboard:{fingerprint(model)}:{low}") if builder else None
+        ranking = rank if low.quantized else rank()  # int8 ranks once its full-quantization gate fails
     everything = frozenset(layers) | frozenset(forced)
-    reorder = OutputErrorOrder(ctx, model, everything, builder, checker, switchboard, low) if builder else None
-    return SearchSpace(model, layers, forced, scope.given, quantizer, ranking, converter, reorder, switchboard)
+    switchboard = maker.switchboard(f"switchboard:{fingerprint(model)}:{low}")
+    reorder = OutputErrorOrder(ctx, model, everything, maker, checker, switchboard)
+    return SearchSpace(model, layers, forced, scope.given, maker, ranking, reorder)
 
 
 def backend_key(checker: Optional[Checker]) -> Dict[str, Any]:
@@ -342,30 +315,31 @@ def introduced_order(
 def float_rest(
     ctx: RunContext, space: SearchSpace, checker: Optional[Checker], ranking_budget: Optional[int]
 ) -> FloatRest:
-    """The fp16 stage of an int8 search (``quantization.float_precision=float16``, ``strategies.precision.float_rest``):
-    over every float node of ``space.model`` outside the scope's forced ones, ranked by the error each
-    introduces in fp16 when the stage first needs it.
+    """The stages of an int8 search with the rest in fp16 (``quantization.float_precision=float16``,
+    ``strategies.precision.float_rest``): the fp16 stage over every float node of ``space.model`` outside the
+    scope's forced ones, ranked by the error each introduces in fp16 when the stage first needs it.
 
     Raises:
+        ConfigError: the space's candidates are no Q/DQ model (``CandidateMaker.with_rest``).
         ModelError: shape inference fails on the model.
     """
-    assert space.quantizer is not None
     model, forced = space.model, frozenset(space.forced)
-    layers = [i for i in float_nodes(model) if i not in forced]
+    float_layers = [i for i in float_nodes(model) if i not in forced]
 
     def rank() -> List[int]:
         target = None
         with contextlib.suppress(ModelError):  # the ranking then says why and ranks by magnitude
-            target = rest.converter().convert([])
-        return introduced_order(ctx, model, layers, FLOAT16, target, checker, ranking_budget)
+            target = rest.cast().candidate([])
+        return introduced_order(ctx, model, float_layers, FLOAT16, target, checker, ranking_budget)
 
-    rest = FloatRest(MixedQuantizer(space.quantizer, FLOAT16), model, layers, forced, rank)
+    rest = FloatRest(space.maker.with_rest(FLOAT16), model, space.layers, float_layers, forced, rank)
     return rest
 
 
-def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[GivenQuantizer, onnx.ModelProto, List[int]]:
-    """The quantizer of a quantized model another tool made: ``ctx.model`` prepared at its opset and matched to
-    it node by node, checked to rebuild it bit for bit on the first sample; the nodes it quantizes.
+def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[CandidateMaker, List[int]]:
+    """The maker of a quantized model another tool made: ``ctx.model`` prepared at its opset and matched to
+    it node by node (``GivenQuantizer``), checked to rebuild it bit for bit on the first sample; the nodes it
+    quantizes.
 
     Raises:
         ConfigError: it is no quantized version of ``model=`` (``runner.lowp.given_qdq.read_given``), or
@@ -383,11 +357,11 @@ def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[GivenQuantizer, onn
         len(model.graph.node),
         given_precision(given),
     )
-    return quantizer, model, layers
+    return PlacedMaker(quantizer, given_precision(given)), layers
 
 
-def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> tuple[Any, onnx.ModelProto, List[int]]:
-    """Calibrate once on the run's samples; the quantizer, the prepared model and the indices of
+def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> tuple[CandidateMaker, List[int]]:
+    """Calibrate once on the run's samples; the maker of the prepared model's Q/DQ candidates and the indices of
     the nodes the full quantization quantizes (the nodes that can be kept).
 
     Raises:
@@ -403,10 +377,8 @@ def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> t
     opset = FP8_OPSET if low is FLOAT8 else MIXED_OPSET if options.float16_rest else INT8_OPSET
     model = prepare_int8(ctx.model, in_place=True, opset=opset)
     calibration = calibrate(model, ctx.samples, options)
-    quantizer = (
-        Fp8Quantizer(model, calibration, options) if low is FLOAT8 else make_quantizer(model, calibration, options)
-    )
-    quantized = quantized_nodes(quantizer.convert([]))
+    maker = make_maker(model, low, calibration, options)
+    quantized = quantized_nodes(maker.candidate([]))
     layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
     if not layers:
         raise ConfigError(
@@ -414,4 +386,4 @@ def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> t
             "precision marking does not apply"
         )
     log.info("%d of %d nodes are quantized to %s and can be kept float", len(layers), len(model.graph.node), low)
-    return quantizer, model, layers
+    return maker, layers

@@ -10,9 +10,11 @@ from runner.backends.base import make_backend
 from runner.context import RunContext
 from runner.layerwise.output_ranking import output_error_ranking
 from runner.lowp.calibration import calibrate
+from runner.lowp.makers import PlacedMaker, make_maker
+from runner.lowp.precisions import INT8
 from runner.lowp.quant_options import QuantOptions
-from runner.lowp.quantize import make_quantizer, prepare_int8
-from strategies.precision.space import OutputErrorOrder, switchboard_of
+from runner.lowp.quantize import prepare_int8
+from strategies.precision.space import OutputErrorOrder
 from tests.helpers.int8 import dense_model, samples
 
 
@@ -24,13 +26,14 @@ def test_the_second_ranking_on_the_switchboard_is_the_built_candidates_order(tmp
     onnx.save(model, path)
     feeds = list(samples())  # the loader's
     ctx = RunContext(mode="precision", run_dir=tmp_path, model_path=path, data_loader=f"{int8_feeds}.pages")
-    quantizer = make_quantizer(model, calibrate(model, feeds, QuantOptions()), QuantOptions())
-    nodes = [i for i, n in enumerate(model.graph.node) if n.name in quantizer.sites]
+    maker = make_maker(model, INT8, calibrate(model, feeds, QuantOptions()), QuantOptions())
+    assert isinstance(maker, PlacedMaker)  # TensorRT's placement is the default
+    nodes = [i for i, n in enumerate(model.graph.node) if n.name in maker.quantizer.sites]
     assert len(nodes) == 24
-    switched = OutputErrorOrder(ctx, model, frozenset(nodes), quantizer, None, switchboard_of(quantizer, "k"))
+    switched = OutputErrorOrder(ctx, model, frozenset(nodes), maker, None, maker.switchboard("k"))
     order = switched(nodes)
     assert switched.facts is not None and switched.facts["switched"] is True
-    built = OutputErrorOrder(ctx, model, frozenset(nodes), quantizer, None)
+    built = OutputErrorOrder(ctx, model, frozenset(nodes), maker, None)
     backend = make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
     builds = [(i, functools.partial(built._alone, i)) for i in nodes]
     assert order == output_error_ranking(builds, model, ctx.samples, backend)
