@@ -298,7 +298,10 @@ class CommonKeys:
     artifacts: ArtifactsConf = field(default_factory=ArtifactsConf)
     replay: ReplayConf = field(default_factory=ReplayConf)
     summary: str = RUN_DIR + "/summary.json"
-    verbose: bool = False
+    verbose: Any = False  # true or 1: debug lines; 2: also ONNX Runtime's own log (Polygraphy's -v, -vv)
+    verbosity: List[str] = field(default_factory=list)  # [LEVEL] or [MODULE:LEVEL, ...] (runner.terminal.logs)
+    log_format: List[str] = field(default_factory=lambda: ["timestamp"])  # timestamp, line-info, no-colors
+    log_file: Optional[str] = None  # every log line also here (runner.log in the run directory has them all)
     quiet: int = 0  # 1: warnings and errors, no progress bar; 2: errors only (runner.terminal.console)
     silent: bool = False  # nothing on the terminal; runner.log and summary.json keep it all
     reuse_run_dir: bool = False  # write into a run directory that holds a finished run (its files are replaced)
@@ -384,7 +387,42 @@ class SaveKeys:
 
     output: Optional[str] = None
     external_data: bool = candidate(False)
-    external_data_threshold: int = candidate(1024)
+    external_data_threshold: Any = candidate(1024)  # bytes; K, M or G suffixes (1M) as Polygraphy takes them
+
+
+#: what a size suffix multiplies by (Polygraphy's ``--external-data-size-threshold``: powers of 1024)
+SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def byte_size(value: Any, option: str) -> int:
+    """A size in bytes from a whole number or one with a K, M or G suffix (``1M`` is 1,048,576 bytes).
+
+    Raises:
+        ConfigError: anything else (negative, a fraction of a byte, another suffix).
+    """
+    from runner.errors import ConfigError
+
+    text = str(value).strip().upper().removesuffix("B") if not isinstance(value, bool) else "?"
+    number, suffix = (text[:-1], text[-1]) if text[-1:] in SIZE_SUFFIXES else (text, "")
+    try:
+        size = float(number) * SIZE_SUFFIXES[suffix]
+    except ValueError:
+        size = -1.0
+    if size < 0 or size != int(size):
+        raise ConfigError(f"{option}={value}: give a size in bytes, e.g. 1024, 64K, 1M or 2G")
+    return int(size)
+
+
+def save_options(keys: Any) -> Dict[str, Any]:
+    """``save_model``'s ``external_data`` and ``threshold`` (bytes) from a mode's ``SaveKeys``.
+
+    Raises:
+        ConfigError: a threshold that is no size (``byte_size``).
+    """
+    return {
+        "external_data": keys.external_data,
+        "threshold": byte_size(keys.external_data_threshold, "external_data_threshold"),
+    }
 
 
 def plain(value: Any) -> Any:

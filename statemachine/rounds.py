@@ -157,6 +157,13 @@ class RoundChecks:
         log.info(
             "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(verdict), verdict.reason
         )
+        log.debug(
+            "Iteration %d: key %s, checked in %s s, verdict %s s after it was handed over",
+            pending.iteration,
+            pending.candidate.key,
+            verdict.check_s,
+            verdict.verdict_s,
+        )
 
     def _cancel(self, running: Set[Any], futures: Dict[Any, Pending], why: str) -> None:
         """Cancel the running checks and wait until each has ended (a verdict that came first is

@@ -227,6 +227,8 @@ class OnnxSearchStrategy(RoundStrategy):
         models built ahead for them; the others (other outcomes') are dropped."""
         round_ = self._next_round(k)
         self.ahead.clear()
+        if round_:
+            log.debug("Next round (up to %d): %s", k, "; ".join(c.label for c in round_))
         return round_
 
     def _next_round(self, k: int) -> List[Candidate]:

@@ -25,6 +25,7 @@ import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
+from runner.config import save_options
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.files.repro import write_bundle
@@ -188,7 +189,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             keys.reduce_outputs,
             Path(keys.output or "reduced.onnx"),
             Path(keys.min_good) if keys.min_good else None,
-            {"external_data": keys.external_data, "threshold": keys.external_data_threshold},
+            save_options(keys),
             ctx.model_files,
             ctx.model,
             weights,

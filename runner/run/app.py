@@ -17,7 +17,7 @@ from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, Invalid
 from runner.jsonio import write_json_atomic
 from runner.run.assembly import RunState, assemble, counters, execute
 from runner.run.summary import Summary
-from runner.terminal import console, signals
+from runner.terminal import console, logs, signals
 from runner.terminal.report import print_table
 
 log = logging.getLogger("runner")
@@ -68,15 +68,15 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
         when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); ``summary.json`` is written in
         every case.
     """
-    if cfg.verbose:
-        logging.getLogger().setLevel(logging.DEBUG)
     state = RunState(cfg, Summary(str(cfg.mode.name)))
     summary = state.summary
     code = 0
     with signals.handled(), contextlib.ExitStack() as holds:
         resources = contextlib.ExitStack()
         try:
-            console.configure(cfg.get("quiet", 0), bool(cfg.get("silent", False)), bool(cfg.verbose))
+            state.log = log = logs.settings(cfg.verbose, cfg.get("verbosity"), cfg.get("log_format", ["timestamp"]))
+            resources.enter_context(logs.applied(log))
+            console.configure(cfg.get("quiet", 0), bool(cfg.get("silent", False)), bool(log.verbose))
             assemble(state, resources, holds)
             execute(state)
         except AnswerNotVerifiedError as e:
@@ -93,7 +93,7 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
             summary.status = f"error: {message}"
             code = e.exit_code
         except RunnerError as e:
-            if cfg.verbose:
+            if state.log.verbose:
                 traceback.print_exc()
             _say(f"error: {e}")
             summary.status = f"error: {e}"

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Type
 
@@ -40,7 +40,8 @@ from runner.files.replay import Replay
 from runner.files.rundir import lock_run_dir, refuse_finished, release_run_dir
 from runner.run.plan import OUTPUT_OPTIONS, CheckerPlan, ExecutorPlan, RunPlan, executor_classes, plan
 from runner.run.summary import Summary
-from runner.terminal import console, signals
+from runner.terminal import console, logs, signals
+from runner.terminal.logs import LogSettings
 from runner.terminal.progress import Progress
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Report, Strategy
@@ -60,6 +61,7 @@ class RunState:
             directory; never another run's.
         plan: the run's plan (``runner.run.plan``), its output paths resolved once ``outputs`` is.
         outputs, replay, executor, checker, strategy, lifecycle: the run's parts.
+        log: the run's log keys, checked (``runner.terminal.logs``).
     """
 
     cfg: DictConfig
@@ -73,6 +75,7 @@ class RunState:
     checker: Optional[Checker] = None
     strategy: Optional[Strategy | Report] = None
     lifecycle: Optional[Lifecycle] = None
+    log: LogSettings = field(default_factory=LogSettings)
 
 
 def _someone_answers() -> bool:
@@ -230,6 +233,8 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         directory,
     )
     holds.callback(outputs.release)
+    if outputs.get("log_file") is not None:  # from here on, every line also goes to log_file=
+        resources.enter_context(logs.log_file(outputs.paths["log_file"], state.log))
     state.plan = planned = given.with_outputs({key: outputs.get(key) for key in OUTPUT_OPTIONS})
     state.summary_path = outputs.get("summary") or state.summary_path
     # cheap checks first: a bad replay file fails before the model is loaded

@@ -45,6 +45,7 @@ OUTPUT_OPTIONS = (
     "replay.save",
     "artifacts.iter_info",
     "save_golden",
+    "log_file",
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 import onnx
 
 from runner.checkers.base import Checker
-from runner.config import Untie
+from runner.config import Untie, save_options
 from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks, find_blocks
@@ -169,7 +169,7 @@ def precision_setup(
         low=low_precision,
         output=Path(keys.output or "mixed_precision.onnx"),
         ranking=space.ranking,
-        save_opts={"external_data": keys.external_data, "threshold": keys.external_data_threshold},
+        save_opts=save_options(keys),
         weak_typing=weak_typing,
         maker=space.maker,
         stage=stage,

@@ -11,7 +11,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests.helpers.checks import compute_names, python_check, reduce_run
+from tests.helpers.checks import compute_names, python_check, reduce_args, reduce_run
+from tests.helpers.cli import one_line_error
 from tests.helpers.models import branchy_model, chain_model, f32, make_model
 
 
@@ -148,6 +149,14 @@ def test_external_data_round_trip(run, tmp_path, has_nodes_script):
     assert (out.parent / "reduced.onnx.data").stat().st_size >= 64 * 64 * 4
     loaded = onnx.load(str(out))
     assert compute_names(out) == ["mm2"] and onnx.numpy_helper.to_array(loaded.graph.initializer[0]).shape == (64, 64)
+    # Polygraphy's size suffixes: the 16 KiB weight stays inside the model under a 1M threshold, goes out from 16K
+    for threshold, outside in (("1M", False), ("16K", True)):
+        out = tmp_path / threshold / "reduced.onnx"
+        out.parent.mkdir()
+        reduce_run(run, model, ["mm2"], "external_data=true", f"external_data_threshold={threshold}", out=out)
+        stored = onnx.load(str(out), load_external_data=False).graph.initializer[0]
+        assert (stored.data_location == onnx.TensorProto.EXTERNAL) is outside, threshold
+    one_line_error(run(*reduce_args(model, "mm2"), "external_data_threshold=1T"), "external_data_threshold=1T")
 
 
 def test_keep_intermediate_and_sorted_iteration_models(run, tmp_path, has_nodes_script):
