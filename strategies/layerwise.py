@@ -125,18 +125,21 @@ class LayerwiseStrategy(Report):
         return cls(ctx, comparison, keys.reference_model, top, budget, keys.layerwise.plot, quant, scope)
 
     def _excluded(self, model: onnx.ModelProto) -> Set[str]:
-        """``checker.exclude_outputs``: graph outputs whose divergence is no first divergence.
+        """``checker.exclude_outputs``: tensors left out of the comparison (every tensor is compared here, as
+        Polygraphy's ``--mark all``): an intermediate one is not compared, a graph output's divergence is no
+        first divergence.
 
         Raises:
-            ConfigError: a name that is no graph output of the model, or every graph output.
+            ConfigError: a name that no node of the model computes, or every graph output.
         """
         excluded = set(self.comparison.exclude_outputs)
         outputs = [o.name for o in model.graph.output]
-        unknown = sorted(excluded - set(outputs))
+        computed = {o for n in model.graph.node for o in n.output if o}
+        unknown = sorted(excluded - computed - set(outputs))
         if unknown:
             raise ConfigError(
-                f"checker.exclude_outputs names {unknown}, which are no graph outputs of the model (its outputs: "
-                f"{outputs}); name graph outputs"
+                f"checker.exclude_outputs names {unknown}, which no node of the model computes (its outputs: "
+                f"{outputs}); name tensors of the model"
             )
         if outputs and excluded >= set(outputs):
             raise ConfigError(

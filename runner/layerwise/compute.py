@@ -105,8 +105,9 @@ class LayerwiseComparison:
         sizes: ``{tensor: bytes}`` estimates for chunking.
         pairs: compare a QDQ target's Q/DQ pairs (``pair_rows``); precision's ranking needs only
             the nodes.
-        excluded: graph outputs left out of the comparison (``checker.exclude_outputs``): a divergence
-            reaching only them is absorbed, not a first divergence.
+        excluded: tensors left out of the comparison (``checker.exclude_outputs``): an intermediate tensor is
+            not compared (a node whose every output is excluded gets no row), and a divergence reaching only
+            excluded graph outputs is absorbed, not a first divergence.
         lanes: where the nodes alone run (``Executor.lanes``: on the run's workers too, each on its
             GPU); default here, one after another. With more than one lane, each group of
             nodes run alone is split into ``2 * len(lanes)`` models (interleaved in topological order, so
@@ -145,7 +146,13 @@ class LayerwiseComparison:
         self.types = tensor_types(target)
         self.weights = weight_names(target)
         compute = [n for n in target.graph.node if n.op_type != "Constant"]
-        self.nodes = [n for n in compute if not is_qdq(n) and (rows_of is None or n.name in rows_of)]
+        self.nodes = [
+            n
+            for n in compute
+            if not is_qdq(n)
+            and (rows_of is None or n.name in rows_of)
+            and any(o and o not in self.excluded for o in n.output)
+        ]
         ref_name = functools.partial(reference_tensor, self.ref_names, self.alias)  # not bound: no cycle
         self.pairs = QDQPairs(reference, target, self.chains, ref_name, rule) if pairs else None
         self.chunks = self._chunks(compute, chunk_bytes, sizes or {})
@@ -207,7 +214,13 @@ class LayerwiseComparison:
         """
         reported = {n.name for n in self.nodes}
         rows: Dict[str, NodeRow] = {
-            n.name: NodeRow(i, n.name, n.op_type, [o for o in n.output if o], weights=self.weights_of.get(n.name, 0.0))
+            n.name: NodeRow(
+                i,
+                n.name,
+                n.op_type,
+                [o for o in n.output if o and o not in self.excluded],
+                weights=self.weights_of.get(n.name, 0.0),
+            )
             for i, n in enumerate(self.nodes)
         }
         with self.alone.on_lanes():

@@ -4,6 +4,7 @@ tolerance), and a data loader script in ``--data-loader-script`` form."""
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -136,9 +137,34 @@ def test_layerwise_honours_exclude_outputs(run, tmp_path):
     onnx.save(model, path)
     np.savez(tmp_path / "x.npz", x=np.full((1, 8), 1.0, np.float32))
     one_line_error(
-        run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[nosuch]"), "no graph outputs", code=2
+        run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[nosuch]"), "no node of the model computes", code=2
     )
     one_line_error(run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[y]"), "leaves none", code=2)
+
+
+def test_mark_all_leaves_out_an_intermediate_tensor(run, tmp_path):
+    """Polygraphy's ``run --mark all`` compares every tensor; excluding one there (``checker.exclude_outputs``) leaves
+    that tensor out: its node gets no row, the other nodes keep theirs. Through the command line and the API."""
+    from examples.planted import two_branches
+    from runner import api
+
+    model, _, _ = two_branches()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    every = run("mode=layerwise", f"model={path}", "layerwise.plot=false")
+    fewer = run("mode=layerwise", f"model={path}", "layerwise.plot=false", "checker.exclude_outputs=[pa]")
+    assert every.returncode == 0 and fewer.returncode == 0, fewer.stderr
+
+    def rows(run_dir):
+        with open(run_dir / "layerwise.csv") as f:
+            return {row["node"] for row in csv.DictReader(f)}
+
+    assert rows(every.run_dir) - rows(fewer.run_dir) == {"mul_a"}
+    assert fewer.summary["nodes"] == every.summary["nodes"] - 1
+    through_api = api.layerwise(
+        path, checker={"exclude_outputs": ["pa"]}, layerwise={"plot": False}, run_dir=tmp_path / "api"
+    )
+    assert through_api.ok and rows(tmp_path / "api") == rows(fewer.run_dir)
 
 
 @pytest.mark.slow  # processes of their own
