@@ -198,6 +198,18 @@ class CompareCheckerConf:
     verify_on: Optional[List[str]] = None
 
 
+@dataclass
+class ValidateCheckerConf:
+    """Fails a candidate whose outputs hold NaN or Inf; no golden outputs (Polygraphy's run --validate)."""
+
+    _target_: str = "runner.checkers.validate.ValidateChecker"
+    backend: str = "onnxruntime"
+    providers: List[str] = field(default_factory=lambda: ["CPUExecutionProvider"])
+    outputs: List[str] = field(default_factory=list)  # check these tensors (any of the model's) instead of the outputs
+    exclude_outputs: List[str] = field(default_factory=list)  # leave these out
+    on_error: OnError = OnError["fail"]  # a candidate the backend cannot run: fail, pass or stop
+
+
 class Start(Enum):
     """When ``executor=processes`` starts its worker processes: ``lazy`` once a check or job run in the
     runner (after the first) takes a second or more; ``now`` with the run."""

@@ -136,9 +136,8 @@ def test_layerwise_honours_exclude_outputs(run, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     np.savez(tmp_path / "x.npz", x=np.full((1, 8), 1.0, np.float32))
-    one_line_error(
-        run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[nosuch]"), "no node of the model computes", code=2
-    )
+    r = run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[nosuch]")
+    one_line_error(r, "no node of the model computes", code=2)
     one_line_error(run("mode=layerwise", f"model={path}", "checker.exclude_outputs=[y]"), "leaves none", code=2)
 
 
