@@ -88,6 +88,14 @@ class Untie(Enum):
     none = "none"
 
 
+class ShapeInference(Enum):
+    """Where reduce's subgraph boundaries get their types and shapes (Polygraphy's loader options)."""
+
+    onnx = "onnx"  # ONNX shape inference, then one ONNX Runtime run for the tensors it leaves without a shape
+    none = "none"  # no ONNX inference (--no-shape-inference): what the model declares, the run for the rest
+    fallback = "fallback"  # every tensor from the run (--force-fallback-shape-inference): dynamic dims become static
+
+
 class SignalIs(Enum):
     """What a check command killed by a signal counts as: an error that stops the run, or a failure."""
 

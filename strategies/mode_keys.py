@@ -22,6 +22,7 @@ from runner.config import (
     QuantKeys,
     SaveKeys,
     ScopeKeys,
+    ShapeInference,
     Untie,
     candidate,
 )
@@ -64,6 +65,8 @@ class ReduceKeys(DataKeys, SaveKeys, ScopeKeys):
     min_good: Optional[str] = None
     keep_constant_nodes: bool = candidate(False)  # default: carried Constant nodes become initializers
     share_weights: bool = candidate(True)  # large models: candidates reference one weights file written once per run
+    # where subgraph boundaries get types and shapes: onnx (inference, then a run), none, fallback (a run for all)
+    shape_inference: ShapeInference = candidate(ShapeInference.onnx)
 
 
 @dataclass

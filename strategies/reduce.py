@@ -162,7 +162,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         if keys.share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
             weights = SharedWeights(ctx.model, ctx.run_dir, ctx.model_files)
             model = weights.stub(ctx.model)
-        meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries)
+        meta = TensorMeta(model, ctx.shapes, lambda: ctx.summaries, keys.shape_inference.value)
         index = GraphIndex(model, meta, keep_constant_nodes=keys.keep_constant_nodes)
         compared = checker.compared_tensors() if checker is not None else None
         comparison = checker.comparison() if checker is not None else None

@@ -83,6 +83,10 @@ class TensorMeta:
         summaries: returns ``{tensor name: TensorSummary}`` of one run (called at most once, only
             when shapes are missing); may raise ModelError. None: no run; tensors inference leaves
             without a static shape are left out.
+        inference: ``shape_inference=`` (Polygraphy's loader options): "onnx" (ONNX shape inference, ONNX
+            Runtime's run for what it leaves), "none" (no ONNX inference, ``--no-shape-inference``: what the model
+            declares, the run for the rest) or "fallback" (every tensor from the run,
+            ``--force-fallback-shape-inference``: dynamic dimensions become the run's).
 
     Attributes:
         meta: ``{tensor name: (numpy dtype, [dims])}``.
@@ -94,6 +98,7 @@ class TensorMeta:
         model: onnx.ModelProto,
         input_shapes: Mapping[str, Sequence[int]],
         summaries: Optional[Callable[[], Mapping[str, TensorSummary]]],
+        inference: str = "onnx",
     ):
         self.meta: Dict[str, Meta] = {}
         self.fallback_error: Optional[str] = None
@@ -101,23 +106,27 @@ class TensorMeta:
         # them would cost their size (small initializers, which shape inputs are, keep their values)
         source = weightless(model)[0] if maps(weight_bytes(model)) else model
         fixed = _with_input_shapes(source, input_shapes)
-        try:
-            inferred = infer_shapes(fixed)
-        except Exception as e:  # onnx raises InferenceError and others
-            log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", first_line(e))
-            inferred = fixed
+        inferred = fixed
+        if inference == "onnx":
+            try:
+                inferred = infer_shapes(fixed)
+            except Exception as e:  # onnx raises InferenceError and others
+                log.info("ONNX shape inference failed (%s); falling back to ONNX Runtime", first_line(e))
         g = inferred.graph
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
+        declared = list(g.input) if inference == "fallback" else list(g.input) + list(g.value_info) + list(g.output)
+        for vi in declared:
             m = _complete(vi)
             if m is not None:
                 self.meta[vi.name] = m
         wanted = [o for n in model.graph.node for o in n.output if o]
         missing = [name for name in wanted if name not in self.meta]
         if missing and summaries is not None:
+            how = {"onnx": "after inference", "none": "declared (shape_inference=none)"}.get(inference)
             log.info(
-                "%d of %d tensors have no static shape after inference; running ONNX Runtime once",
+                "%d of %d tensors %s; running ONNX Runtime once",
                 len(missing),
                 len(wanted),
+                f"have no static shape {how}" if how else "from ONNX Runtime's run (shape_inference=fallback)",
             )
             try:
                 found = summaries()

@@ -179,6 +179,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
         "quantization",
         "quantized_model",
         "seed",
+        "shape_inference",
         "share_weights",
         "weak_typing",
         "workspace",
