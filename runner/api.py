@@ -19,6 +19,10 @@ Python callable ``fn(artifact_path) -> bool`` (True: the candidate passes), run 
 (or, with ``checker={"isolate": True}``, in a child process it is sent to) and known by a digest
 of its code and closure (``runner.callables``), so a replay made by another function is refused.
 
+A loop of your own (Polygraphy's ``run_check`` and ``sort_artifacts``): ``api.run_check(path, check)`` judges one
+file with any checker and returns its ``Verdict``; ``api.sort_artifacts(verdict, paths, artifacts_dir)`` moves files
+into ``good/`` or ``bad/`` (``runner.api_loop``).
+
 Errors: a run that starts returns a ``Result`` whatever happens (``ok`` False, ``status`` the
 one-line error, ``exit_code`` as the command line's); keys, values or a ``run_dir`` that cannot
 start a run raise ``ApiError``. Nothing else is raised but ``KeyboardInterrupt``.
@@ -31,13 +35,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from conf import checker_groups
+from runner.api_loop import run_check as run_check
+from runner.api_loop import sort_artifacts as sort_artifacts
+from runner.errors import ApiError as ApiError
 
 Check = Union[str, Callable[[str], bool], None]
-
-
-class ApiError(ValueError):
-    """A call that cannot start a run: a key no schema knows, a value of the wrong type or with no
-    config form, or a ``run_dir`` that is not a directory. The message is one line naming the fix."""
 
 
 def call_registered(artifact: str, key: str) -> bool:

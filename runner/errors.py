@@ -105,3 +105,9 @@ class CheckNeverPassedError(CheckError):
     def __init__(self, message: str, tail: str = ""):
         super().__init__(message)
         self.tail = tail
+
+
+class ApiError(ValueError):
+    """A call of the Python API (``runner.api``) that cannot start a run: a key no schema knows, a value of the
+    wrong type or with no config form, or a ``run_dir`` that is not a directory. The message is one line naming
+    the fix."""

@@ -81,6 +81,9 @@ class Checker(abc.ABC):
     #: on more arithmetics) or asks a person
     verdict_by_bytes = False
 
+    #: the check runs the run's model's samples through the candidate (``bind`` needs a model): compare, validate
+    reads_model = False
+
     def bind(self, ctx: RunContext) -> None:
         """Receive the run's shared context before the first check (default: nothing)."""
 

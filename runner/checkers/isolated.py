@@ -118,6 +118,7 @@ class IsolatedChecker(Checker):
         self.timeout_s = timeout_s
         self.concurrent = inner.concurrent
         self.fix_hint = inner.fix_hint
+        self.reads_model = inner.reads_model
         self._pool: Optional[ProcessPoolExecutor] = None
         self._children: List[Any] = []  # the pool's processes (multiprocessing.Process), for their exit codes
         self._busy = False  # a check is running in the child

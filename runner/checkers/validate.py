@@ -56,6 +56,7 @@ class ValidateChecker(Checker):
     schema = ValidateCheckerConf
     fix_hint = "check that the model as given has no NaN or Inf in the outputs checked (checker.outputs)"
     verdict_by_bytes = True  # the samples are the run's: the verdict is a function of the candidate's file
+    reads_model = True
 
     def __init__(self, conf: ValidateCheckerConf):
         providers = [str(p) for p in conf.providers]

@@ -121,6 +121,7 @@ class CompareChecker(Checker):
     """
 
     schema = CompareCheckerConf
+    reads_model = True
 
     def __init__(self, conf: CompareCheckerConf):
         backend, reference, providers = conf.backend, conf.reference, list(conf.providers)
