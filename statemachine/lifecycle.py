@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 from runner import malloc
 from runner.candidates import Candidate, Verdict
+from runner.check_times import CheckTimes
 from runner.checkers.base import Checker, Need
 from runner.errors import ArtifactError
 from runner.executors.base import Executor
@@ -117,8 +118,11 @@ class Lifecycle:
         iter_info: Optional[Path] = None,
         progress: Optional[Progress] = None,
         executor: Optional[Executor] = None,
+        check_times: Optional[CheckTimes] = None,
     ):
         self.strategy = strategy
+        #: each check's seconds, for what chooses by a check's cost (``marker=auto``)
+        self.check_times = check_times if check_times is not None else CheckTimes()
         self.checker = checker
         self.sorter = sorter
         self.replay = replay
@@ -223,7 +227,7 @@ class Lifecycle:
         todo = [p for p in self.round if p.verdict is None]
         parallel = self.executor.workers > 1
         if self._checks is None:
-            self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S)
+            self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S, self.check_times)
         try:
             ahead = sum(p.candidate.key in self._built_ahead for p in todo)
             if ahead:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from runner.candidates import Candidate, Verdict
+from runner.check_times import CheckTimes
 from runner.errors import WorkerDiedError
 from runner.executors.base import Executor, run_check, shipped
 from runner.executors.slot import CheckCancelled, Slot
@@ -61,6 +62,7 @@ class RoundChecks:
         executor: where the checks run.
         checker: what ``run_check`` receives as the checker (``executor.share`` of it).
         wait_s: seconds between looks at the running checks (also how soon Ctrl-C is seen).
+        times: where each check's seconds are recorded (``runner.check_times``); None: a record of its own.
 
     Attributes:
         cancelled: checks cancelled so far, over every round (settled rounds and a stopped run).
@@ -73,8 +75,9 @@ class RoundChecks:
     #: (which need the GIL too) and to noticing checks that end (an idle step is not interrupted)
     IDLE_SHARE = 0.8
 
-    def __init__(self, executor: Executor, checker: Any, wait_s: float):
+    def __init__(self, executor: Executor, checker: Any, wait_s: float, times: Optional[CheckTimes] = None):
         self.executor = executor
+        self.times = times if times is not None else CheckTimes()
         self.checker = checker
         self.wait_s = wait_s
         self.cancelled = 0
@@ -154,6 +157,7 @@ class RoundChecks:
         verdict = pending.verdict
         # from handing the check over to its verdict here: beside check_s, what the executor costs
         verdict.verdict_s = round(time.monotonic() - pending.submitted, 4)
+        self.times.record(verdict.check_s)
         log.info(
             "Iteration %d: %s -> %s (%s)", pending.iteration, pending.candidate.label, word(verdict), verdict.reason
         )

@@ -158,7 +158,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         """
         model, weights = ctx.model, None
         if marker is None:
-            raise ConfigError("mode=reduce needs a marker (marker=bisect, linear or minimal)")
+            raise ConfigError("mode=reduce needs a marker (marker=bisect, linear, minimal or auto)")
         if keys.share_weights and initializer_bytes(ctx.model) >= MODEL_THRESHOLD:
             weights = SharedWeights(ctx.model, ctx.run_dir, ctx.model_files)
             model = weights.stub(ctx.model)

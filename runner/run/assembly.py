@@ -14,6 +14,7 @@ plan's reservations, the run directory's lock), released after it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -26,6 +27,7 @@ from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
+from runner.check_times import CheckTimes
 from runner.checkers.base import Checker, conf_of
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
@@ -62,6 +64,7 @@ class RunState:
         plan: the run's plan (``runner.run.plan``), its output paths resolved once ``outputs`` is.
         outputs, replay, executor, checker, strategy, lifecycle: the run's parts.
         log: the run's log keys, checked (``runner.terminal.logs``).
+        check_times: each check's seconds (``runner.check_times``), for ``marker=auto``.
     """
 
     cfg: DictConfig
@@ -76,6 +79,7 @@ class RunState:
     strategy: Optional[Strategy | Report] = None
     lifecycle: Optional[Lifecycle] = None
     log: LogSettings = field(default_factory=LogSettings)
+    check_times: CheckTimes = field(default_factory=CheckTimes)
 
 
 def _someone_answers() -> bool:
@@ -198,11 +202,16 @@ def _check_worker_paths(executor: Executor, artifact_paths: List[str]) -> None:
         )
 
 
-def _build_strategy(plan: RunPlan, ctx: RunContext, checker: Optional[Checker] = None) -> Strategy | Report:
+def _build_strategy(
+    plan: RunPlan, ctx: RunContext, checker: Optional[Checker] = None, times: Optional[CheckTimes] = None
+) -> Strategy | Report:
     """Call the mode's ``create`` (``mode._target_``) with the context, its keys whole (``keys_of``), the
-    checker and, for modes with a marker, the marker factory."""
+    checker and, for modes with a marker, the marker factory (given the run's check ``times`` where it chooses by
+    a check's cost: ``marker=auto``)."""
     keys = keys_of(plan.mode, plan.config)
     marker = instantiate(plan.config.marker, _partial_=True) if mode_uses(plan.mode, "marker") else None
+    if marker is not None and getattr(marker.func, "takes_check_times", False):
+        marker = functools.partial(marker.func, *marker.args, **{**marker.keywords, "times": times})
     try:
         strategy: Strategy | Report = get_method(plan.config.mode._target_)(ctx, keys, checker=checker, marker=marker)
     except Exception as e:
@@ -259,7 +268,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     ctx = _context(planned, directory, state.executor, state.replay.identity)
     if planned.takes_checker:
         _adopt_checker(state, resources)
-    state.strategy = strategy = _build_strategy(planned, ctx, state.checker)
+    state.strategy = strategy = _build_strategy(planned, ctx, state.checker, state.check_times)
     if isinstance(strategy, Report):
         return  # layerwise, diff_tactics: no candidates, no lifecycle; execute() runs its finish()
     checker = state.checker or _adopt_checker(state, resources)  # a mode that takes the checker checks with it
@@ -285,6 +294,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         planned.get("artifacts.iter_info"),
         progress,
         state.executor,
+        state.check_times,
     )
 
 

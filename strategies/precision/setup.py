@@ -112,7 +112,7 @@ def precision_setup(
         MissingExtraError: ``weak_typing=true`` without TensorRT.
     """
     if marker is None:
-        raise ConfigError("mode=precision needs a marker (marker=bisect, linear or minimal)")
+        raise ConfigError("mode=precision needs a marker (marker=bisect, linear, minimal or auto)")
     precision, direction, weak_typing = keys.precision.value, keys.direction.value, keys.weak_typing
     if precision != "float32":
         raise ConfigError(

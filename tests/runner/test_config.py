@@ -31,7 +31,7 @@ def hydra_conf():
 
 def test_groups_are_complete():
     assert MODES == ["build", "diff_tactics", "layerwise", "precision", "reduce", "repeat"]
-    assert MARKERS == ["bisect", "linear", "minimal"]
+    assert MARKERS == ["auto", "bisect", "linear", "minimal"]
     assert {"command", "interactive", "python", "compare"} <= set(CHECKERS)
 
 
