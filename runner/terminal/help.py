@@ -79,8 +79,8 @@ def _fields(name: str, modules: List[_Module], prefix: str = "", skip: FrozenSet
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             key = stmt.target.id
-            if key in PLUMBING or key in skip:
-                continue
+            if key in PLUMBING or key in skip or ast.unparse(stmt.annotation).startswith("ClassVar"):
+                continue  # a ClassVar is the class's own fact (used_with, not_with), no key
             out.extend(_value(stmt.value, modules, prefix + key))
     return out
 

@@ -258,6 +258,7 @@ def test_help_lists_every_key_of_every_group():
             assert key in ("executor._target_", "executor.name") or f"{key}=" in text, key
     for key in names(config.CommonKeys):
         assert f"{key}=" in text, key
+    assert "used_with=" not in text and "not_with=" not in text, "a keys class's ClassVars are no keys"
 
 
 @pytest.mark.parametrize(
