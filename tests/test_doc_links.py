@@ -68,3 +68,24 @@ def test_the_checks_find_what_is_missing(tmp_path):
     found = QUOTED.findall(text)
     assert [f[0] for f in found] == ["good.md", "good.md"]
     assert LINK.findall(text) == ["good.md#two-gpus", "missing.md"]
+
+
+def test_the_polygraphy_table_names_every_debug_option():
+    """docs/polygraphy.md lists every option of ``polygraphy debug``'s subtools (one of each option's spellings), with
+    its key here or why there is none: read from the installed Polygraphy's own parsers, so a new option fails here."""
+    import argparse
+    import re
+
+    from polygraphy.tools.debug.debug import Debug
+
+    parser = argparse.ArgumentParser()
+    Debug().setup_parser(parser.add_subparsers())
+    debug = parser._subparsers._group_actions[0].choices["debug"]  # type: ignore[union-attr]
+    doc = (ROOT / "docs" / "polygraphy.md").read_text()
+    missing = []
+    for tool, sub in debug._subparsers._group_actions[0].choices.items():
+        for action in sub._actions:
+            spellings = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            if spellings and not any(re.search(re.escape(o) + r"(?![a-z0-9-])", doc) for o in spellings):
+                missing.append(f"{tool} {spellings[0]}")
+    assert missing == []
