@@ -334,7 +334,7 @@ def test_iterations_with_a_data_loader_is_one_message_for_every_value(run, chain
         ("seed=abc", ["seed=abc", "could not be converted to Integer"]),
         ("direction=sideways", ["direction=sideways", "expected one of [forward, reverse, ranked]"]),
         ("untie=some", ["untie=some", "expected one of [auto, nodes, none]"]),
-        ("marker=nosuch", ["marker=nosuch: no such marker", "use one of bisect, linear, minimal"]),
+        ("marker=nosuch", ["marker=nosuch: no such marker", "use one of auto, bisect, linear, minimal"]),
         ("seed=[", ["cannot read the override in seed=[", "quote values"]),
     ],
 )
