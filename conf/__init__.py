@@ -2,14 +2,16 @@
 
 A checker is listed once: its group file ``conf/checker/<name>.yaml``. Everything that lists checkers
 (the schemas stored in Hydra's ConfigStore, ``--help``, the API's ``check=`` names) reads them from
-here, with its schema named by one rule (``checker_schema``). This module imports nothing: ``--help``
+here, with its schema named by one rule (``checker_schema``). Modes may also come from other packages, through
+the ``MODE_ENTRY_POINTS`` entry-point group (``mode_files``). This module imports only the standard library: ``--help``
 reads it without Hydra.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 #: this folder: the config groups (``checker/``, ``mode/``, ``marker/``, ``executor/``, ``artifacts/``)
 CONF = Path(__file__).resolve().parent
@@ -40,6 +42,52 @@ def schema_name(group: str, name: str) -> str:
         The class name.
     """
     return "".join(part.capitalize() for part in [*name.split("_"), group]) + "Conf"
+
+
+#: the entry-point group through which another package adds modes: each entry names a package whose folder holds
+#: mode YAML files, as ``conf/mode/`` does (``[project.entry-points."onnx_debug_runner.modes"] mine = "my_pkg.modes"``)
+MODE_ENTRY_POINTS = "onnx_debug_runner.modes"
+
+
+def mode_files() -> List[Path]:
+    """The mode YAML files: ``conf/mode/*.yaml``, then those of every installed package's ``MODE_ENTRY_POINTS`` entry.
+
+    Returns:
+        The paths, this project's first (each sorted by name).
+    """
+    return sorted((CONF / "mode").glob("*.yaml")) + list(plugin_mode_files())
+
+
+@functools.cache
+def plugin_mode_files() -> Tuple[Path, ...]:
+    """The mode YAML files other packages add (``MODE_ENTRY_POINTS``): the ``*.yaml`` beside each entry's package.
+    An entry whose package cannot be found is warned of and left out (``python -m runner --help`` lists the modes
+    found).
+
+    Returns:
+        The paths, sorted by name within each package (read once a process).
+    """
+    import importlib.metadata
+    import importlib.util
+    import logging
+
+    found: List[Path] = []  # read once a process: start-up asks twice (the keys, the ConfigStore)
+    for entry in importlib.metadata.entry_points(group=MODE_ENTRY_POINTS):
+        try:
+            spec = importlib.util.find_spec(entry.value)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            logging.getLogger(__name__).warning(
+                "the %s entry point %s = %s names no package; its modes are left out",
+                MODE_ENTRY_POINTS,
+                entry.name,
+                entry.value,
+            )
+            continue
+        for folder in spec.submodule_search_locations:
+            found += sorted(Path(folder).glob("*.yaml"))
+    return tuple(found)
 
 
 def checker_groups() -> List[str]:

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List
 
 from hydra.core.config_store import ConfigStore
 
-from conf import checker_groups, checker_schema, executor_groups, executor_schema
+from conf import checker_groups, checker_schema, executor_groups, executor_schema, plugin_mode_files
 from runner import config
 from runner.config import ArtifactsConf, CommonKeys, MarkerConf, ModeConf
 from runner.errors import ConfigError, first_line
@@ -43,8 +43,8 @@ def _keys_after(prefix: str, overrides: Iterable[str]) -> List[str]:
 
 def group_specs(group: str) -> Dict[str, Any]:
     """``{option name: its YAML as written}`` (an OmegaConf ``DictConfig``) of a config group, read from
-    ``conf/<group>/*.yaml``: the group is the one list of its options (modes, executors, markers); an option
-    is named by its ``name:``, else by its file."""
+    ``conf/<group>/*.yaml`` (modes also from other packages: ``conf.mode_files``): the group is the one list of its
+    options (modes, executors, markers); an option is named by its ``name:``, else by its file."""
     from pathlib import Path
 
     from omegaconf import DictConfig, OmegaConf
@@ -52,7 +52,9 @@ def group_specs(group: str) -> Dict[str, Any]:
     import conf
 
     found: Dict[str, Any] = {}
-    for path in sorted((Path(conf.__file__).resolve().parent / group).glob("*.yaml")):
+    folder = Path(conf.__file__).resolve().parent / group
+    paths = conf.mode_files() if group == "mode" else sorted(folder.glob("*.yaml"))
+    for path in paths:
         spec = OmegaConf.load(path)
         if isinstance(spec, DictConfig):
             found[str(spec.get("name") or path.stem)] = spec  # a marker's YAML names none: its file does
@@ -269,5 +271,7 @@ def register_configs() -> None:
     for checker in checker_groups():  # conf/checker is the one list; each schema named by one rule
         cs.store(name=f"{checker}_schema", node=getattr(config, checker_schema(checker)))
     cs.store(name="artifacts_schema", node=ArtifactsConf)
+    for path in plugin_mode_files():  # modes of other packages (conf.MODE_ENTRY_POINTS) join conf/mode's
+        cs.store(group="mode", name=path.stem, node=OmegaConf.load(path))
     for executor in executor_groups():  # conf/executor is the one list, as for checkers
         cs.store(name=f"{executor}_executor_schema", node=getattr(config, executor_schema(executor)))

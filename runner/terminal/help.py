@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional
 
-from conf import CONF, groups, schema_name
+from conf import CONF, groups, mode_files, schema_name
 
 ROOT = CONF.parent
 
@@ -117,6 +117,27 @@ def _options(group: str, config: _Module, skip: FrozenSet[str] = frozenset()) ->
     return lines
 
 
+def _source(dotted: str) -> Path:
+    """The source file of the module a dotted name starts with (``strategies.reduce.ReduceStrategy.create`` ->
+    ``strategies/reduce.py``): this project's from its tree, another package's (a mode added through
+    ``conf.MODE_ENTRY_POINTS``) from where Python finds it (its parent packages imported, not the module)."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:end]).with_suffix(".py")
+        if path.is_file():
+            return path
+    import importlib.util
+
+    for end in range(len(parts), 0, -1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:end]))
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            return Path(spec.origin)
+    raise FileNotFoundError(f"no source file for {dotted}")
+
+
 def render() -> str:
     """The whole help text."""
     config = _Module(ROOT / "runner" / "config.py")
@@ -126,15 +147,15 @@ def render() -> str:
         "",
         "Modes (mode=...), each with the keys it takes:",
     ]
-    specs = [_yaml(p) for p in CONF.glob("mode/*.yaml")]
+    specs = [_yaml(p) for p in mode_files()]
     for spec in sorted(specs, key=lambda s: (int(s.get("help_order", 100)), s.get("name", ""))):
         name, target = spec.get("name", ""), spec.get("_target_", "")
         lines.append(f"  {name:<13} " + _wrap(spec.get("help", ""), 16).lstrip())
         if spec.get("keys"):  # the class the YAML names (strategies.mode_keys.<Class>)
             where, _, cls = str(spec["keys"]).rpartition(".")
-            module = _Module(ROOT.joinpath(*where.split(".")).with_suffix(".py"))
+            module = _Module(_source(where))
         else:  # the mode module's KEYS
-            module = _Module(ROOT / "strategies" / f"{target.split('.')[1]}.py")
+            module = _Module(_source(target))
             cls = module.assigned("KEYS") or ""
         keys = _fields(cls, [module, config], skip=frozenset({"checker", "executor"}))
         lines.append(_wrap("keys: " + ", ".join(keys)))

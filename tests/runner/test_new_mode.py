@@ -93,3 +93,32 @@ def test_a_mode_added_as_one_module_and_one_yaml_runs_through_the_cli(tmp_path, 
     assert stray.returncode == 2 and errors == [
         "error: direction= is not used by mode=count_ops; it is an option of mode=precision"
     ]
+
+
+@pytest.mark.slow
+def test_a_mode_from_another_package_through_its_entry_point(tmp_path, chain):
+    """Another package adds a mode without touching this project: its module and YAML beside an entry point
+    (``conf.MODE_ENTRY_POINTS``), found through the installed package's metadata (a dist-info on the path)."""
+    package = tmp_path / "site" / "toy_modes"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "count_ops.py").write_text(TOY_MODULE)
+    (package / "count_ops.yaml").write_text(TOY_YAML.replace("strategies.count_ops", "toy_modes.count_ops"))
+    info = tmp_path / "site" / "toy_modes-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-modes\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[onnx_debug_runner.modes]\ntoy = toy_modes\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}", "HOME": str(tmp_path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "runner", *args]
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    listed = cli("--help")
+    assert "  count_ops     count the nodes of one op type (op=Relu)" in listed.stdout, listed.stdout[:2000]
+    assert "keys: model=null, op=Relu" in listed.stdout
+    ok = cli("mode=count_ops", f"model={chain}", "op=Add", f"hydra.run.dir={tmp_path / 'ok'}")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads((tmp_path / "ok" / "summary.json").read_text())["count"] == 4
+    stray = cli("mode=count_ops", f"model={chain}", "direction=forward", f"hydra.run.dir={tmp_path / 'stray'}")
+    assert stray.returncode == 2 and "direction= is not used by mode=count_ops" in stray.stderr
