@@ -402,6 +402,23 @@ class ScopeKeys:
 
 
 @dataclass
+class BuilderConf:
+    """``builder.*``: TensorRT builder settings for ``mode=build`` (``runner.trt.builder_options``); null/empty:
+    TensorRT's default."""
+
+    optimization_level: Optional[int] = None  # 0-5 (--builder-optimization-level)
+    tf32: Optional[bool] = None  # --tf32: set (true) or clear (false) BuilderFlag.TF32
+    flags: List[str] = field(default_factory=list)  # sparse_weights, refittable, version_compatible, strip_plan, ...
+    hardware_compatibility_level: Optional[str] = None  # none, ampere_plus, same_compute_capability
+    max_aux_streams: Optional[int] = None
+    tactic_sources: Optional[List[str]] = None  # only these: cublas, cublas_lt, cudnn, edge_mask_convolutions, ...
+    profiling_verbosity: Optional[str] = None  # layer_names_only, detailed, none
+    tiling_optimization_level: Optional[str] = None  # none, fast, moderate, full
+    runtime_platform: Optional[str] = None  # same_as_build, windows_amd64
+    preview_features: List[str] = field(default_factory=list)  # TensorRT PreviewFeature names to enable
+
+
+@dataclass
 class SaveKeys:
     """Where and how a mode's ONNX result is written."""
 

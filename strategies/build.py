@@ -56,12 +56,16 @@ class BuildStrategy(UntilStrategy):
         checker: Any = None,
         marker: Any = None,
     ) -> BuildStrategy:
-        """Parse ``ctx.model`` once with TensorRT (``keys``: until, workspace, timing_cache).
+        """Parse ``ctx.model`` once with TensorRT (``keys``: until, workspace, timing_cache, builder.*).
 
         Raises:
             MissingExtraError: TensorRT is not installed (names the ``trt`` extra).
-            ConfigError: bad ``until`` or shapes. ModelError: bad model or parser failure.
+            ConfigError: bad ``until``, shapes or ``builder.*`` (checked before TensorRT is looked for).
+            ModelError: bad model or parser failure.
         """
+        from runner.trt.builder_options import check_builder_options
+
+        options = check_builder_options(keys.builder)  # a misspelt setting is one line, TensorRT or not
         load_tensorrt("mode=build")
         parsed = Until.parse(keys.until, "build")
         workspace, timing_cache = keys.workspace, keys.timing_cache
@@ -70,7 +74,7 @@ class BuildStrategy(UntilStrategy):
         cache = Path(timing_cache).read_bytes() if timing_cache and Path(timing_cache).is_file() else None
         serialized, profiles = ctx.model.SerializeToString(), profiles_from_shapes(ctx.shapes)
         tactics = ctx.run_dir / ("tactics.json" if ctx.workers <= 1 else "tactics_w{worker}.json")
-        return cls(lambda: EngineBuilder(serialized, workspace, profiles, cache), parsed, tactics, ctx.workers)
+        return cls(lambda: EngineBuilder(serialized, workspace, profiles, cache, options), parsed, tactics, ctx.workers)
 
     def artifacts(self) -> List[Path]:
         """The tactic record, sorted with the check's artifacts (one per worker slot: ``{worker}``)."""

@@ -15,6 +15,7 @@ from omegaconf import MISSING
 
 from runner.config import (
     BudgetConf,
+    BuilderConf,
     CheckedKeys,
     DataKeys,
     Direction,
@@ -44,6 +45,7 @@ class BuildKeys(CheckedKeys):
     until: Optional[str] = None
     workspace: Optional[int] = candidate(None)
     timing_cache: Optional[str] = None
+    builder: BuilderConf = candidate(default_factory=BuilderConf)  # TensorRT builder settings (builder.*)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import tensorrt as trt
 
 from runner.errors import ModelError
+from runner.trt.builder_options import apply_builder_options
 from runner.trt.tactics import TacticRecorder, timing_cache_record
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class EngineBuilder:
         workspace: workspace memory pool limit in bytes, or None for TensorRT's default.
         profiles: optimization profiles for dynamic inputs.
         timing_cache: a serialized timing cache to start from, or None.
+        options: ``builder.*`` settings, checked (``runner.trt.builder_options.check_builder_options``).
 
     Raises:
         ModelError: when the ONNX parser rejects the model (its first error is quoted).
@@ -66,8 +68,10 @@ class EngineBuilder:
         workspace: Optional[int] = None,
         profiles: Sequence[Profile] = (),
         timing_cache: Optional[bytes] = None,
+        options: Optional[Dict[str, Any]] = None,
     ):
         self.logger = _Logger()
+        self.options = dict(options or {})
         self.builder = trt.Builder(self.logger)
         flags = 0
         strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
@@ -100,6 +104,7 @@ class EngineBuilder:
             config.set_flag(trt.BuilderFlag.EDITABLE_TIMING_CACHE)
         cache = config.create_timing_cache(self.timing_cache or b"")
         config.set_timing_cache(cache, ignore_mismatch=False)
+        apply_builder_options(config, self.options, trt)
         return config
 
     def build(self) -> BuildResult:

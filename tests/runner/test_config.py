@@ -163,6 +163,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
     from runner.config_keys import candidate_options
 
     assert candidate_options() == [
+        "builder",
         "calibration",
         "data_loader_max_samples",
         "exclude_nodes",
