@@ -425,6 +425,8 @@ class SaveKeys:
     output: Optional[str] = None
     external_data: bool = candidate(False)
     external_data_threshold: Any = candidate(1024)  # bytes; K, M or G suffixes (1M) as Polygraphy takes them
+    # the data file output= and min_good= write their tensors to, beside them (default: <name>.data)
+    external_data_path: Optional[str] = None
 
 
 #: what a size suffix multiplies by (Polygraphy's ``--external-data-size-threshold``: powers of 1024)
@@ -448,6 +450,35 @@ def byte_size(value: Any, option: str) -> int:
     if size < 0 or size != int(size):
         raise ConfigError(f"{option}={value}: give a size in bytes, e.g. 1024, 64K, 1M or 2G")
     return int(size)
+
+
+def data_file_name(value: Any) -> Optional[str]:
+    """``external_data_path=`` checked: a file name (it goes beside the model), or None when unset.
+
+    Raises:
+        ConfigError: a path with a folder in it, or a name that is no file's.
+    """
+    from runner.errors import ConfigError
+
+    if value is None or value == "":
+        return None
+    name = str(value)
+    if "/" in name or "\\" in name or name in (".", "..") or name.endswith(".onnx"):
+        raise ConfigError(
+            f"external_data_path={name}: give a file name, e.g. weights.bin (it goes beside output= and min_good=)"
+        )
+    return name
+
+
+def answer_options(keys: Any) -> Dict[str, Any]:
+    """``save_model``'s options for the models a run answers with (``output=``, ``min_good=``): ``save_options``,
+    and with ``external_data_path=`` their data file's name (external data on).
+
+    Raises:
+        ConfigError: as ``save_options`` and ``data_file_name``.
+    """
+    location = data_file_name(getattr(keys, "external_data_path", None))
+    return {**save_options(keys), **({"location": location} if location else {})}
 
 
 def save_options(keys: Any) -> Dict[str, Any]:

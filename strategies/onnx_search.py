@@ -99,6 +99,8 @@ class OnnxSearchStrategy(RoundStrategy):
         self.hit_on_pass: bool = hit_on_pass
         self.output = Path(output)
         self.save_opts = save_opts or {}
+        #: ``save_model``'s options for the answer (``runner.config.answer_options``: also ``external_data_path``)
+        self.answer_opts: Dict[str, Any] = dict(self.save_opts)
         self.fingerprint = model_fingerprint
         self.gates: Deque[Gate] = deque()
         self.final: Optional[Units] = None
@@ -406,7 +408,7 @@ class OnnxSearchStrategy(RoundStrategy):
                 ONNX Runtime on CPU and does not.
         """
         self._answer = WrittenAnswer(
-            self.output, self.save_opts, self.hit_on_pass, self.answer_cpu_load, self.answer_must_load_on_cpu
+            self.output, self.answer_opts, self.hit_on_pass, self.answer_cpu_load, self.answer_must_load_on_cpu
         )
         self._answer.write(lambda: self.output_model(units), self.size(units))
         self._answer.facts["size"] = self.size(units)  # said with the verdict, also when it is not stood behind
@@ -448,4 +450,4 @@ class OnnxSearchStrategy(RoundStrategy):
         assert self.final is not None
         if self._answer is None:
             final = self.final
-            save_checked(lambda: self.output_model(final), self.output, self.save_opts, self.size(final))
+            save_checked(lambda: self.output_model(final), self.output, self.answer_opts, self.size(final))

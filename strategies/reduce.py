@@ -25,7 +25,7 @@ import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
-from runner.config import save_options
+from runner.config import answer_options, save_options
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
 from runner.files.repro import write_bundle
@@ -204,6 +204,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             strategy.fix_hint = checker.fix_hint
         if comparison is not None:
             strategy.tolerance = comparison.rule.polygraphy_args()
+        strategy.answer_opts = answer_options(keys)
         return strategy
 
     # -- candidates ---------------------------------------------------------------------------
@@ -345,7 +346,7 @@ class ReduceStrategy(OnnxSearchStrategy):
             if good is None:
                 log.warning("No passing candidate was seen; min_good=%s not written", self.min_good)
             else:
-                save_model(self.output_model(good), self.min_good, **self.save_opts)
+                save_model(self.output_model(good), self.min_good, **self.answer_opts)
                 self.min_good_written = str(self.min_good)
 
     def result(self) -> Dict[str, Any]:

@@ -98,13 +98,18 @@ def _written(path: Path) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_size > 0
 
 
-def _companions(option: str, path: Path) -> List[Path]:
-    """Files written beside ``path``: a model's external data file."""
-    return [path.with_name(path.name + ".data")] if option in MODEL_OUTPUTS else []
+def _companions(option: str, path: Path, data_name: Optional[str] = None) -> List[Path]:
+    """Files written beside ``path``: a model's external data file (``external_data_path=``'s name for the answers,
+    else ``<name>.data``)."""
+    if option not in MODEL_OUTPUTS:
+        return []
+    return [path.with_name(data_name if data_name and option in ANSWERS else path.name + ".data")]
 
 
 #: options whose file is an ONNX model (may get ``<name>.data`` beside it)
 MODEL_OUTPUTS = {"output", "min_good", "artifacts.iter_artifact"}
+#: the models a run answers with: ``external_data_path=`` names their data file
+ANSWERS = ("output", "min_good")
 
 
 def plan_outputs(
@@ -114,6 +119,7 @@ def plan_outputs(
     artifact_paths: Iterable[str] = (),
     overwrite: bool = False,
     run_dir: Optional[Path] = None,
+    data_name: Optional[str] = None,
 ) -> OutputPlan:
     """Resolve and check every output path before any work.
 
@@ -127,6 +133,9 @@ def plan_outputs(
         artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
         overwrite: ``overwrite=true``: a path the user named replaces the file there (never a protected one).
         run_dir: the run's own directory: paths inside it are the run's, neither reserved nor recorded.
+        data_name: ``external_data_path=``: the data file ``output`` and ``min_good`` write beside them, held to
+            the same rule (a file there that no run wrote for that key is refused: the name is yours, so it is
+            not changed to a free one), or None for ``<name>.data``.
 
     Returns:
         The plan. Outputs outside the run directory are reserved (created empty, exclusively, or held
@@ -141,7 +150,7 @@ def plan_outputs(
     """
     plan = OutputPlan(protected={Path(p): what for p, what in protected.items()})
     try:
-        _plan_into(plan, options, defaults, artifact_paths, overwrite, run_dir)
+        _plan_into(plan, options, defaults, artifact_paths, overwrite, run_dir, data_name)
     except BaseException:
         plan.release()  # nothing of a refused plan stays behind
         raise
@@ -155,8 +164,10 @@ def _plan_into(
     artifact_paths: Iterable[str],
     overwrite: bool,
     run_dir: Optional[Path],
+    data_name: Optional[str] = None,
 ) -> None:
     requested: Dict[str, Path] = {}
+    data_files: Dict[Path, str] = {}  # external_data_path's file of each answer: {path: option}
     for option, value in options.items():
         given = value or defaults.get(option)
         if not given:
@@ -170,10 +181,12 @@ def _plan_into(
         if run_dir is None or not _inside(run_dir, path):
             path = _claim(plan, option, path, bool(value), overwrite)
             plan.named[path] = option
-        _refuse_protected(plan, option, given, path)
+        _refuse_protected(plan, option, given, path, data_name)
         _refuse_shared(plan.paths, option, path)
         _check_writable(option, path)
         plan.paths[option] = path
+        if data_name and option in ANSWERS:
+            _claim_data_file(plan, option, path.with_name(data_name), data_files, overwrite, run_dir)
     for entry in artifact_paths:
         moved = Path(entry.replace("{worker}", "0")).absolute()
         for p, what in plan.protected.items():
@@ -196,19 +209,57 @@ def _refuse_shared(paths: Mapping[str, Path], option: str, path: Path) -> None:
             raise ArtifactError(f"{option} and {other} both name {path}; give them different paths")
 
 
-def _refuse_protected(plan: OutputPlan, option: str, given: str | Path, path: Path) -> None:
+def _refuse_protected(
+    plan: OutputPlan, option: str, given: str | Path, path: Path, data_name: Optional[str] = None
+) -> None:
     """Refuse ``path`` (or the data file beside it) when it is, or leads to, a file the run reads.
 
     Raises:
         ArtifactError: naming both paths and the option to change.
     """
-    for target in [path, *_companions(option, path)]:
+    for target in [path, *_companions(option, path, data_name)]:
         for p, what in plan.protected.items():
             if same_file(target, p):
                 raise ArtifactError(
                     f"{option}={given} would overwrite {what} {p}"
                     f"{f' (through {target})' if target != path else ''}; choose another {option}="
                 )
+
+
+def _claim_data_file(
+    plan: OutputPlan, option: str, path: Path, taken: Dict[Path, str], overwrite: bool, run_dir: Optional[Path]
+) -> None:
+    """Reserve the data file ``external_data_path=`` names beside ``option``'s model, or refuse it: it is the
+    user's name, so a file there that no run of this tool wrote for it is never replaced (``overwrite=true``
+    replaces it), and two answers in one folder would share it.
+
+    Raises:
+        ArtifactError: the file exists and is no earlier run's for this option, is held by a running run, or
+            another answer writes it too.
+    """
+    key = f"{option}:external_data"
+    if path in taken:
+        raise ArtifactError(
+            f"external_data_path={path.name}: {taken[path]}= and {option}= are in one folder and would share "
+            f"{path}; put them in different folders"
+        )
+    taken[path] = option
+    if run_dir is not None and _inside(run_dir, path):
+        return
+    fd = _create_held(path) if not os.path.lexists(path) else _abandoned(path)
+    if fd is not None:
+        plan.reserved[path] = fd
+    elif overwrite or written_for(path) == key:
+        fd = _held(path)
+        if fd is None:
+            raise ArtifactError(f"external_data_path={path.name}: {path} is being written by another run")
+        plan.held[path] = fd
+    else:
+        raise ArtifactError(
+            f"external_data_path={path.name}: {path} exists and no run of this tool wrote it for {option}=; choose "
+            "another name, or overwrite=true to replace it"
+        )
+    plan.named[path] = key
 
 
 def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bool) -> Path:

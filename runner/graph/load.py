@@ -136,6 +136,7 @@ def save_model(
     path: str | Path,
     external_data: bool = False,
     threshold: int = 1024,
+    location: Optional[str] = None,
 ) -> Path:
     """Save a model; with external data when asked or when it would pass protobuf's 2 GB limit.
 
@@ -146,6 +147,8 @@ def save_model(
         path: destination file; the external data goes beside it as ``<name>.data``.
         external_data: always write initializers of ``threshold`` bytes or more to the data file.
         threshold: size in bytes from which an initializer goes to the data file.
+        location: the data file's name beside ``path`` (``external_data_path=``; external data on), or None for
+            ``<name>.data``.
 
     Returns:
         The path written. It appears whole or not at all: the files are written in a staging
@@ -156,6 +159,7 @@ def save_model(
         ArtifactError: when the file cannot be written (the staging folder is removed).
     """
     path = Path(path)
+    external_data = external_data or location is not None
     # a mapped model's weights are in this process's temporary weight file: the file written gets them back
     mapped = is_mapped(model)
     size = stored_bytes(model) if mapped else tensor_bytes(model)
@@ -169,7 +173,7 @@ def save_model(
         raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
     try:
         staged = staging / path.name
-        location = path.name + ".data"
+        location = location or path.name + ".data"
         if external_data or big:
             if big and not external_data:
                 log.info("%s is over 2 GB: writing its tensors to external data", path)

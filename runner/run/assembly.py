@@ -29,6 +29,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from runner.check_times import CheckTimes
 from runner.checkers.base import Checker, conf_of
+from runner.config import data_file_name
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
 from runner.errors import CheckNeverPassedError, ConfigError, RunnerError
@@ -240,6 +241,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         given.get("artifacts.paths", []),
         bool(given.get("overwrite", False)),
         directory,
+        data_file_name(given.get("external_data_path")),
     )
     holds.callback(outputs.release)
     if outputs.get("log_file") is not None:  # from here on, every line also goes to log_file=

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 import onnx
 
 from runner.checkers.base import Checker
-from runner.config import Untie, save_options
+from runner.config import Untie, answer_options, save_options
 from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks, find_blocks
@@ -47,6 +47,7 @@ class PrecisionSetup:
             computing it when the search first needs it (int8: after its fully quantized gate); None:
             topological prefixes.
         save_opts: ``external_data`` and ``threshold`` for ``save_model``.
+        answer_opts: the answer's (``runner.config.answer_options``: also ``external_data_path``).
         weak_typing: candidates are TensorRT <= 10 engines built with layer precisions.
         maker: makes the candidates of the low precision's own search (``runner.lowp.makers``).
         stage: what the searches' unit sets mean (``strategies.precision.stages``: one stage, or int8 with the
@@ -71,6 +72,7 @@ class PrecisionSetup:
     output: Path
     ranking: Optional[List[int] | Callable[[], List[int]]]
     save_opts: Dict[str, Any]
+    answer_opts: Dict[str, Any]
     weak_typing: bool
     maker: CandidateMaker
     stage: Stage
@@ -170,6 +172,7 @@ def precision_setup(
         output=Path(keys.output or "mixed_precision.onnx"),
         ranking=space.ranking,
         save_opts=save_options(keys),
+        answer_opts=answer_options(keys),
         weak_typing=weak_typing,
         maker=space.maker,
         stage=stage,

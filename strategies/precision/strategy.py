@@ -83,6 +83,7 @@ class PrecisionStrategy(PrecisionGates):
             first or self._low_search, self.layers, True, setup.output, setup.save_opts, fingerprint(self.model)
         )
         self.ahead.weight_bytes = initializer_bytes(self.model)
+        self.answer_opts = dict(setup.answer_opts)
         self.budget = setup.budget
         self.reorder.budget = setup.budget
         self.run_dir = setup.run_dir
