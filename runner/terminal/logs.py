@@ -46,6 +46,8 @@ LEVELS: Dict[str, int] = {
 }
 #: what ``log_format`` may list
 FORMATS = ("timestamp", "line-info", "no-colors")
+#: this project's top-level packages, whose loggers ``log_file`` hears from INFO up
+PACKAGES = ("runner", "strategies", "statemachine", "conf")
 #: ONNX Runtime's logger severities: 0 verbose, 2 warning (its default)
 ORT_VERBOSE, ORT_DEFAULT = 0, 2
 
@@ -175,8 +177,15 @@ def log_file(path: Path, log: LogSettings) -> Iterator[logging.FileHandler]:
     handler.setFormatter(logging.Formatter(log.format))
     root = logging.getLogger()
     root.addHandler(handler)
+    # the run's own lines reach it from INFO up even where nothing configured logging (a program calling the API)
+    quieter = [lg for lg in map(logging.getLogger, PACKAGES) if lg.getEffectiveLevel() > logging.INFO]
+    levels = [lg.level for lg in quieter]
+    for logger in quieter:
+        logger.setLevel(logging.INFO)
     try:
         yield handler
     finally:
+        for logger, level in zip(quieter, levels):
+            logger.setLevel(level)
         root.removeHandler(handler)
         handler.close()
