@@ -16,7 +16,7 @@ free ``stem_N.suffix`` and says so in one warning line. A default name (``reduce
 anything. Files inside the run's own directory (locked, and fresh unless ``reuse_run_dir=true``) are the
 run's.
 
-Each name is reserved by creating it empty (or, for a file that may be replaced, by opening it), and the
+Each name is reserved by creating it empty (or, for a file that may be replaced, by opening it; ``runner.files.reservations``), and the
 run holds a ``flock`` on it until it ends: two runs started together never get the same name, and an empty
 file that no running run holds is one a killed run (``kill -9``) reserved and never wrote, which the next
 run takes back instead of moving on to ``reduced_1.onnx``. When the run ends, the ledger records the files it
@@ -25,20 +25,18 @@ wrote (``OutputPlan.release``).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
-import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional
 
 from runner.errors import ArtifactError, ConfigError
-from runner.files.artifacts import ensure_writable_dir, split_name
+from runner.files.artifacts import ensure_writable_dir
 from runner.files.inputs import same_file
 from runner.files.ledger import record, written_for
+from runner.files.reservations import abandoned, create_held, held, reserve
 
 log = logging.getLogger(__name__)
 
@@ -246,11 +244,11 @@ def _claim_data_file(
     taken[path] = option
     if run_dir is not None and _inside(run_dir, path):
         return
-    fd = _create_held(path) if not os.path.lexists(path) else _abandoned(path)
+    fd = create_held(path) if not os.path.lexists(path) else abandoned(path)
     if fd is not None:
         plan.reserved[path] = fd
     elif overwrite or written_for(path) == key:
-        fd = _held(path)
+        fd = held(path)
         if fd is None:
             raise ArtifactError(f"external_data_path={path.name}: {path} is being written by another run")
         plan.held[path] = fd
@@ -270,11 +268,11 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
     Raises:
         OSError: the directory cannot be written.
     """
-    fd = _create_held(path) if not os.path.lexists(path) else None
+    fd = create_held(path) if not os.path.lexists(path) else None
     if fd is not None:
         plan.reserved[path] = fd
         return path
-    fd = _abandoned(path)  # an empty name a killed run reserved
+    fd = abandoned(path)  # an empty name a killed run reserved
     if fd is not None:
         plan.reserved[path] = fd
         return path
@@ -285,7 +283,7 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
         return free
     writer = written_for(path) if path.is_file() else None
     if overwrite or writer == option:
-        fd = _held(path)
+        fd = held(path)
         if fd is not None:
             plan.held[path] = fd
             return path
@@ -298,95 +296,6 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
     plan.reserved[free] = fd
     log.warning("%s=%s %s; writing %s=%s instead", option, path, why, option, free)
     return free
-
-
-def _held(path: Path) -> Optional[int]:
-    """A descriptor holding the ``flock`` of the existing file ``path``, or None when a running run holds it
-    (or it cannot be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
-        return None
-
-
-def reserve(path: Path) -> Tuple[Path, int]:
-    """Reserve ``path``, else the first free ``stem_N.suffix``: create it empty and locked (``_create_held``:
-    concurrent runs never get the same name) or take back an empty one that no run holds (``_abandoned``).
-
-    Returns:
-        The reserved path, and an open descriptor holding its ``flock`` (the caller closes it when the
-        run ends: ``OutputPlan.release``).
-
-    Raises:
-        OSError: when the directory cannot be written.
-    """
-    stem, suffix = split_name(path.name)
-    n = 0
-    while True:
-        candidate = path if n == 0 else path.with_name(f"{stem}_{n}{suffix}")
-        fd = _create_held(candidate)
-        if fd is not None:
-            return candidate, fd
-        fd = _abandoned(candidate)
-        if fd is not None:
-            log.info("%s is an empty name reserved by a run that was killed; this run takes it back", candidate)
-            return candidate, fd
-        n += 1
-
-
-def _create_held(path: Path) -> Optional[int]:
-    """Create ``path`` empty and already locked, or None when the name exists. The file is made and
-    locked under a temporary name, then linked into place (``link`` fails on an existing name), so no
-    other run ever sees it unlocked and takes it for a killed run's. Where hard links or locks are not
-    to be had, ``O_EXCL`` alone (a killed run's name then stays taken).
-
-    Raises:
-        OSError: the directory cannot be written.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.reserving")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.link(temporary, path)
-        return fd
-    except FileExistsError:
-        os.close(fd)
-        return None
-    except OSError:  # no hard links or no locks here
-        os.close(fd)
-        try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            return None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-
-
-def _abandoned(path: Path) -> Optional[int]:
-    """A descriptor holding the ``flock`` of ``path`` when it is an empty regular file that no process
-    holds: a name a killed run reserved and never wrote (its lock went with it). None for anything
-    else: a file with content, a link, one a running run holds, or a file system without locks."""
-    try:
-        # no O_TRUNC: a file with content stays as it is; O_NONBLOCK: a FIFO of that name does not hang
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode) and info.st_size == 0:
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
 
 
 def _check_writable(option: str, path: Path) -> None:

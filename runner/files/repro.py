@@ -91,7 +91,7 @@ def write_bundle(
         when the bundle cannot be made (logged: polygraphy missing, or the original does not run).
     """
     from runner.files.artifacts import remove_partial
-    from runner.files.outputs import reserve
+    from runner.files.reservations import reserve
 
     names_in = [i.name for i in reduced.graph.input]
     names_out = [o.name for o in reduced.graph.output]

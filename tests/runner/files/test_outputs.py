@@ -139,7 +139,7 @@ def test_a_refused_plan_leaves_no_reserved_name(run, tmp_path, chain):
 def test_a_name_a_running_run_holds_is_skipped_and_one_a_killed_run_left_empty_is_taken_back(tmp_path):
     """``reserve``: a running run holds the lock of its name; a killed run's lock went with it, so its empty
     file is taken back. A file with content, or a link, is never taken."""
-    from runner.files.outputs import reserve
+    from runner.files.reservations import reserve
 
     path = tmp_path / "reduced.onnx"
     name, held = reserve(path)
@@ -189,7 +189,7 @@ def test_runs_reserving_names_together_never_share_one(tmp_path):
     run taking back abandoned names never takes one another run has just made."""
     import concurrent.futures
 
-    from runner.files.outputs import reserve
+    from runner.files.reservations import reserve
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         reserved = list(pool.map(lambda _: reserve(tmp_path / "reduced.onnx"), range(32)))
