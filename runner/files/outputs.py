@@ -17,10 +17,10 @@ anything. Files inside the run's own directory (locked, and fresh unless ``reuse
 run's.
 
 Each name is reserved by creating it empty (or, for a file that may be replaced, by opening it;
-``runner.files.reservations``), and the run holds a ``flock`` on it until it ends: two runs started together never get the same name, and an empty
-file that no running run holds is one a killed run (``kill -9``) reserved and never wrote, which the next
-run takes back instead of moving on to ``reduced_1.onnx``. When the run ends, the ledger records the files it
-wrote (``OutputPlan.release``).
+``runner.files.reservations``), and the run holds a ``flock`` on it until it ends: two runs started together
+never get the same name, and an empty file that no running run holds is one a killed run (``kill -9``)
+reserved and never wrote, which the next run takes back instead of moving on to ``reduced_1.onnx``. When the
+run ends, the ledger records the files it wrote (``OutputPlan.release``).
 """
 
 from __future__ import annotations
