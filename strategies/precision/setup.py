@@ -25,8 +25,9 @@ from runner.lowp.quant_options import QuantOptions
 from strategies.boundary import BoundaryMarker, searches_sets
 from strategies.budget import Budget
 from strategies.mode_keys import PrecisionKeys
+from strategies.precision.output_order import OutputErrorOrder
 from strategies.precision.search import exchange_budget
-from strategies.precision.space import OutputErrorOrder, float_rest, search_space
+from strategies.precision.space import float_rest, search_space
 from strategies.precision.stages import SingleStage, Stage
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class PrecisionSetup:
         scoped: some float nodes are outside the search (``include_*``/``exclude_*``).
         original: the model as the user gave it: the all-fp32 gate checks it as it is (its golden values' own
             model), so that gate cannot fail for the tool's own reasons.
-        reorder: ranks the nodes again for a set search that finds them many (``space.OutputErrorOrder``).
+        reorder: ranks the nodes again for a set search that finds them many (``output_order.OutputErrorOrder``).
         blocks: the model's repeated blocks (``runner.graph.blocks``), or None: node by node.
         untie: how far a tied answer is searched block by block (``Untie``).
         exchange_checks: checks a minimal search may spend trading two kept nodes for one (0: none).

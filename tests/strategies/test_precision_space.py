@@ -14,7 +14,7 @@ from runner.lowp.makers import PlacedMaker, make_maker
 from runner.lowp.precisions import INT8
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import prepare_int8
-from strategies.precision.space import OutputErrorOrder
+from strategies.precision.output_order import OutputErrorOrder
 from tests.helpers.int8 import dense_model, samples
 
 
