@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from runner.candidates import Candidate, Verdict
 
@@ -116,17 +116,20 @@ def sort_artifacts(
 
 
 def _checker(check: Union[str, Callable[[str], bool]], options: Dict[str, Any], registered: List[str]) -> Any:
-    """The checker ``check`` names, its schema filled from ``options`` (``runner.checkers.base.conf_of``); a
-    callable's registration key goes into ``registered`` (released after the check).
+    """The checker ``check`` names, built as a run builds it (``runner.run.plan.checker_plan_of``,
+    ``runner.checkers.make.make_checker``); a callable's registration key goes into ``registered`` (released after
+    the check).
 
     Raises:
-        ConfigError: an unknown key or a value the checker refuses.
+        ConfigError: an unknown key, a value the checker refuses, or ``timeout_s`` without ``isolate``.
     """
-    from hydra.utils import get_class
+    from omegaconf import OmegaConf
 
     from conf import checker_groups, checker_schema
     from runner import config
-    from runner.checkers.base import Checker, conf_of
+    from runner.checkers.make import make_checker
+    from runner.config import plain
+    from runner.run.plan import checker_plan_of
 
     if callable(check):
         from runner.callables import TARGET, register
@@ -137,17 +140,9 @@ def _checker(check: Union[str, Callable[[str], bool]], options: Dict[str, Any], 
     elif check not in checker_groups():
         options = {**options, "cmd": check}
         check = "command"
-    cls: Type[Checker] = get_class(getattr(config, checker_schema(check))._target_)
-    if cls.schema is None:
-        return cls()
-    conf: Any = conf_of(cls.schema, options)
-    build: Callable[..., Checker] = cls  # a checker with a schema takes it whole
-    checker = build(conf)
-    if getattr(conf, "isolate", False):  # a check that may crash runs in a child process, as a run's would
-        from runner.checkers.isolated import IsolatedChecker
-
-        return IsolatedChecker(checker, getattr(conf, "timeout_s", None))
-    return checker
+    defaults = plain(OmegaConf.structured(getattr(config, checker_schema(check))))  # the schema's, as a run's
+    plan = checker_plan_of({**defaults, **options})
+    return make_checker(plan.options, plan.isolate, plan.timeout_s)
 
 
 def _context(model: Path, scratch: Path, data: Dict[str, Any]) -> Any:

@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Type
+from typing import Any, Dict, List, NoReturn, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, get_method, instantiate
@@ -28,7 +28,8 @@ from omegaconf import DictConfig
 from omegaconf.errors import MissingMandatoryValue
 
 from runner.check_times import CheckTimes
-from runner.checkers.base import Checker, conf_of
+from runner.checkers.base import Checker
+from runner.checkers.make import make_checker
 from runner.config import data_file_name
 from runner.config_keys import keys_of, mode_uses
 from runner.context import RunContext
@@ -103,9 +104,7 @@ def _build_checker(plan: CheckerPlan) -> Checker:
         ConfigError: a mandatory checker key is not set; what the checker's constructor raises.
     """
     try:
-        cls: Type[Checker] = get_class(plan.options["_target_"])
-        build: Callable[..., Checker] = cls  # a checker with a schema takes it whole
-        checker = build(conf_of(cls.schema, plan.options)) if cls.schema is not None else instantiate(plan.options)
+        return make_checker(plan.options, plan.isolate, plan.timeout_s)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "option"
         key = key if key.startswith("checker.") else f"checker.{key}"
@@ -113,21 +112,16 @@ def _build_checker(plan: CheckerPlan) -> Checker:
             from runner.checkers.interactive import InteractiveChecker
 
             log.info("No check command given (checker.cmd): each candidate is asked about, as Polygraphy does")
-            checker = InteractiveChecker()
+            return InteractiveChecker()
         else:
             raise ConfigError(
                 f"{key} is not set; e.g. 'checker.cmd=\"python check.py {{artifact}}\"' or checker=interactive"
             ) from None
     except Exception as e:
         _raise_cause(e)
-    if plan.isolate:
-        from runner.checkers.isolated import IsolatedChecker
-
-        return IsolatedChecker(checker, plan.timeout_s)
-    return checker
 
 
-def _raise_cause(e: Exception) -> None:
+def _raise_cause(e: Exception) -> NoReturn:
     """``instantiate`` wraps what a constructor raised: re-raise a user error as itself, else ``e``."""
     if isinstance(e, RunnerError):
         raise e

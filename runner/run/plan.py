@@ -229,6 +229,16 @@ def checker_plan(config: DictConfig) -> CheckerPlan:
     for key, value in _mode_checker_defaults(config).items():
         if key in options and options[key] is None:
             options[key] = value
+    return checker_plan_of(options)
+
+
+def checker_plan_of(options: Dict[str, Any]) -> CheckerPlan:
+    """The plan of a checker's keys (plain values, ``_target_`` included): ``isolate`` and ``timeout_s`` taken out.
+
+    Raises:
+        ConfigError: ``timeout_s`` without ``isolate``, or not above 0.
+    """
+    options = dict(options)
     if "isolate" not in options:  # a checker that runs a program: its timeout_s is its own
         return CheckerPlan(options)
     isolate = bool(options.pop("isolate"))

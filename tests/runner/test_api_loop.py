@@ -61,6 +61,8 @@ def test_a_command_a_callable_and_refusals(tmp_path):
     with pytest.raises(ApiError, match="give model=PATH"):
         api.run_check(path, "validate")
     assert api.run_check(path, "validate", model=path).passed
+    with pytest.raises(ApiError, match=r"set checker\.isolate=true"):  # as on the command line
+        api.run_check(path, lambda p: True, timeout_s=5)
     with pytest.raises(ApiError, match="no_such_key"):
         api.run_check(path, "compare", model=path, no_such_key=1)
     moved = api.sort_artifacts(True, [path], tmp_path / "art")
