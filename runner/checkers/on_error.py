@@ -65,3 +65,20 @@ class OnError:
                 self.value,
             )
         return Verdict(self.value == "pass", reason=reason, details=dict(details or {}), error=error)
+
+    def cannot_run(self, iteration: int, backend: str, e: Exception) -> Verdict:
+        """The verdict of a candidate the backend ``backend`` cannot run (its error ``e``), as ``verdict`` says
+        (compare's and validate's).
+
+        Raises:
+            CheckError: when ``on_error`` is "stop".
+        """
+        return self.verdict(
+            iteration,
+            f"{backend} cannot run the candidate ({e})",
+            f"{backend} cannot run the candidate of iteration {iteration}: {e}; "
+            "checker.on_error=fail counts such candidates as failures, on_error=pass as passes",
+            f"{backend} failed: {e}",
+            str(e),
+            {"error": str(e)},
+        )

@@ -135,15 +135,7 @@ class ValidateChecker(Checker):
             try:
                 got = self.backend.run(run, feeds, key=key)
             except ModelError as e:
-                return self.on_error.verdict(
-                    iteration,
-                    f"{self.backend_name} cannot run the candidate ({e})",
-                    f"{self.backend_name} cannot run the candidate of iteration {iteration}: {e}; "
-                    "checker.on_error=fail counts such candidates as failures, on_error=pass as passes",
-                    f"{self.backend_name} failed: {e}",
-                    str(e),
-                    {"error": str(e)},
-                )
+                return self.on_error.cannot_run(iteration, self.backend_name, e)
             bad = _nonfinite(got, wanted)
             if bad:
                 where = f" on sample {index}" if len(self.samples) > 1 else ""

@@ -332,15 +332,7 @@ class CompareChecker(Checker):
                 else:
                     got = self.backend.run(run_model, feeds, key=run_key)
             except ModelError as e:
-                return self.on_error.verdict(
-                    iteration,
-                    f"{self.backend_name} cannot run the candidate ({e})",
-                    f"{self.backend_name} cannot run the candidate of iteration {iteration}: {e}; "
-                    "checker.on_error=fail counts such candidates as failures, on_error=pass as passes",
-                    f"{self.backend_name} failed: {e}",
-                    str(e),
-                    {"error": str(e)},
-                )
+                return self.on_error.cannot_run(iteration, self.backend_name, e)
             unknown = [n for n in got if n not in values]
             if unknown:
                 raise ConfigError(
