@@ -122,34 +122,22 @@ class Fp8Quantizer(PlacedQuantizer):
                 )
             )
             return out
-        amax = float(np.max(np.abs(np.asarray(self.ranges[name], dtype=np.float64))))
-        scale = numpy_helper.from_array(np.array(amax / FP8_MAX if amax > 0 else 1.0, np.float32), f"{name}_fp8_scale")
-        zero = _zero(f"{name}_fp8_zero_point")
-        inits.extend([scale, zero])
-        quantized, out = rename(f"{name}_QuantizeLinear_Output"), rename(f"{name}_DequantizeLinear_Output")
-        nodes.append(
-            helper.make_node(
-                "QuantizeLinear", [name, scale.name, zero.name], [quantized], name=rename(f"{name}_QuantizeLinear")
-            )
-        )
-        nodes.append(
-            helper.make_node(
-                "DequantizeLinear", [quantized, scale.name, zero.name], [out], name=rename(f"{name}_DequantizeLinear")
-            )
-        )
-        return out
+        return self._activation_qdq(name, nodes, inits, rename)
+
+    max_value = FP8_MAX
+    tag = "_fp8"
+
+    def _zero_point(self, name: str) -> TensorProto:
+        """A float8e4m3fn zero point (0)."""
+        return _zero(name)
 
     def _weight(self, name: str, axis: Optional[int]) -> Tuple[bytes, np.ndarray]:
         """A weight in float8e4m3fn with one scale (once per run): (its bytes, the scale)."""
-        key = (name, None)
-        with self._lock:
-            found = self._quantized.get(key)
-        if found is not None:
-            return found
-        values = numpy_helper.to_array(self.inits[name]).astype(np.float32)
-        amax = float(np.abs(values).max()) if values.size else 0.0
-        scale = np.array(amax / FP8_MAX if amax > 0 else 1.0, np.float32)
-        found = (fp8_bytes(values, scale), scale)
-        with self._lock:
-            self._quantized[key] = found
-        return found
+
+        def quantize() -> Tuple[bytes, np.ndarray]:
+            values = numpy_helper.to_array(self.inits[name]).astype(np.float32)
+            amax = float(np.abs(values).max()) if values.size else 0.0
+            scale = np.array(amax / FP8_MAX if amax > 0 else 1.0, np.float32)
+            return fp8_bytes(values, scale), scale
+
+        return self._cached((name, None), quantize)

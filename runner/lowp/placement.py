@@ -290,9 +290,26 @@ class PlacedQuantizer:
                 dq.attribute.append(helper.make_attribute("axis", site.axis))
             nodes.append(dq)
             return out
+        return self._activation_qdq(name, nodes, inits, rename)
+
+    #: the largest magnitude of the Q/DQ's element type (int8's 127; a subclass's: fp8's 448)
+    max_value: float = QMAX
+    #: what the names of an activation's scale and zero point carry after the tensor's ("" for int8, "_fp8")
+    tag = ""
+
+    def _zero_point(self, name: str) -> TensorProto:
+        """An activation's zero point named ``name``: 0 in the Q/DQ's element type (int8 here)."""
+        return numpy_helper.from_array(np.array(0, np.int8), name)
+
+    def _activation_qdq(
+        self, name: str, nodes: List[onnx.NodeProto], inits: List[TensorProto], rename: Callable[[str], str]
+    ) -> str:
+        """Append the QuantizeLinear and DequantizeLinear of activation ``name`` (one scale: its calibrated amax over
+        ``max_value``) to ``nodes``, their scale and zero point to ``inits``; return the DequantizeLinear's output."""
         amax = float(np.max(np.abs(np.asarray(self.ranges[name], dtype=np.float64))))
-        scale = numpy_helper.from_array(np.array(amax / QMAX if amax > 0 else 1.0, np.float32), f"{name}_scale")
-        zero = numpy_helper.from_array(np.array(0, np.int8), f"{name}_zero_point")
+        value = np.array(amax / self.max_value if amax > 0 else 1.0, np.float32)
+        scale = numpy_helper.from_array(value, f"{name}{self.tag}_scale")
+        zero = self._zero_point(f"{name}{self.tag}_zero_point")
         inits.extend([scale, zero])
         quantized, out = rename(f"{name}_QuantizeLinear_Output"), rename(f"{name}_DequantizeLinear_Output")
         nodes.append(
@@ -307,13 +324,26 @@ class PlacedQuantizer:
         )
         return out
 
-    def _weight(self, name: str, axis: Optional[int]) -> Tuple[bytes, np.ndarray]:
-        """A weight quantized symmetric int8 (once per run): (int8 bytes, scales per channel or one)."""
-        key = (name, axis)
+    def _cached(
+        self, key: Tuple[str, Optional[int]], quantize: Callable[[], Tuple[bytes, np.ndarray]]
+    ) -> Tuple[bytes, np.ndarray]:
+        """A weight's quantized bytes and scales, made by ``quantize`` once per run and ``key`` (thread-safe: the
+        candidates are built ahead in threads)."""
         with self._lock:
             found = self._quantized.get(key)
         if found is not None:
             return found
+        found = quantize()
+        with self._lock:
+            self._quantized[key] = found
+        return found
+
+    def _weight(self, name: str, axis: Optional[int]) -> Tuple[bytes, np.ndarray]:
+        """A weight quantized symmetric int8 (once per run): (int8 bytes, scales per channel or one)."""
+        return self._cached((name, axis), lambda: self._quantize(name, axis))
+
+    def _quantize(self, name: str, axis: Optional[int]) -> Tuple[bytes, np.ndarray]:
+        """Weight ``name`` quantized symmetric int8, per channel along ``axis`` or with one scale."""
         values = numpy_helper.to_array(self.inits[name])
         values = values.astype(np.float32)
         if axis is None:
@@ -328,7 +358,4 @@ class PlacedQuantizer:
         scales = np.where(amax > 0, amax / QMAX, 1.0).astype(np.float32)
         scaled = np.where(shaped > 0, shaped / QMAX, 1.0).astype(np.float32)
         q = np.clip(np.rint(values / scaled), -QMAX, QMAX).astype(np.int8)
-        found = (q.tobytes(), scales)
-        with self._lock:
-            self._quantized[key] = found
-        return found
+        return q.tobytes(), scales
