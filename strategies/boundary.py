@@ -8,7 +8,7 @@ Subclasses choose the order of the tests (``next``) and estimate what remains.
 from __future__ import annotations
 
 import abc
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 
 class BoundaryMarker(abc.ABC):
@@ -92,17 +92,23 @@ class BoundaryMarker(abc.ABC):
         """True when the verdicts known so far (None: still running) already decide what
         ``step_round`` does, so the checks still running can be cancelled: a hit below which
         every verdict is known (the indices above it are ignored)."""
-        for _, hit in sorted(verdicts, key=lambda v: v[0]):
-            if hit is None:
-                return False
-            if hit:
-                return True
-        return False
+        return known_before([hit for _, hit in sorted(verdicts, key=lambda v: v[0])], True)
 
     @property
     def boundary(self) -> int:
         """The smallest index known to hold."""
         return self.hi
+
+
+def known_before(hits: Iterable[Optional[bool]], verdict: bool) -> bool:
+    """Whether ``hits`` (in the order a serial search meets them; None: still running) hold ``verdict`` with every
+    verdict before its first one known: what the ``settled`` of a search that stops at the first such verdict asks."""
+    for hit in hits:
+        if hit is None:
+            return False
+        if bool(hit) == verdict:
+            return True
+    return False
 
 
 def marker_name(factory: Any) -> str:

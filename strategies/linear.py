@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from strategies.boundary import BoundaryMarker
+from strategies.boundary import BoundaryMarker, known_before
 
 
 class LinearMarker(BoundaryMarker):
@@ -38,12 +38,7 @@ class LinearMarker(BoundaryMarker):
 
     def settled(self, verdicts: Sequence[Tuple[int, Optional[bool]]]) -> bool:
         """True once a miss is known with every verdict above it: the checks below it are moot."""
-        for _, hit in verdicts:
-            if hit is None:
-                return False
-            if not hit:
-                return True
-        return False
+        return known_before([hit for _, hit in verdicts], False)
 
     def remaining(self) -> int:
         """Worst-case tests left."""

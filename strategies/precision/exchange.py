@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Dict, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
+from strategies.boundary import known_before
 from strategies.precision.group_search import GroupSearch
 from strategies.search_rounds import RoundSearch
 
@@ -175,9 +176,4 @@ class ExchangeSearch(RoundSearch[T]):
         """The inner search's ``settled`` while it runs; then a hit with every test before it known."""
         if self._answer is None:
             return self.inner.settled(hits)
-        for hit in hits:
-            if hit is None:
-                return False
-            if hit:
-                return True
-        return False
+        return known_before(hits, True)

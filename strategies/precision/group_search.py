@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, FrozenSet, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
-from strategies.boundary import BoundaryMarker
+from strategies.boundary import BoundaryMarker, known_before
 from strategies.search_rounds import RoundSearch
 
 T = TypeVar("T", bound=Hashable)
@@ -270,12 +270,7 @@ class GroupSearch(RoundSearch[T]):
         ``settled`` while galloping, else a failure with every test before it known."""
         if self._marker is not None:
             return self._marker.settled(list(zip(self._round, hits)))
-        for hit in hits:
-            if hit is None:
-                return False
-            if not hit:
-                return True
-        return False
+        return known_before(hits, False)
 
     def remaining(self) -> int:
         """Tests left, estimated: the gallop's, then a removal test per undecided element at most
