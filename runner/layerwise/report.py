@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from runner.files.figures import save_figure
 from runner.jsonio import write_csv_atomic
 from runner.layerwise.compute import NodeRow
 from runner.layerwise.ranking import error_key
@@ -162,10 +162,7 @@ def plot(path: Path, rows: Sequence[NodeRow], first: Optional[NodeRow], top: Seq
         ax.annotate(r.node, (r.index, y), fontsize=7, rotation=30, xytext=(3, 3), textcoords="offset points")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def _clip(v: float, floor: float, ceiling: float) -> float:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.candidates import Verdict
+from runner.files.figures import save_figure
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,4 @@ class Tradeoff:
         ax.set_ylabel("the check's statistic (worst output)")
         ax.legend(loc="upper left", fontsize=8)
         fig.tight_layout()
-        tmp = path.with_name(path.stem + ".tmp.png")
-        fig.savefig(tmp, dpi=110)
-        plt.close(fig)
-        os.replace(tmp, path)
-        return path
+        return save_figure(fig, path)
