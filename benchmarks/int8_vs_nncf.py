@@ -43,20 +43,25 @@ sys.path.insert(0, str(ROOT))
 
 from examples.text_pages import detector_pages, iou  # noqa: E402
 
-#: run by NNCF's Python: argv = model copy, pages .npz, fp32 maps .npz, bound, output path; prints JSON
-NNCF = r"""
-import json, resource, sys, time
-import numpy as np, onnx, onnxruntime as ort, nncf
-from onnx import version_converter
-
-src, pages_npz, maps_npz, bound, out = sys.argv[1:6]
-start = time.perf_counter()
+#: both NNCF scripts' start: the model at opset 13 or newer (NNCF's minimum) and the pages, timed from here
+LOAD = """start = time.perf_counter()
 model = onnx.load(src)
 opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
 if opset < 13:
     model = version_converter.convert_version(model, 13)
 pages = [np.load(pages_npz)[f"arr_{i}"] for i in range(len(np.load(pages_npz).files))]
-maps = [np.load(maps_npz)[f"arr_{i}"] > 0.3 for i in range(len(pages))]
+"""
+#: run by NNCF's Python: argv = model copy, pages .npz, fp32 maps .npz, bound, output path; prints JSON
+NNCF = (
+    r"""
+import json, resource, sys, time
+import numpy as np, onnx, onnxruntime as ort, nncf
+from onnx import version_converter
+
+src, pages_npz, maps_npz, bound, out = sys.argv[1:6]
+"""
+    + LOAD
+    + r"""maps = [np.load(maps_npz)[f"arr_{i}"] > 0.3 for i in range(len(pages))]
 calls = [0]
 
 def validate(candidate, data):
@@ -77,23 +82,22 @@ onnx.save(quantized, out)
 print(json.dumps({"metric_calls": calls[0], "seconds": time.perf_counter() - start,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+)
 #: run by NNCF's Python: argv = model copy, pages .npz, output path; prints JSON (``nncf.quantize``, no bound)
-NNCF_QUANTIZE = r"""
+NNCF_QUANTIZE = (
+    r"""
 import json, sys, time
 import numpy as np, onnx, nncf
 from onnx import version_converter
 
 src, pages_npz, out = sys.argv[1:4]
-start = time.perf_counter()
-model = onnx.load(src)
-opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-if opset < 13:
-    model = version_converter.convert_version(model, 13)
-pages = [np.load(pages_npz)[f"arr_{i}"] for i in range(len(np.load(pages_npz).files))]
-quantized = nncf.quantize(model, nncf.Dataset(pages, lambda x: {"x": x}), subset_size=len(pages))
+"""
+    + LOAD
+    + r"""quantized = nncf.quantize(model, nncf.Dataset(pages, lambda x: {"x": x}), subset_size=len(pages))
 onnx.save(quantized, out)
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
+)
 #: this tool's run, wrapped to report the process's peak RSS: argv = the runner's arguments
 OURS = r"""
 import resource, runpy, sys
