@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -147,6 +147,30 @@ def margin_of(margin: Optional[float], quantized: bool) -> float:
 Judge = Callable[[Dict[str, np.ndarray], Mapping[str, np.ndarray]], Tuple[bool, Dict[str, float], str]]
 
 
+def judged_samples(
+    backend: Any,
+    model: onnx.ModelProto,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    feeds_of: Callable[[Mapping[str, np.ndarray]], Dict[str, np.ndarray]],
+    compared: Sequence[str],
+    judge: Judge,
+    key: str,
+    worst: Dict[str, float],
+) -> Iterator[Tuple[int, bool, str]]:
+    """Run ``model`` on each sample on ``backend`` and judge it: ``(sample index, passed, the first problem)`` one
+    sample at a time, ``worst`` (``{output: the largest statistic so far}``) updated before each.
+
+    Raises:
+        ModelError: the backend cannot run the model (from the sample it fails on).
+    """
+    for index, sample in enumerate(samples):
+        got = backend.run(model, feeds_of(sample), key=key, outputs=list(compared))
+        passed, statistics, problem = judge(got, sample)
+        for name, value in statistics.items():
+            worst[name] = max(worst.get(name, 0.0), float(value))
+        yield index, passed, problem
+
+
 def verify(
     model: onnx.ModelProto,
     samples: Sequence[Mapping[str, np.ndarray]],
@@ -184,11 +208,10 @@ def verify(
         facts: Dict[str, Any] = {"provider": arithmetic.provider, "level": arithmetic.level, "passed": True}
         worst: Dict[str, float] = {}
         try:
-            for index, sample in enumerate(samples):
-                got = backend.run(model, feeds_of(sample), key=f"verify:{arithmetic.name}", outputs=list(compared))
-                passed, statistics, problem = judge(got, sample)
-                for name, value in statistics.items():
-                    worst[name] = max(worst.get(name, 0.0), float(value))
+            key = f"verify:{arithmetic.name}"
+            for index, passed, problem in judged_samples(
+                backend, model, samples, feeds_of, compared, judge, key, worst
+            ):
                 if not passed and facts["passed"]:
                     facts.update(passed=False, reason=(f"sample {index}: " if len(samples) > 1 else "") + problem)
         except ModelError as e:

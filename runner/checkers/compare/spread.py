@@ -16,12 +16,13 @@ what an fp64 reference confirms; here the two fp32 arithmetics a deployment meet
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
 
 from runner.backends.base import Backend, make_backend
+from runner.checkers.compare.arithmetics import Judge, judged_samples
 from runner.errors import ConfigError, ModelError
 
 #: what to do about a reference that is only noise
@@ -34,9 +35,6 @@ DETECTION_ADVICE = (
     "judge the detections with room for the boxes that flip (checker.detections with max_unmatched=), or compare "
     "the tensors before the decision (checker.outputs=[...])"
 )
-
-#: ``judge(outputs, sample) -> (passed, {output: statistic}, the first problem or "")`` at the full tolerance
-Judge = Callable[[Dict[str, np.ndarray], Mapping[str, np.ndarray]], Tuple[bool, Dict[str, float], str]]
 
 
 class UnstableReferenceError(ConfigError):
@@ -117,15 +115,9 @@ def measure(
     for witness in on:
         backend = witness.make() if witness.make is not None else own
         worst: Dict[str, float] = {}
+        runs = judged_samples(backend, model, samples, feeds_of, compared, judge, f"spread:{witness.name}", worst)
         try:
-            for index, sample in enumerate(samples):
-                try:
-                    got = backend.run(model, feeds_of(sample), key=f"spread:{witness.name}", outputs=list(compared))
-                except ModelError:
-                    break  # an arithmetic that cannot run the model says nothing of its spread
-                passed, statistics, problem = judge(got, sample)
-                for name, value in statistics.items():
-                    worst[name] = max(worst.get(name, 0.0), float(value))
+            for index, passed, problem in runs:
                 if not passed:
                     where = f" on sample {index}" if len(samples) > 1 else ""
                     raise UnstableReferenceError(
@@ -133,6 +125,8 @@ def measure(
                         f"{witness.name}{where} ({problem}): that is the reference's own noise, and no low-precision "
                         f"candidate can be judged within it; {advice}"
                     )
+        except ModelError:
+            pass  # an arithmetic that cannot run the model says nothing of its spread (its samples so far stand)
         finally:
             if witness.make is not None:
                 backend.close()
