@@ -40,10 +40,18 @@ def configure(quiet: Any = 0, silent: bool = False, verbose: bool = False) -> No
     if not level and not silent:
         return
     console = logging.CRITICAL + 1 if silent else {1: logging.WARNING, 2: logging.ERROR}[level]
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-            _saved.append((handler, handler.level))
-            handler.setLevel(console)
+    for handler in terminal_handlers():
+        _saved.append((handler, handler.level))
+        handler.setLevel(console)
+
+
+def terminal_handlers() -> List[logging.Handler]:
+    """The root logger's handlers that write to the terminal (streams that are no files: ``runner.log`` is one)."""
+    return [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
 
 
 def restore() -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
 
 from runner.errors import ConfigError
+from runner.terminal.console import terminal_handlers
 
 #: level names a ``verbosity`` entry may give: Python's and Polygraphy's (``polygraphy.logger.Logger``)
 LEVELS: Dict[str, int] = {
@@ -127,14 +128,6 @@ def settings(verbose: Any = 0, verbosity: Any = (), log_format: Any = ("timestam
     return LogSettings(_verbose(verbose), levels, "".join(parts) + " - %(message)s")
 
 
-def _terminal_handlers() -> List[logging.Handler]:
-    return [
-        h
-        for h in logging.getLogger().handlers
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
-    ]
-
-
 @contextlib.contextmanager
 def applied(log: LogSettings) -> Iterator[None]:
     """Apply ``log`` for the duration of a run: levels on the loggers, the format on the terminal's handlers,
@@ -148,7 +141,7 @@ def applied(log: LogSettings) -> Iterator[None]:
             logger = logging.getLogger(name or None)
             undo.append(functools.partial(logger.setLevel, logger.level))
             logger.setLevel(level)
-        for handler in _terminal_handlers():
+        for handler in terminal_handlers():
             undo.append(functools.partial(handler.setFormatter, handler.formatter))
             handler.setFormatter(logging.Formatter(log.format))
         if log.verbose >= 2:
