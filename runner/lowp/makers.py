@@ -7,7 +7,7 @@ loop in one template and each type in a small class; Polygraphy's ``debug precis
 - ``candidate(kept)``: the model in the low precision except the nodes named in ``kept``;
 - ``describe(kept, total)``: how the candidate reads in the log ("3 of 146 nodes out of int8");
 - ``switchboard(key)``: one switched model that runs every candidate as its feeds, built on first use, or None
-  where the candidates are no sum of node choices; ``runs_on`` says which checker backend runs it as written.
+  where the candidates are no sum of node choices (the switched model says which checker backend runs it).
 
 One maker per kind, each a small subclass of ``CandidateMaker``:
 
@@ -44,10 +44,7 @@ class CandidateMaker(abc.ABC):
         low: the low precision.
         calibration: the run's calibration (``runner.lowp.calibration.Calibration``), or None (casts, a given
             quantized model).
-        runs_on: the checker backend that runs the switchboard's candidates as written.
     """
-
-    runs_on = RunsOn.EMULATION
 
     def __init__(self, model: onnx.ModelProto, low: LowPrecision, calibration: Any = None):
         self.model, self.low, self.calibration = model, low, calibration
@@ -117,8 +114,6 @@ class QdqMaker(CandidateMaker):
         low: its low precision.
     """
 
-    runs_on = RunsOn.ONNXRUNTIME
-
     def __init__(self, quantizer: Any, low: LowPrecision):
         super().__init__(quantizer.model, low, quantizer.calibration)
         self.quantizer = quantizer
@@ -157,8 +152,6 @@ class MixedMaker(CandidateMaker):
         mixed: the mixed quantizer (its int8 quantizer's model and calibration).
         low: the quantized precision (int8).
     """
-
-    runs_on = RunsOn.ONNXRUNTIME
 
     def __init__(self, mixed: Any, low: LowPrecision):
         super().__init__(mixed.quantizer.model, low, mixed.quantizer.calibration)
