@@ -67,7 +67,6 @@ class PrecisionStrategy(PrecisionGates):
     def __init__(self, setup: PrecisionSetup):
         if not setup.layers:
             raise ConfigError("the model has no float nodes to keep or convert; precision marking does not apply")
-        self.setup = setup
         self.model, self.layers, self.low, self.maker = setup.model, list(setup.layers), setup.low, setup.maker
         #: what the unit sets mean: one stage, or int8 with the rest in fp16 (``strategies.precision.stages``)
         self.stage = setup.stage
