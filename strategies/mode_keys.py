@@ -69,6 +69,9 @@ class ReduceKeys(DataKeys, SaveKeys, ScopeKeys):
     share_weights: bool = candidate(True)  # large models: candidates reference one weights file written once per run
     # where subgraph boundaries get types and shapes: onnx (inference, then a run), none, fallback (a run for all)
     shape_inference: ShapeInference = candidate(ShapeInference.onnx)
+    # with a `polygraphy run --load-outputs` check: it compares every golden tensor a candidate computes (true),
+    # or its boundary (false: the others are output under names Polygraphy's matching skips)
+    compare_every_tensor: bool = candidate(False)
 
 
 @dataclass

@@ -25,6 +25,7 @@ import onnx
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker
+from runner.checkers.polygraphy_names import SkippedNames
 from runner.config import answer_options, save_options
 from runner.context import RunContext
 from runner.errors import ConfigError, NothingToDoError
@@ -167,12 +168,17 @@ class ReduceStrategy(OnnxSearchStrategy):
         compared = checker.compared_tensors() if checker is not None else None
         comparison = checker.comparison() if checker is not None else None
         if compared:
-            marked = index.mark(compared)
+            skipped = None if keys.compare_every_tensor else SkippedNames(compared, set(index.tensor_map))
+            marked = index.mark(compared, skipped.names if skipped is not None else None)
             log.info(
-                "The check compares %d tensors of the full model with golden values of every tensor: each "
-                "candidate outputs every one of them it computes, so that it computes them as that run did "
-                "(no fusion across them)",
+                "The check holds golden values of %d tensors of the full model, computed with every tensor an "
+                "output: each candidate outputs every one of them it computes, so that it computes them as that "
+                "run did (no fusion across them)%s",
                 marked,
+                ""
+                if skipped is None
+                else "; those past its boundary under names Polygraphy's matching skips (the check compares "
+                "the boundary, as for Polygraphy's own candidates; compare_every_tensor=true compares them all)",
             )
         scope = Scope.from_keys(keys)
         in_scope = None

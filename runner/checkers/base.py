@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, FrozenSet, Mapping, Optional, Type, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError, first_line
@@ -120,10 +120,10 @@ class Checker(abc.ABC):
         (``Candidate.payload``), or nothing (it runs as feeds of its search's switched model)."""
         return Need.file
 
-    def compared_tensors(self) -> Optional[FrozenSet[str]]:
+    def compared_tensors(self) -> Optional[Tuple[str, ...]]:
         """The tensors of the full model whose golden values the check holds itself (a ``polygraphy run
-        --load-outputs`` file of every tensor), which a reduce candidate should output wherever it computes
-        them; None: the check says nothing of the kind (default)."""
+        --load-outputs`` file of every tensor), in the file's order, which a reduce candidate should output
+        wherever it computes them; None: the check says nothing of the kind (default)."""
         return None
 
     def comparison(self) -> Optional[Comparison]:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker, conf_of
@@ -123,7 +123,7 @@ class CommandChecker(Checker):
         """Whether the command names ``{artifact}`` (it may still read ``$RUNNER_ARTIFACT``)."""
         return any("{artifact}" in word for word in self.argv)
 
-    def compared_tensors(self) -> Optional[FrozenSet[str]]:
+    def compared_tensors(self) -> Optional[Tuple[str, ...]]:
         """The tensors of a ``polygraphy run ... --load-outputs FILE`` check's golden file
         (``runner.checkers.polygraphy_check``); None for any other command."""
         return polygraphy_run_outputs(self.argv)

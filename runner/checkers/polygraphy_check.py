@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import FrozenSet, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 LOAD_OUTPUTS = ("--load-outputs", "--load-results")
 
 
-def polygraphy_run_outputs(argv: List[str], cwd: Optional[Path] = None) -> Optional[FrozenSet[str]]:
+def polygraphy_run_outputs(argv: List[str], cwd: Optional[Path] = None) -> Optional[Tuple[str, ...]]:
     """The tensor names the ``--load-outputs`` file of a ``polygraphy run`` command holds.
 
     Args:
@@ -31,9 +31,9 @@ def polygraphy_run_outputs(argv: List[str], cwd: Optional[Path] = None) -> Optio
         cwd: where the command runs (its relative paths); None: this process's working directory.
 
     Returns:
-        The names (every runner's first iteration), or None when the command is no ``polygraphy run``
-        with such a file, polygraphy is not installed, or the file cannot be read (the check says so
-        when it runs).
+        The names (every runner's first iteration, in the file's order), or None when the command is no
+        ``polygraphy run`` with such a file, polygraphy is not installed, or the file cannot be read (the
+        check says so when it runs).
     """
     names = [Path(word).name for word in argv]
     if "polygraphy" not in names or "run" not in names[names.index("polygraphy") + 1 :]:
@@ -59,8 +59,8 @@ def polygraphy_run_outputs(argv: List[str], cwd: Optional[Path] = None) -> Optio
     except Exception as e:  # the check itself reports a file it cannot read
         log.debug("Cannot read %s as Polygraphy run results (%s)", file, e)
         return None
-    tensors = set()
+    tensors: Dict[str, None] = {}  # in the file's order: Polygraphy's matching takes the first name that fits
     for _, iterations in results.items():
         if iterations:
-            tensors |= set(iterations[0].keys())
-    return frozenset(tensors)
+            tensors.update(dict.fromkeys(iterations[0].keys()))
+    return tuple(tensors)

@@ -53,6 +53,16 @@ def _outer_reads(graph: gs.Graph) -> Set[str]:
     return reads
 
 
+def _output_under(model: onnx.ModelProto, names: Dict[str, str]) -> None:
+    """Output each graph output ``t`` of ``names`` as ``names[t]`` instead, through an ``Identity`` node
+    (``t`` stays the tensor its consumers read), in place."""
+    for output in model.graph.output:
+        name = names.get(output.name)
+        if name is not None:
+            model.graph.node.append(onnx.helper.make_node("Identity", [output.name], [name], name=name))
+            output.name = name
+
+
 def _inputs_to_initializers(model: onnx.ModelProto, values: Dict[str, np.ndarray]) -> None:
     """Turn the graph inputs named in ``values`` into initializers holding those values, in place."""
     from onnx import numpy_helper
@@ -142,22 +152,36 @@ class GraphIndex:
         self.tensor_map: Dict[str, gs.Tensor] = self.graph.tensors()
         #: the latest ``boundary`` results by unit set (a candidate's label, info and model ask for it, and a
         #: round's candidates are built together)
-        self._boundaries: OrderedDict[FrozenSet[int], Tuple[List[int], List[str], List[str]]] = OrderedDict()
+        #: (nodes, inputs, outputs, how many of the outputs are the boundary rather than ``marked`` tensors)
+        self._boundaries: OrderedDict[FrozenSet[int], Tuple[List[int], List[str], List[str], int]] = OrderedDict()
         self._edges: Optional[Boundaries] = None  # made on the first ``boundary``
         self._constant: Optional[Tuple[np.ndarray, np.ndarray]] = None  # ``_constant_flags``
         #: writes a candidate's graph from the parts of this one, each exported once
         self.exporter = PartsExporter(model, self.graph, self.nodes, self.tensor_map)
         #: tensors every candidate outputs where it computes them, besides its boundary (``mark``)
         self.marked: FrozenSet[str] = frozenset()
+        #: the names the marked outputs of a candidate are written under (``mark``); None: their own
+        self.rename: Optional[Callable[[List[str], List[str]], Dict[str, str]]] = None
 
-    def mark(self, tensors: Iterable[str]) -> int:
+    def mark(
+        self, tensors: Iterable[str], rename: Optional[Callable[[List[str], List[str]], Dict[str, str]]] = None
+    ) -> int:
         """Make every candidate output each of ``tensors`` that it computes (not only its boundary): the
         tensors a check compares with golden values of the full model computed with every tensor an output,
-        which a candidate then computes as that run did (no fusion across them). Returns how many of them
-        are non-constant tensors of the model."""
+        which a candidate then computes as that run did (no fusion across them).
+
+        Args:
+            tensors: tensor names; those no non-constant node computes are left out.
+            rename: given a candidate's boundary outputs and its marked ones, the names to output marked
+                tensors under (``{tensor: name}``; each through an ``Identity`` node); None: their own.
+
+        Returns:
+            How many of ``tensors`` are non-constant tensors of the model.
+        """
         self.marked = frozenset(
             t for t in tensors if t in self.producer and not self.const[self.producer[t]] and self.meta.get(t)
         )
+        self.rename = rename
         self._boundaries.clear()
         return len(self.marked)
 
@@ -236,7 +260,11 @@ class GraphIndex:
             could vanish); when that leaves none, the tensors nothing reads; then the ``marked``
             tensors the units compute (``mark``).
         """
-        keep = frozenset(units)
+        order, inputs, outputs, _ = self._boundary(frozenset(units))
+        return order, inputs, outputs
+
+    def _boundary(self, keep: FrozenSet[int]) -> Tuple[List[int], List[str], List[str], int]:
+        """``boundary``, and how many of its outputs come before the ``marked`` ones."""
         if keep in self._boundaries:
             self._boundaries.move_to_end(keep)
             return self._boundaries[keep]
@@ -246,14 +274,15 @@ class GraphIndex:
         order, inputs, outputs, dangling = self._edges.boundary(keep)
         if not outputs:
             outputs = [n for n in dangling if self.meta.get(n) is not None]
+        plain = len(outputs)
         if self.marked:
             known, fed = set(outputs), set(inputs)
             computed = [t.name for i in order if not self.const[i] for t in self.nodes[i].outputs]
             outputs = outputs + [t for t in computed if t in self.marked and t not in known and t not in fed]
-        self._boundaries[keep] = (order, inputs, outputs)
+        self._boundaries[keep] = (order, inputs, outputs, plain)
         while len(self._boundaries) > BOUNDARIES_KEPT:
             self._boundaries.popitem(last=False)
-        return order, inputs, outputs
+        return order, inputs, outputs, plain
 
     def concrete_io(
         self,
@@ -307,7 +336,7 @@ class GraphIndex:
         Raises:
             ShapeError: when a boundary tensor has no known dtype or shape.
         """
-        order, inputs, outputs = self.boundary(units)
+        order, inputs, outputs, plain = self._boundary(frozenset(units))
         tensors = self.tensor_map
         original = set(self.graph_inputs) | set(self.graph_outputs)
         saved = {}
@@ -336,6 +365,8 @@ class GraphIndex:
             for name, (dtype, shape) in saved.items():
                 tensors[name].dtype, tensors[name].shape = dtype, shape
         out = self._restore_model_fields(out)
+        if self.rename is not None and plain < len(outputs):
+            _output_under(out, self.rename(outputs[:plain], outputs[plain:]))
         if self.folded_boundary:
             _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
         if self.keep_constant_nodes or not self._constant_flags()[0][order].any():

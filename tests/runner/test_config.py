@@ -165,6 +165,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
     assert candidate_options() == [
         "builder",
         "calibration",
+        "compare_every_tensor",
         "data_loader_max_samples",
         "exclude_nodes",
         "exclude_op_types",
