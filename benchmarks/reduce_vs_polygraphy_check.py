@@ -1,14 +1,15 @@
 """Benchmark: mode=reduce against `polygraphy debug reduce`, both with Polygraphy's own check from its debug README.
 
-Usage: python benchmarks/reduce_vs_polygraphy_check.py [--model M] [--shapes x:[1,3,48,192]] [--conv Conv@33]
-    [--scale 1.5] [--markers bisect]
+Usage: python benchmarks/reduce_vs_polygraphy_check.py [--cases classifier detector] [--markers bisect]
+    [--scale 1.5]
 
-The good model's inputs and every tensor's value are saved with `polygraphy run --onnx-outputs mark all`, merged
-(`polygraphy data merge`), and one Conv's weight of a copy is scaled (the bad model). Both tools reduce the bad
-model with the check `polygraphy run {artifact} --onnxrt --load-inputs all_inputs.json --load-outputs golden.json`
-(Polygraphy's default tolerance, 1e-5). Prints per marker and tool: checks (this tool's from its summary,
-Polygraphy's from its log), the final compute nodes, the wall time, the seconds a check, and the ratios.
-Needs the benchmark extra (Polygraphy).
+Cases: the bundled classifier with `Conv@33`'s weight scaled (input x:[1,3,48,192]) and the bundled detector with
+`p2o.Conv.31`'s (x:[1,3,160,160]). Per case, the good model's inputs and every tensor's value are saved with
+`polygraphy run --onnx-outputs mark all`, merged (`polygraphy data merge`), and the Conv's weight of a copy is
+scaled (the bad model). Both tools reduce the bad model with the check `polygraphy run {artifact} --onnxrt
+--load-inputs all_inputs.json --load-outputs golden.json` (Polygraphy's default tolerance, 1e-5). Prints per case,
+marker and tool: checks (this tool's from its summary, Polygraphy's from its log), the final compute nodes, the
+wall time, the seconds a check, and the ratios. Needs the benchmark extra (Polygraphy).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Dict, List
 
 import numpy as np
 import onnx
@@ -39,11 +41,16 @@ def scaled(model: onnx.ModelProto, conv: str, factor: float) -> onnx.ModelProto:
     return copy
 
 
+#: case -> (model file in MODELS, input shapes, the Conv whose weight is scaled)
+CASES = {
+    "classifier": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "x:[1,3,48,192]", "Conv@33"),
+    "detector": ("ch_PP-OCRv4_det_infer.onnx", "x:[1,3,160,160]", "p2o.Conv.31"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"))
-    parser.add_argument("--shapes", default="x:[1,3,48,192]")
-    parser.add_argument("--conv", default="Conv@33")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--scale", type=float, default=1.5)
     parser.add_argument("--markers", nargs="+", default=["bisect"])
     args = parser.parse_args()
@@ -51,13 +58,23 @@ def main() -> None:
     if polygraphy is None:
         sys.exit('polygraphy is not installed: pip install ".[benchmark]"')
     rows = []
+    for case in args.cases:
+        rows += reduce_case(polygraphy, case, *CASES[case], args.scale, args.markers)
+    print_rows(f"reduce against polygraphy run --load-outputs (a Conv's weight x{args.scale})", rows)
+
+
+def reduce_case(
+    polygraphy: str, case: str, model: str, shapes: str, conv: str, scale: float, markers: List[str]
+) -> List[Dict[str, Any]]:
+    """One case: both tools per marker, and their ratios, as rows."""
+    rows: List[Dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        shutil.copy(args.model, work / "good.onnx")
-        onnx.save(scaled(onnx.load(args.model), args.conv, args.scale), work / "bad.onnx")
+        shutil.copy(MODELS / model, work / "good.onnx")
+        onnx.save(scaled(onnx.load(MODELS / model), conv, scale), work / "bad.onnx")
         for step in (
             [
-                *["run", "good.onnx", "--onnxrt", "--input-shapes", args.shapes, "--save-inputs", "inputs.json"],
+                *["run", "good.onnx", "--onnxrt", "--input-shapes", shapes, "--save-inputs", "inputs.json"],
                 *["--onnx-outputs", "mark", "all", "--save-outputs", "golden.json"],
             ],
             ["data", "merge", "inputs.json", "golden.json", "-o", "all_inputs.json"],
@@ -66,8 +83,8 @@ def main() -> None:
             if done.returncode != 0:
                 sys.exit(f"polygraphy {step[0]} failed:\n{done.stderr[-2000:]}")
         check = ["run", "--onnxrt", "--load-inputs", "all_inputs.json", "--load-outputs", "golden.json"]
-        name, _, dims = args.shapes.partition(":")
-        for marker in args.markers:
+        name, _, dims = shapes.partition(":")
+        for marker in markers:
             results = {}
             for tool in ("runner", "polygraphy"):
                 out = work / f"{tool}_{marker}.onnx"
@@ -84,7 +101,7 @@ def main() -> None:
                     )
                 else:
                     cmd = [polygraphy, "debug", "reduce", "bad.onnx", "-o", str(out), "--mode", marker]
-                    cmd += ["--model-input-shapes", args.shapes, "--check", polygraphy, check[0]]
+                    cmd += ["--model-input-shapes", shapes, "--check", polygraphy, check[0]]
                     cmd += ["polygraphy_debug.onnx", *check[1:]]
                 wall, proc = timed(cmd, work, {})
                 if proc.returncode != 0 or not out.exists():
@@ -97,9 +114,10 @@ def main() -> None:
                 results[tool] = {"checks": checks, "compute_nodes": compute, "wall_s": round(wall, 1)}
                 results[tool]["s_a_check"] = round(wall / max(checks, 1), 2)
             r, p = results["runner"], results["polygraphy"]
-            rows += [{"marker": marker, "tool": tool, **res} for tool, res in results.items()]
+            rows += [{"case": case, "marker": marker, "tool": tool, **res} for tool, res in results.items()]
             rows.append(
                 {
+                    "case": case,
                     "marker": marker,
                     "tool": "ratio runner/polygraphy",
                     "checks": round(r["checks"] / p["checks"], 2),
@@ -108,8 +126,7 @@ def main() -> None:
                     "s_a_check": round(r["s_a_check"] / p["s_a_check"], 2),
                 }
             )
-    title = f"reduce {Path(args.model).name} ({args.conv} x{args.scale}) against polygraphy run --load-outputs"
-    print_rows(title, rows)
+    return rows
 
 
 if __name__ == "__main__":
