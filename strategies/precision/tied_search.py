@@ -23,6 +23,11 @@ Two phases, over a monotone target that holds for every element and not for none
      first failing removal, which leaves the blocks still undecided with the needed ones as one unit.
      One test when each tie is needed in one block; else about two tests for a tie that stays whole
      and 2 + 2 log2(b) for a tie needed in one block the ranking puts b-th.
+     What the ties decided so far is known: where errors the blocks amplify make the first blocks need
+     fp32, every position needs about the same blocks. So once a tie kept some of its blocks (not all),
+     the next tie's first probe keeps it in the blocks kept most often so far (the latest of equals)
+     and drops it from the others; a pass goes on as a half's pass does, from that smaller set, and a
+     failure costs that one test before the halves.
    - ``nodes``: a group search over each kept tie's nodes (``GroupSearch``): 1-minimal at node level,
      at about one test per kept node of a tie needed in most blocks.
    - ``none``: the tied answer as it is.
@@ -35,7 +40,7 @@ more kept than the answer holds, so (monotone target) the answer without it fail
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from runner.config import Untie  # the searches name it here
 from strategies.boundary import BoundaryMarker
@@ -57,6 +62,17 @@ class _Fixed:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> _Fixed:
         return self
+
+
+class _Probe(NamedTuple):
+    """A probe of the tie being untied: the candidate drops ``dropped``; a pass leaves ``rest`` (in the order
+    searched next); ``trims``: after a pass, the lowest-ranked block left is dropped next, while that passes
+    (the first failure leaves the rest as one unit), instead of a group search over ``rest``."""
+
+    dropped: FrozenSet[int]
+    rest: List[int]
+    label: str
+    trims: bool = False
 
 
 class TiedSearch(RoundSearch[int]):
@@ -109,8 +125,11 @@ class TiedSearch(RoundSearch[int]):
         self._answer: FrozenSet[int] = frozenset()  # nodes, once the tied phase is over
         self._pending: List[int] = []  # kept ties still to untie
         self._current: Optional[int] = None  # the tie being untied
-        self._probe: Optional[FrozenSet[int]] = None  # the half of its blocks the probe drops, while it runs
-        self._probes: List[Tuple[FrozenSet[int], List[int]]] = []  # the probes left: (half dropped, order kept)
+        self._probe: Optional[FrozenSet[int]] = None  # the blocks the probe drops, while it runs
+        #: the probes left: (nodes dropped, the order the rest is searched in, what the probe is)
+        self._probes: List[_Probe] = []
+        #: the blocks each tie decided so far kept, where it kept some but not all (block indices)
+        self._learned: List[FrozenSet[int]] = []
         self._joint: Optional[FrozenSet[int]] = None  # what the joint probe drops, while it runs
         self._blocks: Optional[GroupSearch[int]] = None  # its search over blocks
         self._round_kind = ""
@@ -190,17 +209,42 @@ class TiedSearch(RoundSearch[int]):
         if self.untie is Untie.auto:
             half = (len(ranked) + 1) // 2
             in_blocks = sorted(ranked)  # a tie's nodes are numbered in topological order: first block first
-            probes = [(frozenset(ranked[half:]), ranked[:half]), (frozenset(in_blocks[half:]), in_blocks[:half])]
-            self._probes = probes[:1] if probes[0][0] == probes[1][0] else probes
-            self._probe = self._probes[0][0]
+            dropped, blocks = len(ranked) - half, len(ranked)
+            probes = [
+                _Probe(
+                    frozenset(ranked[half:]), ranked[:half], f"without its lower-ranked {dropped} of {blocks} blocks"
+                ),
+                _Probe(frozenset(in_blocks[half:]), in_blocks[:half], f"without its last {dropped} of {blocks} blocks"),
+            ]
+            learned = self._usual_blocks(blocks)
+            if learned is not None:
+                kept = [n for n in ranked if in_blocks.index(n) in learned]
+                label = f"in the {len(kept)} of {blocks} blocks the ties before it kept most often"
+                probes.insert(0, _Probe(frozenset(ranked) - frozenset(kept), kept, label, trims=True))
+            self._probes = []
+            for probe in probes:
+                if all(probe.dropped != p.dropped for p in self._probes):
+                    self._probes.append(probe)
+            self._probe = self._probes[0].dropped
         else:
             self._blocks = GroupSearch(ranked, self._marker_factory)
         return True
+
+    def _usual_blocks(self, blocks: int) -> Optional[FrozenSet[int]]:
+        """The blocks the ties decided so far kept most often (the latest of equals), where that is some of
+        a tie of ``blocks`` blocks but not all; None before any tie kept part of its blocks."""
+        fitting = [b for b in self._learned if max(b) < blocks]
+        if not fitting:
+            return None
+        return max(reversed(fitting), key=fitting.count)
 
     def _end_tie(self, kept: FrozenSet[int], by_node: bool) -> None:
         """The current tie keeps ``kept``: shown needed node by node, or (``by_node`` False) as one unit."""
         assert self._current is not None
         label, whole = self._fixed.labels[self._current], self._tie_nodes()
+        if kept and len(kept) < len(whole):
+            in_blocks = sorted(whole)
+            self._learned.append(frozenset(in_blocks.index(n) for n in kept))
         self._answer = (self._answer - whole) | kept
         self.kept.append((label, kept, not (by_node or len(kept) == 1)))
         self._current, self._probe, self._probes, self._blocks = None, None, [], None
@@ -224,15 +268,22 @@ class TiedSearch(RoundSearch[int]):
             if not hits or hits[0] is None:
                 return
             assert self._probe is not None
-            dropped, rest = self._probes.pop(0)
+            probe = self._probes.pop(0)
             if hits[0]:
-                self._answer -= dropped
+                self._answer -= probe.dropped
                 self._probe, self._probes = None, []
-                self._blocks = GroupSearch(rest, self._marker_factory)
+                if probe.trims and len(probe.rest) >= 2:  # drop the lowest-ranked block left, while that passes
+                    label = f"without the lowest-ranked of the {len(probe.rest)} blocks it keeps"
+                    self._probes = [_Probe(frozenset(probe.rest[-1:]), probe.rest[:-1], label, trims=True)]
+                    self._probe = self._probes[0].dropped
+                elif probe.trims:
+                    self._end_tie(frozenset(probe.rest), False)
+                else:
+                    self._blocks = GroupSearch(probe.rest, self._marker_factory)
             elif self._probes:
-                self._probe = self._probes[0][0]
-            else:
-                self._end_tie(self._tie_nodes(), False)
+                self._probe = self._probes[0].dropped
+            else:  # the tie as the passing probes left it: whole, unless a trim dropped some of its blocks
+                self._end_tie(self._answer & self._tie_nodes(), False)
         elif self._round_kind == "blocks":
             assert isinstance(self._blocks, GroupSearch)
             removing = self._blocks.removing
@@ -263,6 +314,7 @@ class TiedSearch(RoundSearch[int]):
         for name in ("_tied", "_blocks"):
             setattr(fork, name, copy.deepcopy(getattr(self, name), memo))
         fork._pending, fork.kept, fork._probes = list(self._pending), list(self.kept), list(self._probes)
+        fork._learned = list(self._learned)
         return fork
 
     # -- what it found --------------------------------------------------------------------
@@ -314,8 +366,7 @@ class TiedSearch(RoundSearch[int]):
             return ""
         name = self._fixed.labels[self._current]
         if self._round_kind == "probe" and self._probe is not None:
-            which = "lower-ranked" if len(self._probes) == 2 else "last"
-            return f"{name}: without its {which} {len(self._probe)} of {len(self._tie_nodes())} blocks"
+            return f"{name}: {self._probes[0].label}"
         assert self._blocks is not None
         return f"{name}: {self._blocks.label('block', position)}"
 

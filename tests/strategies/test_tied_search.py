@@ -142,3 +142,20 @@ def test_the_units_are_ranked_again_once_when_many_fail():
 
     result, _ = drive(TiedSearch(list(range(n)), ties, MinimalMarker, reorder), needed)
     assert needed <= result and calls == [60 + OUTSIDE]
+
+
+@pytest.mark.parametrize("first", [3, 5])
+def test_positions_needing_the_same_blocks_learn_them_from_the_ties_before(first):
+    """Errors the blocks amplify: many positions need fp32 in the same first blocks. Once a tie kept those,
+    the next one tries them first (a pass and one failing trim): about 3.5 checks a position where the
+    halves and a group search over blocks took 7.5; each answer exact."""
+    ties, n = grid()
+    costs = {}
+    for positions in (4, 8):
+        needed = {cell(b, p) for p in range(positions) for b in range(first)}
+        order = sorted(range(n), key=lambda i: (i not in needed, i))
+        search = TiedSearch(order, ties, MinimalMarker)
+        result, costs[positions] = drive(search, needed)
+        assert result == frozenset(needed)
+        assert [len(nodes) for _, nodes, _ in search.kept] == [first] * positions
+    assert (costs[8] - costs[4]) / 4 <= 4, costs
