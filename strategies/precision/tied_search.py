@@ -13,8 +13,9 @@ Two phases, over a monotone target that holds for every element and not for none
    from every block at once, fails. Cost: the group search's over u units instead of n nodes,
    about 2 log2(b) + k log2(u/k) + O(k) tests for k needed units.
 2. **Untie** each kept tie where it pays (``untie``):
-   - ``auto``: one probe keeps every kept tie in its top-ranked block only. A pass (a fault in one
-     block each) ends the search: each tie is one node, needed alone. Where it fails, per tie a probe
+   - ``auto``: one probe keeps every kept tie in its top-ranked block only (unless each looks needed
+     alike in every block, below). A pass (a fault in one block each) ends the search: each tie is one
+     node, needed alone. Where it fails, per tie a probe
      drops the tie from the lower-ranked half of its blocks, and where that fails a second drops it
      from the later half (errors that the blocks after them amplify are likeliest needed first). Both
      failing leave the tie whole (a position needed in most blocks, attention in every layer:
@@ -23,11 +24,15 @@ Two phases, over a monotone target that holds for every element and not for none
      first failing removal, which leaves the blocks still undecided with the needed ones as one unit.
      One test when each tie is needed in one block; else about two tests for a tie that stays whole
      and 2 + 2 log2(b) for a tie needed in one block the ranking puts b-th.
-     What the ties decided so far is known: where errors the blocks amplify make the first blocks need
-     fp32, every position needs about the same blocks. So once a tie kept some of its blocks (not all),
-     the next tie's first probe keeps it in the blocks kept most often so far (the latest of equals)
-     and drops it from the others; a pass goes on as a half's pass does, from that smaller set, and a
-     failure costs that one test before the halves.
+     What is known decides the probes. A tie whose nodes the ranking puts next to each other (within
+     ``ALIKE`` times its block count: attention's Softmax of every layer ranked one after another) is
+     needed alike in every block: one probe, its lower-ranked half, whose failure keeps it whole (one
+     test a position needed in every block). And where errors the blocks amplify make the first blocks
+     need fp32, every position needs about the same blocks: once a tie kept some of its blocks (not
+     all), the next tie's first probe keeps it in the blocks kept most often so far (the latest of
+     equals); a pass then drops its lowest-ranked block left while that passes, the first failure
+     keeping the rest as one unit (two tests a position that needs what the ones before it needed);
+     a failure costs that one test before the halves.
    - ``nodes``: a group search over each kept tie's nodes (``GroupSearch``): 1-minimal at node level,
      at about one test per kept node of a tie needed in most blocks.
    - ``none``: the tied answer as it is.
@@ -62,6 +67,11 @@ class _Fixed:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> _Fixed:
         return self
+
+
+#: a tie whose nodes the ranking puts within ``ALIKE`` times its block count of each other (no other position's
+#: nodes among them, or few) is taken as needed alike in every block: one probe, whose failure keeps it whole
+ALIKE = 2
 
 
 class _Probe(NamedTuple):
@@ -190,8 +200,15 @@ class TiedSearch(RoundSearch[int]):
             return
         # least likely needed first: a sparse tie is likeliest there
         self._pending = sorted(ties, key=lambda u: -min(self._fixed.ranks[i] for i in self._fixed.members[u]))
-        if self.untie is Untie.auto and self._pending:  # first guess each tie is needed in its top-ranked block only
+        # first guess each tie is needed in its top-ranked block only, unless every one looks needed alike in all
+        if self.untie is Untie.auto and not all(self._alike(self._fixed.members[u]) for u in self._pending):
             self._joint = frozenset(i for u in ties for i in self._ranked(self._fixed.members[u])[1:])
+
+    def _alike(self, nodes: FrozenSet[int]) -> bool:
+        """Whether the ranking puts a tie's ``nodes`` within ``ALIKE`` times their count of each other: needed
+        alike in every block, by its account."""
+        ranks = [self._fixed.ranks[n] for n in nodes]
+        return max(ranks) - min(ranks) < ALIKE * len(ranks)
 
     def _tie_nodes(self) -> FrozenSet[int]:
         assert self._current is not None
@@ -216,8 +233,9 @@ class TiedSearch(RoundSearch[int]):
                 ),
                 _Probe(frozenset(in_blocks[half:]), in_blocks[:half], f"without its last {dropped} of {blocks} blocks"),
             ]
-            learned = self._usual_blocks(blocks)
-            if learned is not None:
+            if self._alike(self._tie_nodes()):  # one probe, whose failure keeps it whole
+                probes = probes[:1]
+            elif (learned := self._usual_blocks(blocks)) is not None:
                 kept = [n for n in ranked if in_blocks.index(n) in learned]
                 label = f"in the {len(kept)} of {blocks} blocks the ties before it kept most often"
                 probes.insert(0, _Probe(frozenset(ranked) - frozenset(kept), kept, label, trims=True))

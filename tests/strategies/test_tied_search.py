@@ -159,3 +159,24 @@ def test_positions_needing_the_same_blocks_learn_them_from_the_ties_before(first
         assert result == frozenset(needed)
         assert [len(nodes) for _, nodes, _ in search.kept] == [first] * positions
     assert (costs[8] - costs[4]) / 4 <= 4, costs
+
+
+@pytest.mark.parametrize("rows", [[3, 4, 5], [1, 7, 9, 11, 13]])
+def test_a_position_the_ranking_sees_needed_alike_in_every_block_costs_one_check(rows):
+    """Attention overflowing in every layer: the ranking puts each position's nodes of every block one after
+    another (in no block order). Untying costs one check a position (its lower-ranked half dropped fails:
+    the tie stays whole) and no joint probe; the tied phase before it is ``untie=none``'s."""
+    ties, n = grid()
+    rng = random.Random(len(rows))
+    needed = {cell(b, p) for p in rows for b in range(BLOCKS)}
+    order = []
+    for p in rows:
+        blocks = list(range(BLOCKS))
+        rng.shuffle(blocks)
+        order += [cell(b, p) for b in blocks]
+    order += [i for i in range(n) if i not in needed]
+    tied_only = drive(TiedSearch(order, ties, MinimalMarker, untie=Untie.none), needed)[1]
+    search = TiedSearch(order, ties, MinimalMarker)
+    result, tests = drive(search, needed)
+    assert result == frozenset(needed) and all(unit for _, _, unit in search.kept)
+    assert tests == tied_only + len(rows)
