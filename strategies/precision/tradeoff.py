@@ -7,7 +7,9 @@ stay: once a candidate keeping more than half of the units (the top-ranked ones)
 may have to stay (a ranking is no proof: another set of that size may pass), and a 1-minimal answer will cost
 about a check per kept unit. The run says so then, in the log and in ``summary.json``'s
 ``most_must_stay``, with what to try, rather than at its end; ``tradeoff`` lists every point and
-``tradeoff.png`` draws them.
+``tradeoff.png`` draws them. Whatever must stay, the first passing candidate bounds it: the log says at
+once how many nodes a candidate that passes keeps, and ``summary.json``'s ``first_pass`` records it
+(a budgeted run's answer is never larger).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Tradeoff:
         self.total, self.low = total, low
         self.points: List[Dict[str, Any]] = []
         self.verdict: Optional[Dict[str, Any]] = None
+        #: the first search candidate that passed: ``{"kept", "total", "checks"}``; None before
+        self.first_pass: Optional[Dict[str, Any]] = None
 
     def add(self, kept: int, verdict: Verdict) -> None:
         """One search candidate keeping ``kept`` nodes, and its verdict; the early verdict when it is the first
@@ -59,6 +63,15 @@ class Tradeoff:
         )
         if self.verdict is None and not verdict.passed and kept * 2 > self.total:
             self._say(kept, output, statistic)
+        if self.first_pass is None and verdict.passed:
+            self.first_pass = {"kept": kept, "total": self.total, "checks": len(self.points)}
+            log.info(
+                "At most %d of %d nodes must stay in float32: a candidate keeping them passes (search check %d)%s",
+                kept,
+                self.total,
+                len(self.points),
+                "" if self.verdict is not None else "; the search goes on to the fewest",
+            )
 
     def _say(self, kept: int, output: Optional[str], statistic: Optional[float]) -> None:
         """Log and record that most must stay, with what to try."""
@@ -90,10 +103,13 @@ class Tradeoff:
         )
 
     def facts(self) -> Dict[str, Any]:
-        """``summary.json``'s ``tradeoff`` (every point) and ``most_must_stay`` (the early verdict, when said)."""
+        """``summary.json``'s ``tradeoff`` (every point), ``most_must_stay`` (the early verdict, when said) and
+        ``first_pass`` (the first passing candidate's size, once one passed)."""
         found: Dict[str, Any] = {"tradeoff": self.points} if self.points else {}
         if self.verdict is not None:
             found["most_must_stay"] = self.verdict
+        if self.first_pass is not None:
+            found["first_pass"] = self.first_pass
         return found
 
     def plot(self, path: Path) -> Optional[Path]:

@@ -50,6 +50,11 @@ def test_most_must_stay_is_said_within_20_checks_with_the_measured_tradeoff(run,
     assert any(p["passed"] for p in points) and any(not p["passed"] for p in points)
     assert (r.run_dir / "tradeoff.png").stat().st_size > 1000
     assert r.summary["kept"] >= 24 and "minimal" not in r.summary
+    first = r.summary["first_pass"]
+    assert first["total"] == 32 and r.summary["kept"] <= first["kept"] and first["checks"] <= 20
+    passed_first = next(p for p in points if p["passed"])
+    assert passed_first["kept"] == first["kept"] and points.index(passed_first) + 1 == first["checks"]
+    assert f"At most {first['kept']} of 32 nodes must stay in float32" in (r.run_dir / "runner.log").read_text()
 
 
 @pytest.mark.slow  # a budgeted run and its resume
