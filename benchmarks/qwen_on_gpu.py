@@ -144,9 +144,9 @@ def _save(work: Path, model, ids, start: float) -> tuple:
     return path, inputs, size, time.perf_counter() - start
 
 
-def _verdict_seconds(log: Path):
-    """Seconds from the run's first log line to its early verdict (``Most of the model may have to stay``), or
-    None when it gave none."""
+def _verdict_seconds(log: Path, phrase: str = "Most of the model may have to stay"):
+    """Seconds from the run's first log line to the first line holding ``phrase`` (by default the early verdict
+    that most must stay; ``At most`` for the first passing candidate's bound), or None when it has none."""
     import datetime
 
     if not log.is_file():
@@ -158,7 +158,7 @@ def _verdict_seconds(log: Path):
                 stamps.append((datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f"), line))
             except ValueError:
                 continue
-    said = [t for t, line in stamps if "Most of the model may have to stay" in line]
+    said = [t for t, line in stamps if phrase in line]
     return round((said[0] - stamps[0][0]).total_seconds(), 1) if said and stamps else None
 
 
@@ -219,6 +219,8 @@ def main() -> None:
         "ranked_again": s.get("ranked_again"),
         "most_must_stay": s.get("most_must_stay"),
         "verdict_s": _verdict_seconds(work / "precision" / "runner.log"),
+        "first_pass": s.get("first_pass"),
+        "first_pass_s": _verdict_seconds(work / "precision" / "runner.log", "nodes must stay in float32"),
         "minimal": s.get("minimal", True),
         "budget": s.get("budget"),
         "reference_spread": s.get("reference_spread"),
