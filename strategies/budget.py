@@ -19,6 +19,10 @@ from runner.errors import ConfigError
 
 Units = FrozenSet[int]
 
+#: the pace at which ``Budget.over`` expects the answer's weights to be written (bytes a second): a cautious
+#: figure for a local disk, so that a 2.4 GB answer is given 12 s
+WRITE_BYTES_PER_S = 200e6
+
 
 @dataclass
 class Budget:
@@ -28,6 +32,7 @@ class Budget:
         checks: checks this run may make, or None.
         seconds: seconds from ``started``, or None.
         started: when the run started (``time.monotonic``).
+        answer_bytes: the bytes of weights the answer is written with (its writing is kept room for).
         spent: checks made so far (not replayed).
         best: the smallest unit set with the verdict the search looks for, checked so far.
         stopped: why the search stopped short ("" while it has not).
@@ -36,13 +41,15 @@ class Budget:
     checks: Optional[int] = None
     seconds: Optional[float] = None
     started: float = field(default_factory=time.monotonic)
+    answer_bytes: int = 0
     spent: int = 0
     best: Optional[Units] = None
     stopped: str = ""
 
     @classmethod
-    def from_keys(cls, conf: Any, started: float) -> Optional[Budget]:
-        """The budget of ``budget.*`` (``runner.config.BudgetConf``), or None when neither key is set.
+    def from_keys(cls, conf: Any, started: float, answer_bytes: int = 0) -> Optional[Budget]:
+        """The budget of ``budget.*`` (``runner.config.BudgetConf``), or None when neither key is set;
+        ``answer_bytes``: the model's weight bytes, which the answer is written with.
 
         Raises:
             ConfigError: a limit below 1 check or not above 0 seconds.
@@ -54,7 +61,7 @@ class Budget:
             raise ConfigError(f"budget.checks={checks}: give how many checks this run may make, 1 or more")
         if seconds is not None and not float(seconds) > 0:
             raise ConfigError(f"budget.seconds={seconds}: give how many seconds this run may take, above 0")
-        return cls(checks, None if seconds is None else float(seconds), started)
+        return cls(checks, None if seconds is None else float(seconds), started, answer_bytes)
 
     def took(self, units: Optional[Units], hit: bool, reused: bool) -> None:
         """Count one verdict: a check unless it was replayed; a hit of fewer units is the best so far."""
@@ -65,13 +72,14 @@ class Budget:
 
     def over(self) -> str:
         """Why the budget is spent ("" while it is not): the limit reached. ``seconds`` keeps room for the answer's
-        own check (and its writing): the search stops once the time left is under two checks at the pace so far,
-        so that the verified answer comes within the limit."""
+        own check and its writing: the search stops once the time left is under two checks at the pace so far plus
+        the answer's weights at ``WRITE_BYTES_PER_S``, so that the verified answer comes within the limit (a
+        2.4 GB decoder's answer took 15 s to write and check on an H200 machine, two checks' pace 5 s)."""
         if self.checks is not None and self.spent >= self.checks:
             return f"budget.checks={self.checks} reached"
         elapsed = time.monotonic() - self.started
         pace = elapsed / self.spent if self.spent else 0.0
-        if self.seconds is not None and elapsed + 2 * pace >= self.seconds:
+        if self.seconds is not None and elapsed + 2 * pace + self.answer_bytes / WRITE_BYTES_PER_S >= self.seconds:
             return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s, room kept for the answer's check)"
         return ""
 

@@ -17,6 +17,7 @@ from runner.context import RunContext
 from runner.errors import ConfigError
 from runner.graph.blocks import Blocks, find_blocks
 from runner.graph.scope import Scope
+from runner.graph.weight_file import weight_bytes
 from runner.lowp.fp8 import check_fp8
 from runner.lowp.given_qdq import given_precision, load_given
 from runner.lowp.makers import CandidateMaker
@@ -184,6 +185,6 @@ def precision_setup(
         blocks=blocks,
         untie=keys.untie,
         exchange_checks=exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
-        budget=Budget.from_keys(keys.budget, ctx.started),
+        budget=Budget.from_keys(keys.budget, ctx.started, weight_bytes(ctx.model)),
         run_dir=ctx.run_dir,
     )
