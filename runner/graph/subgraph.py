@@ -263,6 +263,13 @@ class GraphIndex:
         order, inputs, outputs, _ = self._boundary(frozenset(units))
         return order, inputs, outputs
 
+    def renamed(self, units: Iterable[int]) -> Dict[str, str]:
+        """The outputs ``extract(units)`` writes under other names (``mark``'s ``rename``): ``{tensor: name}``."""
+        _, _, outputs, plain = self._boundary(frozenset(units))
+        if self.rename is None or plain == len(outputs):
+            return {}
+        return self.rename(outputs[:plain], outputs[plain:])
+
     def _boundary(self, keep: FrozenSet[int]) -> Tuple[List[int], List[str], List[str], int]:
         """``boundary``, and how many of its outputs come before the ``marked`` ones."""
         if keep in self._boundaries:
@@ -366,7 +373,7 @@ class GraphIndex:
                 tensors[name].dtype, tensors[name].shape = dtype, shape
         out = self._restore_model_fields(out)
         if self.rename is not None and plain < len(outputs):
-            _output_under(out, self.rename(outputs[:plain], outputs[plain:]))
+            _output_under(out, self.renamed(units))
         if self.folded_boundary:
             _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
         if self.keep_constant_nodes or not self._constant_flags()[0][order].any():

@@ -73,5 +73,7 @@ def test_renamed_outputs_hold_the_tensors_values():
     want = dict(zip([o.name for o in plain.graph.output], values))
     assert sorted(want) == ["t0", "t1", "t2", "t3"]
     renamed = skipped.names(["t3"], ["t0", "t1", "t2"])
+    index.mark(["t0", "t1", "t2", "t3", "t4"], skipped.names)
+    assert index.renamed(units) == renamed and sorted(renamed.values()) == sorted(outputs[1:])
     for tensor, name in renamed.items():
         np.testing.assert_array_equal(got[name], want[tensor])
