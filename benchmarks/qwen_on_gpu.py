@@ -193,11 +193,14 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for the precision run")
     parser.add_argument("--name", default="qwen_gpu", help="the figures go to OUT/NAME.json")
+    parser.add_argument("--export-only", action="store_true", help="export to WORK and stop (for check_phases.py)")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     path, inputs, size, seconds = export(work, args.layers, args.peak, args.seq, args)
     print(f"exported {path} ({size / 2**20:.0f} MB with its external data) in {seconds:.0f} s")
+    if args.export_only:
+        return
     cuda = ["checker=compare", "checker.providers=[CUDAExecutionProvider]", "checker.check_error_stat=rel_l2"]
     cuda.append("checker.rtol=0.05")
     figures = {"model_mb": round(size / 2**20), "layers": args.layers, "export_s": round(seconds), "fault": args.fault}

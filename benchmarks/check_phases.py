@@ -1,0 +1,82 @@
+"""Benchmark: where one precision check's seconds go, phase by phase, on the checker's provider.
+
+For a model and its inputs, ``--candidates`` kept sets (a random ``--kept`` share of the float nodes, the same
+seed every time) are made as ``mode=precision`` makes fp16 candidates (``runner.lowp.convert.Converter``), and
+each phase is timed apart: ``build`` (the conversion), ``session`` (``runner.graph.sessions.session_for`` on the
+provider at ONNX Runtime level "all", as ``checker=compare`` builds a candidate's session; a model past
+``MAP_BYTES`` of weights maps them from the weight file), ``run`` (one inference on the inputs) and ``compare``
+(relative L2 error of each output against the fp32 model's, as the check judges). The first candidate warms the
+provider and is not counted; medians and the largest are printed.
+
+Usage (a GPU machine, ``../shared/gpu/README.md``): python benchmarks/check_phases.py --model M.onnx --inputs I.npz
+    [--provider CUDAExecutionProvider] [--candidates 6] [--kept 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+from _common import print_rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--inputs", required=True)
+    parser.add_argument("--provider", default="CUDAExecutionProvider")
+    parser.add_argument("--candidates", type=int, default=6)
+    parser.add_argument("--kept", type=float, default=0.1)
+    args = parser.parse_args()
+    from runner.graph.load import load_model
+    from runner.graph.sessions import session_for
+    from runner.lowp.convert import Converter, float_nodes, prepare
+
+    started = time.perf_counter()
+    model = prepare(load_model(Path(args.model)))
+    converter = Converter(model)
+    names = [model.graph.node[i].name for i in float_nodes(model)]
+    feeds = dict(np.load(args.inputs))
+    providers = [args.provider]
+    reference = session_for(model, providers).run(None, feeds)
+    print(f"loaded, prepared and ran the fp32 model in {time.perf_counter() - started:.1f} s", flush=True)
+    rng = random.Random(0)
+    phases: Dict[str, List[float]] = {"build": [], "session": [], "run": [], "compare": []}
+    for i in range(args.candidates + 1):
+        kept = rng.sample(names, int(len(names) * args.kept))
+        t0 = time.perf_counter()
+        candidate = converter.convert(kept)
+        t1 = time.perf_counter()
+        session = session_for(candidate, providers)
+        t2 = time.perf_counter()
+        outputs = session.run(None, feeds)
+        t3 = time.perf_counter()
+        errors = [_rel_l2(np.asarray(o), np.asarray(r)) for o, r in zip(outputs, reference)]
+        t4 = time.perf_counter()
+        del session
+        print(f"candidate {i}: rel L2 {max(errors):.3g}, {t4 - t0:.2f} s", flush=True)
+        if i:  # the first warms the provider
+            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                phases[name].append(seconds)
+    rows = [
+        {"phase": name, "median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3)}
+        for name, v in phases.items()
+    ]
+    total = [sum(v[i] for v in phases.values()) for i in range(args.candidates)]
+    rows.append({"phase": "total", "median_s": round(statistics.median(total), 3), "max_s": round(max(total), 3)})
+    print_rows(f"one check's phases: {Path(args.model).name} on {args.provider}", rows)
+
+
+def _rel_l2(actual: np.ndarray, golden: np.ndarray) -> float:
+    """Relative L2 error of ``actual`` against ``golden`` (float64)."""
+    norm = float(np.linalg.norm(golden.astype(np.float64)))
+    return float(np.linalg.norm(actual.astype(np.float64) - golden)) / max(norm, 1e-30)
+
+
+if __name__ == "__main__":
+    main()
