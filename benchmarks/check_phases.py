@@ -5,7 +5,8 @@ seed every time) are made as ``mode=precision`` makes fp16 candidates (``runner.
 each phase is timed apart: ``build`` (the conversion), ``session`` (``runner.graph.sessions.session_for`` on the
 provider at ONNX Runtime level "all", as ``checker=compare`` builds a candidate's session; a model past
 ``MAP_BYTES`` of weights maps them from the weight file), ``run`` (one inference on the inputs) and ``compare``
-(relative L2 error of each output against the fp32 model's, as the check judges). The first candidate warms the
+(relative L2 error of each output against the fp32 model's, as the check judges); ``session_disable`` is a
+second session of the same candidate with graph optimizations off (not in the total). The first candidate warms the
 provider and is not counted; medians and the largest are printed.
 
 Usage (a GPU machine, ``../shared/gpu/README.md``): python benchmarks/check_phases.py --model M.onnx --inputs I.npz
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
+import onnxruntime as ort
 from _common import print_rows
 
 
@@ -46,7 +48,7 @@ def main() -> None:
     reference = session_for(model, providers).run(None, feeds)
     print(f"loaded, prepared and ran the fp32 model in {time.perf_counter() - started:.1f} s", flush=True)
     rng = random.Random(0)
-    phases: Dict[str, List[float]] = {"build": [], "session": [], "run": [], "compare": []}
+    phases: Dict[str, List[float]] = {"build": [], "session": [], "run": [], "compare": [], "session_disable": []}
     for i in range(args.candidates + 1):
         kept = rng.sample(names, int(len(names) * args.kept))
         t0 = time.perf_counter()
@@ -59,15 +61,18 @@ def main() -> None:
         errors = [_rel_l2(np.asarray(o), np.asarray(r)) for o, r in zip(outputs, reference)]
         t4 = time.perf_counter()
         del session
+        t5 = time.perf_counter()
+        del session_for(candidate, providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run
+        t6 = time.perf_counter()
         print(f"candidate {i}: rel L2 {max(errors):.3g}, {t4 - t0:.2f} s", flush=True)
         if i:  # the first warms the provider
-            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5)):
                 phases[name].append(seconds)
     rows = [
         {"phase": name, "median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3)}
         for name, v in phases.items()
     ]
-    total = [sum(v[i] for v in phases.values()) for i in range(args.candidates)]
+    total = [sum(v[i] for k, v in phases.items() if k != "session_disable") for i in range(args.candidates)]
     rows.append({"phase": "total", "median_s": round(statistics.median(total), 3), "max_s": round(max(total), 3)})
     print_rows(f"one check's phases: {Path(args.model).name} on {args.provider}", rows)
 
