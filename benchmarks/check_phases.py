@@ -62,7 +62,7 @@ def main() -> None:
         t4 = time.perf_counter()
         del session
         t5 = time.perf_counter()
-        del session_for(candidate, providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run
+        session_for(candidate, providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         t6 = time.perf_counter()
         print(f"candidate {i}: rel L2 {max(errors):.3g}, {t4 - t0:.2f} s", flush=True)
         if i:  # the first warms the provider
