@@ -14,25 +14,18 @@ Two phases, over a monotone target that holds for every element and not for none
    about 2 log2(b) + k log2(u/k) + O(k) tests for k needed units.
 2. **Untie** each kept tie where it pays (``untie``):
    - ``auto``: one probe keeps every kept tie in its top-ranked block only (unless each looks needed
-     alike in every block, below). A pass (a fault in one block each) ends the search: each tie is one
-     node, needed alone. Where it fails, per tie a probe
-     drops the tie from the lower-ranked half of its blocks, and where that fails a second drops it
-     from the later half (errors that the blocks after them amplify are likeliest needed first). Both
-     failing leave the tie whole (a position needed in most blocks, attention in every layer:
-     deciding each block would cost a test a block). A pass drops that half, and a group search over
-     the other half, in the probe's order, finds the blocks that need it (``GroupSearch``) until its
-     first failing removal, which leaves the blocks still undecided with the needed ones as one unit.
-     One test when each tie is needed in one block; else about two tests for a tie that stays whole
-     and 2 + 2 log2(b) for a tie needed in one block the ranking puts b-th.
-     What is known decides the probes. A tie whose nodes the ranking puts next to each other (within
-     ``ALIKE`` times its block count: attention's Softmax of every layer ranked one after another) is
-     needed alike in every block: one probe, its lower-ranked half, whose failure keeps it whole (one
-     test a position needed in every block). And where errors the blocks amplify make the first blocks
-     need fp32, every position needs about the same blocks: once a tie kept some of its blocks (not
-     all), the next tie's first probe keeps it in the blocks kept most often so far (the latest of
-     equals); a pass then drops its lowest-ranked block left while that passes, the first failure
-     keeping the rest as one unit (two tests a position that needs what the ones before it needed);
-     a failure costs that one test before the halves.
+     alike in every block). A pass (a fault in one block each) ends the search: each tie is one node,
+     needed alone. Where it fails, each tie gets the probes ``strategies.precision.untie_probes``
+     chooses from what is known (one for a tie the ranking sees needed alike in every block; the
+     blocks the ties before it kept; the lower-ranked, then the later half of its blocks). All failing
+     leave the tie whole (a position needed in most blocks: deciding each block would cost a test a
+     block). A half's pass drops that half, and a group search over the other half, in the probe's
+     order, finds the blocks that need it (``GroupSearch``) until its first failing removal, which
+     leaves the blocks still undecided with the needed ones as one unit; the usual blocks' pass trims
+     from the lowest-ranked block left while that passes. One test when each tie is needed in one
+     block; one for a tie needed alike in every block, two for another that stays whole, two for a tie
+     that needs the blocks the ties before it kept, and about 2 + 2 log2(b) for a tie needed in one
+     block the ranking puts b-th.
    - ``nodes``: a group search over each kept tie's nodes (``GroupSearch``): 1-minimal at node level,
      at about one test per kept node of a tie needed in most blocks.
    - ``none``: the tied answer as it is.
@@ -45,11 +38,12 @@ more kept than the answer holds, so (monotone target) the answer without it fail
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from runner.config import Untie  # the searches name it here
 from strategies.boundary import BoundaryMarker
 from strategies.precision.group_search import GroupSearch
+from strategies.precision.untie_probes import Probe, alike, first_probes, trimmed
 from strategies.search_rounds import RoundSearch
 
 
@@ -67,24 +61,6 @@ class _Fixed:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> _Fixed:
         return self
-
-
-#: a tie whose nodes the ranking puts within ``ALIKE`` times its block count of each other (other positions' nodes
-#: among them fewer than half its blocks) is taken as needed alike in every block: one probe, whose failure keeps
-#: it whole. Attention's positions in a decoder whose blocks amplify errors rank contiguously (spread 23 at 24
-#: layers); its input norm's Pow, needed in one block, spread 42: at 2 it was kept in all 24
-ALIKE = 1.5
-
-
-class _Probe(NamedTuple):
-    """A probe of the tie being untied: the candidate drops ``dropped``; a pass leaves ``rest`` (in the order
-    searched next); ``trims``: after a pass, the lowest-ranked block left is dropped next, while that passes
-    (the first failure leaves the rest as one unit), instead of a group search over ``rest``."""
-
-    dropped: FrozenSet[int]
-    rest: List[int]
-    label: str
-    trims: bool = False
 
 
 class TiedSearch(RoundSearch[int]):
@@ -139,7 +115,7 @@ class TiedSearch(RoundSearch[int]):
         self._current: Optional[int] = None  # the tie being untied
         self._probe: Optional[FrozenSet[int]] = None  # the blocks the probe drops, while it runs
         #: the probes left: (nodes dropped, the order the rest is searched in, what the probe is)
-        self._probes: List[_Probe] = []
+        self._probes: List[Probe] = []
         #: the blocks each tie decided so far kept, where it kept some but not all (block indices)
         self._learned: List[FrozenSet[int]] = []
         self._joint: Optional[FrozenSet[int]] = None  # what the joint probe drops, while it runs
@@ -203,14 +179,8 @@ class TiedSearch(RoundSearch[int]):
         # least likely needed first: a sparse tie is likeliest there
         self._pending = sorted(ties, key=lambda u: -min(self._fixed.ranks[i] for i in self._fixed.members[u]))
         # first guess each tie is needed in its top-ranked block only, unless every one looks needed alike in all
-        if self.untie is Untie.auto and not all(self._alike(self._fixed.members[u]) for u in self._pending):
+        if self.untie is Untie.auto and not all(alike(list(self._fixed.members[u]), self._fixed.ranks) for u in ties):
             self._joint = frozenset(i for u in ties for i in self._ranked(self._fixed.members[u])[1:])
-
-    def _alike(self, nodes: FrozenSet[int]) -> bool:
-        """Whether the ranking puts a tie's ``nodes`` within ``ALIKE`` times their count of each other: needed
-        alike in every block, by its account."""
-        ranks = [self._fixed.ranks[n] for n in nodes]
-        return max(ranks) - min(ranks) < ALIKE * len(ranks)
 
     def _tie_nodes(self) -> FrozenSet[int]:
         assert self._current is not None
@@ -226,37 +196,11 @@ class TiedSearch(RoundSearch[int]):
         self._current = self._pending.pop(0)
         ranked = self._ranked(self._tie_nodes())
         if self.untie is Untie.auto:
-            half = (len(ranked) + 1) // 2
-            in_blocks = sorted(ranked)  # a tie's nodes are numbered in topological order: first block first
-            dropped, blocks = len(ranked) - half, len(ranked)
-            probes = [
-                _Probe(
-                    frozenset(ranked[half:]), ranked[:half], f"without its lower-ranked {dropped} of {blocks} blocks"
-                ),
-                _Probe(frozenset(in_blocks[half:]), in_blocks[:half], f"without its last {dropped} of {blocks} blocks"),
-            ]
-            if self._alike(self._tie_nodes()):  # one probe, whose failure keeps it whole
-                probes = probes[:1]
-            elif (learned := self._usual_blocks(blocks)) is not None:
-                kept = [n for n in ranked if in_blocks.index(n) in learned]
-                label = f"in the {len(kept)} of {blocks} blocks the ties before it kept most often"
-                probes.insert(0, _Probe(frozenset(ranked) - frozenset(kept), kept, label, trims=True))
-            self._probes = []
-            for probe in probes:
-                if all(probe.dropped != p.dropped for p in self._probes):
-                    self._probes.append(probe)
+            self._probes = first_probes(ranked, self._fixed.ranks, self._learned)
             self._probe = self._probes[0].dropped
         else:
             self._blocks = GroupSearch(ranked, self._marker_factory)
         return True
-
-    def _usual_blocks(self, blocks: int) -> Optional[FrozenSet[int]]:
-        """The blocks the ties decided so far kept most often (the latest of equals), where that is some of
-        a tie of ``blocks`` blocks but not all; None before any tie kept part of its blocks."""
-        fitting = [b for b in self._learned if max(b) < blocks]
-        if not fitting:
-            return None
-        return max(reversed(fitting), key=fitting.count)
 
     def _end_tie(self, kept: FrozenSet[int], by_node: bool) -> None:
         """The current tie keeps ``kept``: shown needed node by node, or (``by_node`` False) as one unit."""
@@ -293,8 +237,7 @@ class TiedSearch(RoundSearch[int]):
                 self._answer -= probe.dropped
                 self._probe, self._probes = None, []
                 if probe.trims and len(probe.rest) >= 2:  # drop the lowest-ranked block left, while that passes
-                    label = f"without the lowest-ranked of the {len(probe.rest)} blocks it keeps"
-                    self._probes = [_Probe(frozenset(probe.rest[-1:]), probe.rest[:-1], label, trims=True)]
+                    self._probes = [trimmed(probe)]
                     self._probe = self._probes[0].dropped
                 elif probe.trims:
                     self._end_tie(frozenset(probe.rest), False)
