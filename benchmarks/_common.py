@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +24,14 @@ with open(os.environ["BENCH_COUNTER"], "a") as f:
 names = {n.name for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
 sys.exit(1 if all(x in names for x in sys.argv[2:]) else 0)
 """
+
+
+def polygraphy_exe() -> str:
+    """The ``polygraphy`` command on PATH; exits the benchmark with the install line when there is none."""
+    found = shutil.which("polygraphy")
+    if found is None:
+        sys.exit('polygraphy is not installed: pip install ".[benchmark]"')
+    return found
 
 
 def timed(cmd: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, subprocess.CompletedProcess]:

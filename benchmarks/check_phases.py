@@ -6,7 +6,8 @@ the two gates a run converts first (every node kept, none: each weight's forms a
 each phase is timed apart: ``build`` (the conversion), ``session`` (``runner.graph.sessions.session_for`` on the
 provider at ONNX Runtime level "all", as ``checker=compare`` builds a candidate's session; a model past
 ``MAP_BYTES`` of weights maps them from the weight file), ``run`` (one inference on the inputs) and ``compare``
-(relative L2 error of each output against the fp32 model's, as the check judges); ``session_disable`` is a
+(each output against the fp32 model's by ``runner.checkers.compare.tolerance.compare_outputs``, the check's own
+comparison, at relative L2 0.05); ``session_disable`` is a
 second session of the same candidate with graph optimizations off (not in the total). The first candidate warms the
 provider and is not counted; medians and the largest are printed.
 
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--kept", type=float, default=0.1)
     args = parser.parse_args()
+    from runner.checkers.compare.tolerance import Tolerances, compare_outputs
     from runner.graph.load import load_model
     from runner.graph.sessions import session_for
     from runner.lowp.convert import Converter, float_nodes, prepare
@@ -46,10 +48,13 @@ def main() -> None:
     names = [model.graph.node[i].name for i in float_nodes(model)]
     feeds = dict(np.load(args.inputs))
     providers = [args.provider]
-    reference = session_for(model, providers).run(None, feeds)
+    fp32 = session_for(model, providers)
+    names_out = [o.name for o in fp32.get_outputs()]
+    golden = dict(zip(names_out, fp32.run(None, feeds)))
     print(f"loaded, prepared and ran the fp32 model in {time.perf_counter() - started:.1f} s", flush=True)
     for gate in (names, []):  # a run's two gates first: every weight's forms are made there once
         converter.convert(gate)
+    rule = Tolerances(atol=0.0, rtol=0.05, stat="rel_l2")
     rng = random.Random(0)
     phases: Dict[str, List[float]] = {"build": [], "session": [], "run": [], "compare": [], "session_disable": []}
     for i in range(args.candidates + 1):
@@ -61,13 +66,14 @@ def main() -> None:
         t2 = time.perf_counter()
         outputs = session.run(None, feeds)
         t3 = time.perf_counter()
-        errors = [_rel_l2(np.asarray(o), np.asarray(r)) for o, r in zip(outputs, reference)]
+        _, stats, _ = compare_outputs(dict(zip(names_out, outputs)), golden, rule)
         t4 = time.perf_counter()
         del session
         t5 = time.perf_counter()
         session_for(candidate, providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         t6 = time.perf_counter()
-        print(f"candidate {i}: rel L2 {max(errors):.3g}, {t4 - t0:.2f} s", flush=True)
+        worst = max(float(st["rel_l2"]) for st in stats.values())
+        print(f"candidate {i}: rel L2 {worst:.3g}, {t4 - t0:.2f} s", flush=True)
         if i:  # the first warms the provider
             for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5)):
                 phases[name].append(seconds)
@@ -78,12 +84,6 @@ def main() -> None:
     total = [sum(v[i] for k, v in phases.items() if k != "session_disable") for i in range(args.candidates)]
     rows.append({"phase": "total", "median_s": round(statistics.median(total), 3), "max_s": round(max(total), 3)})
     print_rows(f"one check's phases: {Path(args.model).name} on {args.provider}", rows)
-
-
-def _rel_l2(actual: np.ndarray, golden: np.ndarray) -> float:
-    """Relative L2 error of ``actual`` against ``golden`` (float64)."""
-    norm = float(np.linalg.norm(golden.astype(np.float64)))
-    return float(np.linalg.norm(actual.astype(np.float64) - golden)) / max(norm, 1e-30)
 
 
 if __name__ == "__main__":

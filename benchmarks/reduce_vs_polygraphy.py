@@ -9,12 +9,11 @@ nodes, wall time, and the ratios runner / polygraphy.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from _common import COUNTING_CHECK, MODELS, compute_nodes, print_rows, runner_cmd, timed
+from _common import COUNTING_CHECK, MODELS, compute_nodes, polygraphy_exe, print_rows, runner_cmd, timed
 
 
 def main() -> None:
@@ -26,9 +25,7 @@ def main() -> None:
     )
     parser.add_argument("--markers", nargs="+", default=["bisect", "linear"])
     args = parser.parse_args()
-    polygraphy = shutil.which("polygraphy")
-    if polygraphy is None:
-        sys.exit('polygraphy is not installed: pip install ".[benchmark]"')
+    polygraphy = polygraphy_exe()
     rows = []
     for marker in args.markers:
         with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 import onnx
-from _common import MODELS, compute_nodes, print_rows, runner_cmd, timed
+from _common import MODELS, compute_nodes, polygraphy_exe, print_rows, runner_cmd, timed
 from onnx import numpy_helper
 
 
@@ -54,9 +54,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.5)
     parser.add_argument("--markers", nargs="+", default=["bisect"])
     args = parser.parse_args()
-    polygraphy = shutil.which("polygraphy")
-    if polygraphy is None:
-        sys.exit('polygraphy is not installed: pip install ".[benchmark]"')
+    polygraphy = polygraphy_exe()
     rows = []
     for case in args.cases:
         rows += reduce_case(polygraphy, case, *CASES[case], args.scale, args.markers)
