@@ -113,8 +113,7 @@ class TiedSearch(RoundSearch[int]):
         self._answer: FrozenSet[int] = frozenset()  # nodes, once the tied phase is over
         self._pending: List[int] = []  # kept ties still to untie
         self._current: Optional[int] = None  # the tie being untied
-        self._probe: Optional[FrozenSet[int]] = None  # the blocks the probe drops, while it runs
-        #: the probes left: (nodes dropped, the order the rest is searched in, what the probe is)
+        #: the probes of the tie being untied still to run, the running one first (``untie_probes.Probe``)
         self._probes: List[Probe] = []
         #: the blocks each tie decided so far kept, where it kept some but not all (block indices)
         self._learned: List[FrozenSet[int]] = []
@@ -179,8 +178,13 @@ class TiedSearch(RoundSearch[int]):
         # least likely needed first: a sparse tie is likeliest there
         self._pending = sorted(ties, key=lambda u: -min(self._fixed.ranks[i] for i in self._fixed.members[u]))
         # first guess each tie is needed in its top-ranked block only, unless every one looks needed alike in all
-        if self.untie is Untie.auto and not all(alike(list(self._fixed.members[u]), self._fixed.ranks) for u in ties):
+        if self.untie is Untie.auto and not all(alike(self._fixed.members[u], self._fixed.ranks) for u in ties):
             self._joint = frozenset(i for u in ties for i in self._ranked(self._fixed.members[u])[1:])
+
+    @property
+    def _probe(self) -> Optional[FrozenSet[int]]:
+        """What the running probe drops, while one runs."""
+        return self._probes[0].dropped if self._probes else None
 
     def _tie_nodes(self) -> FrozenSet[int]:
         assert self._current is not None
@@ -197,7 +201,6 @@ class TiedSearch(RoundSearch[int]):
         ranked = self._ranked(self._tie_nodes())
         if self.untie is Untie.auto:
             self._probes = first_probes(ranked, self._fixed.ranks, self._learned)
-            self._probe = self._probes[0].dropped
         else:
             self._blocks = GroupSearch(ranked, self._marker_factory)
         return True
@@ -211,7 +214,7 @@ class TiedSearch(RoundSearch[int]):
             self._learned.append(frozenset(in_blocks.index(n) for n in kept))
         self._answer = (self._answer - whole) | kept
         self.kept.append((label, kept, not (by_node or len(kept) == 1)))
-        self._current, self._probe, self._probes, self._blocks = None, None, [], None
+        self._current, self._probes, self._blocks = None, [], None
 
     def step_round(self, hits: Sequence[Optional[bool]]) -> None:
         """Feed the verdicts of the last round, in order (None: not checked): True when a set gave the target."""
@@ -231,21 +234,19 @@ class TiedSearch(RoundSearch[int]):
         elif self._round_kind == "probe":
             if not hits or hits[0] is None:
                 return
-            assert self._probe is not None
             probe = self._probes.pop(0)
             if hits[0]:
                 self._answer -= probe.dropped
-                self._probe, self._probes = None, []
+                self._probes = []
                 if probe.trims and len(probe.rest) >= 2:  # drop the lowest-ranked block left, while that passes
                     self._probes = [trimmed(probe)]
-                    self._probe = self._probes[0].dropped
                 elif probe.trims:
                     self._end_tie(frozenset(probe.rest), False)
                 else:
                     self._blocks = GroupSearch(probe.rest, self._marker_factory)
-            elif self._probes:
-                self._probe = self._probes[0].dropped
-            else:  # the tie as the passing probes left it: whole, unless a trim dropped some of its blocks
+            elif (
+                not self._probes
+            ):  # the tie as the passing probes left it: whole, unless a trim dropped some of its blocks
                 self._end_tie(self._answer & self._tie_nodes(), False)
         elif self._round_kind == "blocks":
             assert isinstance(self._blocks, GroupSearch)

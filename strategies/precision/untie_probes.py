@@ -17,7 +17,7 @@ Which probes, and in which order, is decided from what is known:
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence
+from typing import Collection, Dict, FrozenSet, List, NamedTuple, Optional, Sequence
 
 #: a tie whose nodes the ranking puts within ``ALIKE`` times its block count of each other (other positions' nodes
 #: among them fewer than half its blocks) is taken as needed alike in every block: one probe, whose failure keeps
@@ -37,7 +37,7 @@ class Probe(NamedTuple):
     trims: bool = False
 
 
-def alike(nodes: Sequence[int], ranks: Dict[int, int]) -> bool:
+def alike(nodes: Collection[int], ranks: Dict[int, int]) -> bool:
     """Whether the ranking (``ranks``: node -> rank) puts a tie's ``nodes`` within ``ALIKE`` times their count of
     each other: needed alike in every block, by its account."""
     spread = [ranks[n] for n in nodes]
