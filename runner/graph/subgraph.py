@@ -343,7 +343,7 @@ class GraphIndex:
         Raises:
             ShapeError: when a boundary tensor has no known dtype or shape.
         """
-        order, inputs, outputs, plain = self._boundary(frozenset(units))
+        order, inputs, outputs = self.boundary(units)
         tensors = self.tensor_map
         original = set(self.graph_inputs) | set(self.graph_outputs)
         saved = {}
@@ -372,8 +372,9 @@ class GraphIndex:
             for name, (dtype, shape) in saved.items():
                 tensors[name].dtype, tensors[name].shape = dtype, shape
         out = self._restore_model_fields(out)
-        if self.rename is not None and plain < len(outputs):
-            _output_under(out, self.renamed(units))
+        renamed = self.renamed(units)
+        if renamed:
+            _output_under(out, renamed)
         if self.folded_boundary:
             _inputs_to_initializers(out, self._values_of([n for n in inputs if n not in self.graph_inputs]))
         if self.keep_constant_nodes or not self._constant_flags()[0][order].any():
