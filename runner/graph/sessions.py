@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 
 from runner.errors import ModelError, first_line
+from runner.graph.device_weights import DeviceWeights, device_of, device_weights
 from runner.graph.load import as_file, is_large, load_model
 from runner.graph.weight_file import is_mapped, maps, remove_file, weight_bytes, weight_file
 
@@ -24,7 +25,9 @@ SESSION_CONFIG = {"session.intra_op.allow_spinning": "0"}
 
 
 @contextmanager
-def session_file(model: Union[onnx.ModelProto, Path], options: Any) -> Iterator[Union[str, bytes]]:
+def session_file(
+    model: Union[onnx.ModelProto, Path], options: Any, device: Optional[DeviceWeights] = None
+) -> Iterator[Union[str, bytes]]:
     """What to give ``onnxruntime.InferenceSession`` for ``model``, for the ``with`` block.
 
     A model with ``MAP_BYTES`` or more of weights, or one already mapped: the path of a mapped copy
@@ -38,6 +41,8 @@ def session_file(model: Union[onnx.ModelProto, Path], options: Any) -> Iterator[
     Args:
         model: a model file, or a model in memory (not modified).
         options: the session's options; changed as said above.
+        device: the weights kept on the session's GPU (``runner.graph.device_weights``): a mapped model's
+            session takes its weights from there, and they are kept there for later sessions.
 
     Raises:
         ArtifactError: when a model of 1 GB or more cannot be written to a temporary file.
@@ -57,6 +62,8 @@ def session_file(model: Union[onnx.ModelProto, Path], options: Any) -> Iterator[
             if options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL:
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
             options.enable_cpu_mem_arena = False
+            if device is not None:
+                device.share(mapped, options)
             try:
                 yield str(path)
             finally:
@@ -76,11 +83,13 @@ def session_for(
     providers: Sequence[Any] = ("CPUExecutionProvider",),
     level: ort.GraphOptimizationLevel = ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     cpu_arena: bool = True,
+    keep_on_device: bool = True,
 ) -> ort.InferenceSession:
     """An ONNX Runtime session for an in-memory model.
 
     A model with ``MAP_BYTES`` or more of weights (or one already mapped) gets a session that maps
-    its weights from this process's weight file instead of copying them (``session_file``).
+    its weights from this process's weight file instead of copying them (``session_file``); on the CUDA
+    provider it takes those that earlier sessions copied to the GPU from there (``keep_on_device``).
 
     Args:
         model: the model.
@@ -89,6 +98,9 @@ def session_for(
         cpu_arena: keep ONNX Runtime's CPU memory arena (``SessionOptions.enable_cpu_mem_arena``). The
             arena keeps the most memory any run of the session took until the session is dropped: off
             for models with every tensor marked as an output, whose runs hold all their values at once.
+        keep_on_device: on the CUDA provider, a mapped model's weights are kept on the GPU for later
+            sessions, and taken from there (``runner.graph.device_weights``); False reads them all from the
+            weight file.
 
     Every session takes ``SESSION_CONFIG`` (its threads do not spin).
 
@@ -102,7 +114,9 @@ def session_for(
     for key, value in SESSION_CONFIG.items():
         opts.add_session_config_entry(key, value)
     try:
-        with session_file(model, opts) as source:
+        where = device_of(providers) if keep_on_device else None
+        kept = device_weights(*where) if where is not None else None
+        with session_file(model, opts, kept) as source:
             return ort.InferenceSession(source, opts, providers=list(providers))
     except Exception as e:  # onnxruntime raises its own exception types
         raise ModelError(f"ONNX Runtime cannot load the model: {first_line(e)}") from None

@@ -1,0 +1,153 @@
+"""Weights kept in a GPU's memory across ONNX Runtime sessions, so that a candidate's session does not read
+and copy again what it shares with the candidates before it.
+
+A precision search builds one session per candidate, and each candidate of a large model holds almost all of
+its weights in the forms the one before held (the original fp32 tensors, their fp16 forms, a kept node's fp32
+copy). A session of a mapped model (``runner.graph.weight_file``) on the CUDA provider still reads every weight
+from the weight file and copies it to the GPU: on an H200, 0.9 s of a 0.5B decoder's 1.4 s check
+(``benchmarks/check_phases.py``). Here each distinct weight is copied to the device once, as an
+``onnxruntime.OrtValue``, and every later session takes it through ``SessionOptions.add_initializer``, which
+ONNX Runtime uses in place when the weight is planned on that device (its ``initializers_to_share_map``); a
+weight planned elsewhere (a CPU node's) is read from the model as before. The values are the same bytes, so
+a candidate computes what it computes without this.
+
+A weight is known by where the weight file holds it (offset and length: the file writes each distinct
+content once), its element type and its shape. Weights are kept until the process ends, up to ``LIMIT_BYTES``
+per device; past it, later weights are read as before. Only the CUDA provider's sessions take them
+(``device_of``), and only weights numpy can hold (float32, float16, the integer types).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from runner.graph.weight_file import is_pointed, weight_file
+
+log = logging.getLogger(__name__)
+
+#: the most bytes of weights kept on one device; later ones are read from the weight file by each session
+LIMIT_BYTES = 48 * 2**30
+
+#: element types a weight kept on the device may have (those numpy holds as they are)
+KEPT_TYPES = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.INT8: np.int8,
+    TensorProto.UINT8: np.uint8,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+}
+
+#: a kept weight's key: offset and length in bytes in the weight file, element type, shape
+Key = Tuple[int, int, int, Tuple[int, ...]]
+
+
+class DeviceWeights:
+    """The weights kept on one device, each copied there once (module docstring).
+
+    Args:
+        device: ONNX Runtime's device name for ``OrtValue.ortvalue_from_numpy`` ("cuda"; "cpu" runs the same
+            path on the CPU provider, as the tests do).
+        device_id: the device's number, as the provider's ``device_id`` option counts them.
+        limit: the most bytes kept (``LIMIT_BYTES``).
+
+    Attributes:
+        kept_bytes: bytes of weights on the device now.
+        shared: how many weights sessions took from the device so far (a weight counts once per session).
+    """
+
+    def __init__(self, device: str, device_id: int, limit: int = LIMIT_BYTES):
+        self.device, self.device_id, self.limit = device, int(device_id), int(limit)
+        self._values: Dict[Key, Any] = {}
+        self._lock = threading.Lock()
+        self.kept_bytes = 0
+        self.shared = 0
+
+    def share(self, model: onnx.ModelProto, options: Any) -> int:
+        """Give the session ``options`` will make every weight of ``model`` pointed into this process's weight
+        file from the device, copying there first those not kept yet.
+
+        Args:
+            model: a mapped model (``runner.graph.weight_file.WeightFile.mapped``); not modified.
+            options: the session's ``onnxruntime.SessionOptions`` (``add_initializer`` is called on it).
+
+        Returns:
+            Bytes of weights the session takes from the device.
+
+        Raises:
+            OSError: the weight file cannot be read.
+        """
+        total = 0
+        for init in model.graph.initializer:
+            key = _key(init)
+            if key is None:
+                continue
+            value = self._value(key)
+            if value is None:
+                continue
+            options.add_initializer(init.name, value)
+            total += key[1]
+            with self._lock:
+                self.shared += 1
+        return total
+
+    def _value(self, key: Key) -> Any:
+        """The kept weight of ``key``, copied to the device now if it is new and fits under ``limit``."""
+        import onnxruntime as ort
+
+        with self._lock:
+            if key in self._values:
+                return self._values[key]
+            if self.kept_bytes + key[1] > self.limit:
+                return None
+            offset, length, elem, dims = key
+            data = np.frombuffer(weight_file().read((offset, length)), dtype=KEPT_TYPES[elem]).reshape(dims)
+            value = ort.OrtValue.ortvalue_from_numpy(data, self.device, self.device_id)
+            self._values[key] = value
+            self.kept_bytes += length
+            return value
+
+
+def _key(init: TensorProto) -> Optional[Key]:
+    """The key of a weight ``init`` points at in the weight file, or None: it holds its values, or its type is
+    not one numpy holds."""
+    if not is_pointed(init) or init.data_type not in KEPT_TYPES:
+        return None
+    fields = {e.key: e.value for e in init.external_data}
+    return int(fields["offset"]), int(fields["length"]), int(init.data_type), tuple(int(d) for d in init.dims)
+
+
+_devices: Dict[Tuple[str, int], DeviceWeights] = {}
+_devices_lock = threading.Lock()
+
+
+def device_weights(device: str, device_id: int) -> DeviceWeights:
+    """This process's weights kept on ``device`` number ``device_id`` (made on first use)."""
+    with _devices_lock:
+        key = (device, int(device_id))
+        if key not in _devices:
+            _devices[key] = DeviceWeights(device, device_id)
+        return _devices[key]
+
+
+def device_of(providers: Sequence[Any]) -> Optional[Tuple[str, int]]:
+    """The device whose kept weights a session on ``providers`` takes: ("cuda", its ``device_id``, 0 when not
+    given) when the first provider is CUDA's, else None.
+
+    Args:
+        providers: names, or ``(name, options)`` pairs, as ``runner.graph.sessions.session_for`` takes them.
+    """
+    if not providers:
+        return None
+    first = providers[0]
+    name, options = (first, {}) if isinstance(first, str) else (first[0], dict(first[1]))
+    if name != "CUDAExecutionProvider":
+        return None
+    return "cuda", int(options.get("device_id", 0))
