@@ -6,8 +6,8 @@ its weights in the forms the one before held (the original fp32 tensors, their f
 copy). A session of a mapped model (``runner.graph.weight_file``) on the CUDA provider still reads every weight
 from the weight file and copies it to the GPU: on an H200, 0.9 s of a 0.5B decoder's 1.4 s check
 (``benchmarks/check_phases.py``). Here each distinct weight is copied to the device once, as an
-``onnxruntime.OrtValue``, and every later session takes it through ``SessionOptions.add_initializer``, which
-ONNX Runtime uses in place when the weight is planned on that device (its ``initializers_to_share_map``); a
+``onnxruntime.OrtValue``, and every later session takes it through ``SessionOptions.add_initializer`` (a
+DLPack view of it: ONNX Runtime takes only buffers it does not own), which ONNX Runtime uses in place when the weight is planned on that device (its ``initializers_to_share_map``); a
 weight planned elsewhere (a CPU node's) is read from the model as before. The values are the same bytes, so
 a candidate computes what it computes without this.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -66,6 +66,7 @@ class DeviceWeights:
     def __init__(self, device: str, device_id: int, limit: int = LIMIT_BYTES):
         self.device, self.device_id, self.limit = device, int(device_id), int(limit)
         self._values: Dict[Key, Any] = {}
+        self._owners: List[Tuple[np.ndarray, Any]] = []  # what each view's memory belongs to
         self._lock = threading.Lock()
         self.kept_bytes = 0
         self.shared = 0
@@ -109,10 +110,13 @@ class DeviceWeights:
                 return None
             offset, length, elem, dims = key
             data = np.frombuffer(weight_file().read((offset, length)), dtype=KEPT_TYPES[elem]).reshape(dims)
-            value = ort.OrtValue.ortvalue_from_numpy(data, self.device, self.device_id)
-            self._values[key] = value
+            owner = ort.OrtValue.ortvalue_from_numpy(data, self.device, self.device_id)
+            # a session takes only a buffer it does not own: a DLPack view of the copy, which stays here
+            view = ort.OrtValue(ort.capi._pybind_state.OrtValue.from_dlpack(owner._ortvalue.to_dlpack()))
+            self._values[key] = view
+            self._owners.append((data, owner))
             self.kept_bytes += length
-            return value
+            return view
 
 
 def _key(init: TensorProto) -> Optional[Key]:
