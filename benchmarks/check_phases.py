@@ -9,7 +9,9 @@ provider at ONNX Runtime level "all", as ``checker=compare`` builds a candidate'
 (each output against the fp32 model's by ``runner.checkers.compare.tolerance.compare_outputs``, the check's own
 comparison, at relative L2 0.05). On the CUDA provider a session takes the weights earlier sessions left on the
 GPU (``runner.graph.device_weights``); ``session_read`` is a second session of the same candidate that reads
-every weight from the weight file instead (not in the total), and its outputs must equal the first's bit for bit.
+every weight from the weight file instead, and its outputs must equal the first's bit for bit; ``session_disable`` one
+with graph optimizations off (neither in the total). A one-node model's session on the provider is timed apart:
+what any session costs there.
 The first candidate warms the provider and is not counted; medians and the largest are printed.
 
 Usage (a GPU machine, ``../shared/gpu/README.md``): python benchmarks/check_phases.py --model M.onnx --inputs I.npz
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
+import onnxruntime as ort
 from _common import print_rows
+from onnx import TensorProto, helper
 
 
 def main() -> None:
@@ -56,7 +60,8 @@ def main() -> None:
         converter.convert(gate)
     rule = Tolerances(atol=0.0, rtol=0.05, stat="rel_l2")
     rng = random.Random(0)
-    phases: Dict[str, List[float]] = {"build": [], "session": [], "run": [], "compare": [], "session_read": []}
+    phase_names = ("build", "session", "run", "compare", "session_read", "session_disable")
+    phases: Dict[str, List[float]] = {name: [] for name in phase_names}
     differ = 0
     for i in range(args.candidates + 1):
         kept = rng.sample(names, int(len(names) * args.kept))
@@ -76,19 +81,36 @@ def main() -> None:
         same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, read.run(None, feeds)))
         differ += not same
         del read
+        t7 = time.perf_counter()
+        session_for(candidate, providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        t8 = time.perf_counter()
         worst = max(float(st["rel_l2"]) for st in stats.values())
         print(f"candidate {i}: rel L2 {worst:.3g}, {t4 - t0:.2f} s, bit for bit as read: {same}", flush=True)
         if i:  # the first warms the provider
-            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5)):
+            for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t8 - t7)):
                 phases[name].append(seconds)
     rows = [
         {"phase": name, "median_s": round(statistics.median(v), 3), "max_s": round(max(v), 3)}
         for name, v in phases.items()
     ]
-    total = [sum(v[i] for k, v in phases.items() if k != "session_read") for i in range(args.candidates)]
+    total = [sum(phases[k][i] for k in ("build", "session", "run", "compare")) for i in range(args.candidates)]
     rows.append({"phase": "total", "median_s": round(statistics.median(total), 3), "max_s": round(max(total), 3)})
     print_rows(f"one check's phases: {Path(args.model).name} on {args.provider}", rows)
     print(f"{differ} of {args.candidates + 1} candidates differ from their sessions that read every weight")
+    tiny = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "tiny",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        )
+    )
+    tiny_s = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        session_for(tiny, providers)
+        tiny_s.append(time.perf_counter() - t0)
+    print(f"a one-node model's session on {args.provider}: {statistics.median(tiny_s):.3f} s (median of 3)")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, cast
 
 from runner.terminal import pipes, signals  # standard library only
+
+#: when this process started running the tool (``time.monotonic``): the first job's start, so that its
+#: ``budget.seconds`` and ``wall_s`` count the imports and Hydra's composition; later jobs of a sweep start when
+#: they start
+_LAUNCHED = [time.monotonic()]
 
 
 def absolute_config_path(argv: list[str]) -> list[str]:
@@ -73,7 +79,7 @@ def _hydra_main() -> int:
     def main(cfg: DictConfig) -> None:
         from runner.run.app import run  # imported for a run only: --help needs none of onnx, onnxruntime, numpy
 
-        codes.append(run(cfg))
+        codes.append(run(cfg, started=_LAUNCHED.pop() if _LAUNCHED else None))
 
     with _one_composition(sys.argv[1:]):
         main()

@@ -130,7 +130,9 @@ def _check_overrides(check: Check, registered: List[str]) -> List[str]:
     return ["checker=command", f"checker.cmd={_value(check)}"]
 
 
-def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]] = None) -> int:
+def run_composed(
+    cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]] = None, started: Optional[float] = None
+) -> int:
     """Run a config composed with Hydra's compose API (``return_hydra_config=True``) in ``directory``,
     as Hydra's ``run_job`` would: the run directory made and set in Hydra's runtime, the task config
     without its ``hydra`` section given to ``runner.run.app.run``.
@@ -139,6 +141,7 @@ def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]
         cfg: the composed config.
         directory: the run directory (made if missing).
         summary_out: filled with the run's summary (``runner.run.app.run``).
+        started: when the run started (``time.monotonic``), for ``wall_s`` and ``budget.seconds``; None: now.
 
     Returns:
         The run's exit code.
@@ -156,7 +159,7 @@ def run_composed(cfg: Any, directory: Path, summary_out: Optional[Dict[str, Any]
     task = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     HydraConfig.instance().set_config(cfg)
     try:
-        return run(task, summary_out)
+        return run(task, summary_out, started)
     finally:
         HydraConfig.instance().cfg = None  # type: ignore[assignment]
 

@@ -62,7 +62,7 @@ def session_file(
             if options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL:
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
             options.enable_cpu_mem_arena = False
-            if device is not None:
+            if device is not None and mapped is not None:
                 device.share(mapped, options)
             try:
                 yield str(path)

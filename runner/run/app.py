@@ -54,13 +54,15 @@ def _save_invalid(error: InvalidCandidateError, directory: Optional[Path]) -> st
     return f" (saved as {path})"
 
 
-def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
+def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None, started: Optional[float] = None) -> int:
     """Run one job described by ``cfg``; never raises for user errors.
 
     Args:
         cfg: the composed Hydra config (see ``runner.config.RunConfig``).
         summary_out: filled with this run's summary (also when it is not written: a run refused
             because its directory holds another run's never writes there).
+        started: when the run started (``time.monotonic``): ``python -m runner`` gives its launch, so that
+            ``summary.json``'s ``wall_s`` and ``budget.seconds`` count the start-up too; None: now.
 
     Returns:
         The process exit code: 0 when the run finished, 2 for a user error or a check that never
@@ -68,8 +70,8 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None) -> int:
         when interrupted (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); ``summary.json`` is written in
         every case.
     """
-    state = RunState(cfg, Summary(str(cfg.mode.name)))
-    summary = state.summary
+    summary = Summary(str(cfg.mode.name)) if started is None else Summary(str(cfg.mode.name), started=started)
+    state = RunState(cfg, summary)
     code = 0
     with signals.handled(), contextlib.ExitStack() as holds:
         resources = contextlib.ExitStack()

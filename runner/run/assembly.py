@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, NoReturn, Optional
@@ -140,10 +141,15 @@ def _overrides() -> List[str]:
 
 
 def _context(
-    plan: RunPlan, directory: Path, executor: Optional[Executor], identity: Optional[Dict[str, Any]] = None
+    plan: RunPlan,
+    directory: Path,
+    executor: Optional[Executor],
+    identity: Optional[Dict[str, Any]] = None,
+    started: Optional[float] = None,
 ) -> RunContext:
     """The run's shared context from the (output-resolved) plan, with the executor's workers and lanes, the run's
-    identity and where earlier rankings are (beside a loaded replay, and ``rankings=``)."""
+    identity, where earlier rankings are (beside a loaded replay, and ``rankings=``) and when the run started
+    (``time.monotonic``; None: now)."""
     loaded, given = plan.get("replay.load"), plan.get("rankings")
     sources = ([Path(loaded).parent] if loaded else []) + ([Path(given)] if given else [])
     return RunContext(
@@ -164,6 +170,7 @@ def _context(
         lanes=executor.lanes() if executor is not None else HERE,
         identity=identity or {},
         ranking_sources=sources,
+        started=time.monotonic() if started is None else started,
     )
 
 
@@ -261,7 +268,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
         if state.executor.workers > 1 and not checker_class.concurrent:
             # by its class: the interactive checker asks for a terminal when it is built
             raise ConfigError("checker=interactive asks one question at a time; use executor=serial")
-    ctx = _context(planned, directory, state.executor, state.replay.identity)
+    ctx = _context(planned, directory, state.executor, state.replay.identity, state.summary.started)
     if planned.takes_checker:
         _adopt_checker(state, resources)
     state.strategy = strategy = _build_strategy(planned, ctx, state.checker, state.check_times)

@@ -35,9 +35,15 @@ def ensure_hydra() -> None:
 
 
 def run_in_process(
-    tmp_path: Path, name: str, *overrides: str, cwd: Optional[Path] = None, run_dir: Optional[Path] = None
+    tmp_path: Path,
+    name: str,
+    *overrides: str,
+    cwd: Optional[Path] = None,
+    run_dir: Optional[Path] = None,
+    started: Optional[float] = None,
 ) -> RunResult:
-    """Compose ``overrides`` and run the job in this process, its run directory ``tmp_path/name``.
+    """Compose ``overrides`` and run the job in this process, its run directory ``tmp_path/name``; ``started``:
+    when the run started (``time.monotonic``), as ``python -m runner`` gives its launch (None: now).
 
     Raises:
         hydra.errors.ConfigCompositionException: for an override Hydra rejects (the CLI exits 1).
@@ -58,7 +64,7 @@ def run_in_process(
     try:
         os.chdir(cwd or tmp_path)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run_composed(cfg, run_dir)
+            code = run_composed(cfg, run_dir, started=started)
     finally:
         os.chdir(previous_cwd)
         root.setLevel(level)

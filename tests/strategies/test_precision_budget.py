@@ -131,3 +131,21 @@ def test_the_budget_keeps_room_for_the_answer_and_refuses_work_it_cannot_afford(
     heavy = Budget(seconds=100.0, started=time.monotonic() - 70.0, spent=10, answer_bytes=int(2e9))
     assert "budget.seconds=100 reached" in heavy.over(), "70 s, two 7 s checks and 2 GB to write and read back"
     assert Budget(seconds=100.0, started=time.monotonic() - 70.0, spent=10).over() == ""
+
+
+def test_the_budget_and_wall_seconds_count_from_the_launch(dense, tmp_path):
+    """``python -m runner`` gives the run its launch (``runner.__main__``): the imports and Hydra's composition
+    count against ``budget.seconds`` and in ``wall_s``. A run launched 1,000 s ago with 500 s to spend stops at
+    its first chance, with a verified answer."""
+    import time
+
+    import runner.__main__ as entry
+    from tests.helpers.inprocess import run_in_process
+
+    assert entry._LAUNCHED and entry._LAUNCHED[0] <= time.monotonic()
+    r = run_in_process(tmp_path, "late", *dense, "budget.seconds=500", started=time.monotonic() - 1000)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = r.summary
+    assert s["wall_s"] >= 1000 and s["budget"]["spent_seconds"] >= 1000
+    assert s["minimal"] is False and "budget.seconds=500 reached" in s["minimal_why"]
+    assert s["answer_verified"]["check_passed"] is True
