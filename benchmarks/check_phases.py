@@ -103,7 +103,9 @@ def main() -> None:
             "tiny",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        )
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8,
     )
     tiny_s = []
     for _ in range(3):
