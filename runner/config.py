@@ -183,8 +183,8 @@ class CompareCheckerConf:
     # null: all, but disable for fp16/bf16 emulation (rounding Casts as written) and int8 precision with
     # TensorRT's placement (Q/DQ as written, runner.run.plan)
     graph_optimization_level: Optional[GraphOptimization] = None
-    # on CPU: precision's fp16/bf16 (emulated) and int8 (TensorRT's placement) candidates run on one
-    # switched model (runner.checkers.compare.switched)
+    # precision's candidates run on one switched model (runner.checkers.compare.switched): on CPU fp16/bf16
+    # (emulated) and int8 (TensorRT's placement); on a device fp16/bf16 at graph_optimization_level=disable
     switchboard: bool = True
     noise_floor: bool = True  # an fp32 candidate failing only by fp32 re-association noise passes
     outputs: List[str] = field(

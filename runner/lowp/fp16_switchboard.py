@@ -29,6 +29,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from runner.graph.stubs import weightless
+from runner.graph.weight_file import maps, weight_bytes, weight_file
 from runner.lowp.convert import Converter
 from runner.lowp.emulate import tensor_types
 from runner.lowp.switchboard import Switchboard, Wiring, cast_twice, unsupported
@@ -36,7 +37,9 @@ from runner.lowp.switchboard import Switchboard, Wiring, cast_twice, unsupported
 log = logging.getLogger(__name__)
 
 
-def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) -> Optional[Switchboard]:
+def build_switchboard(
+    model: onnx.ModelProto, converter: Converter, key: str, native: bool = False
+) -> Optional[Switchboard]:
     """The switchboard of ``converter``'s candidates of ``model``, or None where it cannot be made.
 
     Args:
@@ -44,6 +47,12 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
             not modified. Node indices of the switches are this model's.
         converter: its float16 or bfloat16 converter.
         key: the session key of the switched model.
+        native: each converted node runs in the low precision itself, as the conversion writes it (its
+            low-precision inputs cast from the fp32 tensors, its outputs widened back), instead of being
+            emulated: the switched model gives each candidate's own values on a device's ONNX Runtime provider
+            with graph optimizations off (``RunsOn.DEVICE``; not on the CPU provider, which computes runs of
+            fp16 nodes it has no kernels for in fp32). A large model's native switchboard maps its weights and
+            their low-precision forms from the weight file.
 
     Returns:
         The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, weights past
@@ -53,15 +62,17 @@ def build_switchboard(model: onnx.ModelProto, converter: Converter, key: str) ->
     Raises:
         ModelError: the converter fails on the model.
     """
-    why = unsupported(model)
+    why = unsupported(model, any_size=native)
     if why:
         log.info("No switched model: %s; each candidate is built", why)
         return None
-    board = onnx.ModelProto()
-    board.CopyFrom(model)
+    board = weight_file().mapped(model) if native and maps(weight_bytes(model)) else None
+    if board is None:
+        board = onnx.ModelProto()
+        board.CopyFrom(model)
     g = board.graph
     wiring = Wiring(g, tensor_types(converter.typed))
-    rounding = _Rounding(converter, wiring)
+    rounding = _Native(converter, wiring) if native else _Rounding(converter, wiring)
     nodes: List[onnx.NodeProto] = []
     for i, node in enumerate(g.node):
         wrapped = rounding.wrap(i, node)
@@ -126,3 +137,42 @@ class _Rounding:
         rounded = self.wiring.fresh(name)
         then.extend(cast_twice(x, rounded, self.elem))
         return rounded
+
+
+class _Native(_Rounding):
+    """Wraps each node the conversion changes in its ``If`` whose ``then`` branch runs the node as the conversion
+    writes it (``build_switchboard``'s ``native``): its low-precision inputs cast from the fp32 tensors (weights
+    as the converter stores them), its low-precision outputs widened to fp32. Widening and casting back are
+    exact, so a node reading a converted node reads its low-precision values."""
+
+    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
+        twin = self.twins.get(node.name)
+        if twin is None:
+            return node
+        low_in = [self.converted_types.get(x) == self.elem for x in twin.input]
+        low_out = [self.converted_types.get(x) == self.elem for x in twin.output]
+        if not any(low_in) and not any(low_out):
+            return node
+        if not self.wiring.can_switch(node) or len(twin.input) != len(node.input):
+            return None
+        then: List[onnx.NodeProto] = []
+        inputs: Dict[int, str] = {}
+        for slot, x in enumerate(node.input):
+            if not x or not low_in[slot]:
+                inputs[slot] = x  # as the board holds it: non-float, or an input the conversion keeps fp32
+            elif x in self.low_weights:
+                inputs[slot] = self._low_weight(x)
+            else:
+                inputs[slot] = self.wiring.fresh(f"{x}__low_{i}_{slot}")
+                then.append(onnx.helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
+        return self.wiring.switch(i, node, then, inputs, low_out, self.elem, form=twin)
+
+    def _low_weight(self, x: str) -> str:
+        """The weight ``x`` as the converter stores it (fp16: clipped), under a name of its own in the board."""
+        if x not in self._rounded_weights:
+            self._rounded_weights[x] = self.wiring.fresh(f"{x}__low")
+            stored = TensorProto()
+            stored.CopyFrom(self.low_weights[x])
+            stored.name = self._rounded_weights[x]
+            self.weights.append(stored)
+        return self._rounded_weights[x]

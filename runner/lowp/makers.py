@@ -11,7 +11,8 @@ loop in one template and each type in a small class; Polygraphy's ``debug precis
 
 One maker per kind, each a small subclass of ``CandidateMaker``:
 
-- ``CastMaker``: fp16 and bf16, nodes cast (``runner.lowp.convert.Converter``), switched under emulation;
+- ``CastMaker``: fp16 and bf16, nodes cast (``runner.lowp.convert.Converter``), switched under emulation, and
+  natively on ONNX Runtime with graph optimizations off (a GPU's provider included);
 - ``PlacedMaker``: Q/DQ where TensorRT reads them (``runner.lowp.placement``: int8, fp8 through
   ``runner.lowp.fp8``, and a quantized model another tool made, ``runner.lowp.given_qdq``), switched on ONNX
   Runtime;
@@ -103,7 +104,10 @@ class CastMaker(CandidateMaker):
         from runner.lowp.fp16_switchboard import build_switchboard
 
         converter = self.converter
-        return LazySwitchboard(lambda: build_switchboard(converter.model, converter, key))
+        return LazySwitchboard(
+            lambda: build_switchboard(converter.model, converter, key),
+            native=lambda: build_switchboard(converter.model, converter, f"{key}:native", native=True),
+        )
 
 
 class QdqMaker(CandidateMaker):

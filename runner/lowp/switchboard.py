@@ -46,8 +46,13 @@ class RunsOn(Enum):
 
     #: fp16/bf16: an emulation backend (``runner.backends.fp16_emulation``), whose rounding the model holds
     EMULATION = "emulation"
-    #: int8 QDQ: ONNX Runtime (``runner.backends.onnxruntime``), which runs the candidates' Q/DQ as written
+    #: int8 QDQ: ONNX Runtime (``runner.backends.onnxruntime``) on its CPU provider, which runs the candidates' Q/DQ
+    #: as written
     ONNXRUNTIME = "onnxruntime"
+    #: fp16/bf16 natively: ONNX Runtime on a device's provider (CUDA's), whose kernels compute each converted node
+    #: in the low precision as the candidate does (the CPU provider computes in fp32 the runs of nodes it has no
+    #: fp16 kernels for, so a candidate and its switched run differ there)
+    DEVICE = "device"
 
 
 class Switchboard:
@@ -124,6 +129,7 @@ class Wiring:
         inputs: Dict[int, str],
         rounds_out: Sequence[bool] = (),
         low: int = TensorProto.FLOAT16,
+        form: Optional[onnx.NodeProto] = None,
     ) -> onnx.NodeProto:
         """The ``If`` switching ``node`` (index ``i``; ``can_switch``) between its ``then`` form and itself.
 
@@ -132,13 +138,16 @@ class Wiring:
                 the outer graph's tensors.
             inputs: ``{input position: the tensor the converted form reads there}``.
             rounds_out: per output, whether the converted form rounds it to ``low`` (an ONNX type).
+            form: the converted node itself when it is not ``node`` (a native switchboard's: the node as the
+                conversion writes it, computing in ``low``); its outputs flagged in ``rounds_out`` are of
+                type ``low`` and are widened to fp32 (one Cast), not rounded.
 
         Returns:
             The ``If`` node, with ``node``'s outputs and a new bool scalar input (``switches[i]``).
         """
         outputs = _present(node)
         converted, as_is = onnx.NodeProto(), onnx.NodeProto()
-        converted.CopyFrom(node)
+        converted.CopyFrom(node if form is None else form)
         as_is.CopyFrom(node)
         converted.name, as_is.name = f"{node.name}__low", f"{node.name}__fp32"
         for slot, name in inputs.items():
@@ -147,7 +156,10 @@ class Wiring:
         then_out, else_out = [], []
         for j, out in enumerate(outputs):
             result = self.fresh(f"{out}__switched_low")
-            if j < len(rounds_out) and rounds_out[j]:
+            if j < len(rounds_out) and rounds_out[j] and form is not None:
+                converted.output[j] = self.fresh(f"{out}__switched_in_low")
+                then.append(helper.make_node("Cast", [converted.output[j]], [result], to=TensorProto.FLOAT))
+            elif j < len(rounds_out) and rounds_out[j]:
                 converted.output[j] = self.fresh(f"{out}__switched_fp32")
                 then.extend(cast_twice(converted.output[j], result, low))
             else:
@@ -187,11 +199,12 @@ def _present(node: onnx.NodeProto) -> List[str]:
     return outputs
 
 
-def unsupported(model: onnx.ModelProto) -> str:
-    """Why ``model`` gets no switchboard ("" when it does): bodies, or weights past ``MAP_BYTES``."""
+def unsupported(model: onnx.ModelProto, any_size: bool = False) -> str:
+    """Why ``model`` gets no switchboard ("" when it does): bodies, or weights past ``MAP_BYTES`` (unless
+    ``any_size``: a switchboard whose weights are mapped from the weight file)."""
     if any(has_body(n) for n in model.graph.node):
         return "the model has If/Loop/Scan bodies"
-    if maps(weight_bytes(model)):
+    if not any_size and maps(weight_bytes(model)):
         return "its weights would be held again in their low-precision form"
     return ""
 
@@ -210,37 +223,58 @@ class Switched:
 
 
 class LazySwitchboard:
-    """A switchboard built on first use, once, by whichever thread asks first.
+    """A search's switchboards, each built on first use, once, by whichever thread asks first.
 
     Args:
         build: makes the switchboard (``build_switchboard``, ``runner.lowp.qdq_switchboard``), or None.
         runs_on: the checker backend that runs its candidates as themselves.
+        native: makes a second switchboard, one ONNX Runtime runs as written on a device (``RunsOn.DEVICE``:
+            fp16's native switchboard, ``build_switchboard(native=True)``), or None.
+
+    Attributes:
+        runs_on: the kind ``get()`` gives by default.
+        offers: the kinds it can give.
     """
 
-    def __init__(self, build: Callable[[], Optional[Switchboard]], runs_on: RunsOn = RunsOn.EMULATION):
-        self._build: Optional[Callable[[], Optional[Switchboard]]] = build
+    def __init__(
+        self,
+        build: Callable[[], Optional[Switchboard]],
+        runs_on: RunsOn = RunsOn.EMULATION,
+        native: Optional[Callable[[], Optional[Switchboard]]] = None,
+    ):
+        self._builds: Dict[RunsOn, Callable[[], Optional[Switchboard]]] = {runs_on: build}
+        if native is not None:
+            self._builds[RunsOn.DEVICE] = native
         self.runs_on = runs_on
+        self.offers: FrozenSet[RunsOn] = frozenset(self._builds)
         self._lock = threading.Lock()
-        self._built = False
-        self._board: Optional[Switchboard] = None
+        self._boards: Dict[RunsOn, Optional[Switchboard]] = {}
 
-    def get(self) -> Optional[Switchboard]:
-        """The switchboard, or None where its build makes none or fails (the candidates are then
-        built one by one, and their own builds say what fails)."""
+    def get(self, runs: Optional[RunsOn] = None) -> Optional[Switchboard]:
+        """The switchboard of kind ``runs`` (None: ``runs_on``), or None where its build makes none or fails, or
+        none of that kind is offered (the candidates are then built one by one, and their own builds say what
+        fails)."""
+        kind = self.runs_on if runs is None else runs
         with self._lock:
-            if not self._built:
-                assert self._build is not None
-                try:
-                    self._board = self._build()
-                except Exception as e:  # the converter or shape inference: never the run's end
-                    log.info("No switched model (%s: %s); each candidate is built", type(e).__name__, first_line(e))
-                self._built = True
-                self._build = None
-        return self._board
+            if kind not in self._boards:
+                build = self._builds.pop(kind, None)
+                board = None
+                if build is not None:
+                    try:
+                        board = build()
+                    except Exception as e:  # the converter or shape inference: never the run's end
+                        log.info("No switched model (%s: %s); each candidate is built", type(e).__name__, first_line(e))
+                self._boards[kind] = board
+        return self._boards[kind]
 
     def __getstate__(self) -> Dict[str, object]:
-        """Pickled as one that makes none: the switched model stays in the process of its search."""
-        return {"_build": None, "runs_on": self.runs_on, "_built": True, "_board": None}
+        """Pickled as one that makes none: the switched models stay in the process of their search."""
+        return {
+            "_builds": {},
+            "runs_on": self.runs_on,
+            "offers": self.offers,
+            "_boards": {kind: None for kind in self.offers},
+        }
 
     def __setstate__(self, state: Dict[str, object]) -> None:
         self.__dict__.update(state)

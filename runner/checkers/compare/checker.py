@@ -103,9 +103,10 @@ class CompareChecker(Checker):
             reduction order and pass it if it shows only fp32 re-association noise, which the
             reference itself cannot tell from a fault (``runner.checkers.compare.noise``). Candidates in a
             low precision are never judged so.
-        switchboard: on CPU, run precision's candidates as feeds of one switched model
-            (``runner.checkers.compare.switched``) where that gives their own values: fp16 and bf16 ones with
-            ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``.
+        switchboard: run precision's candidates as feeds of one switched model
+            (``runner.checkers.compare.switched``) where that gives their own values: on CPU fp16 and bf16 ones
+            with ``fp16_emulation`` or ``bf16_emulation``, int8 ones of TensorRT's placement with ``onnxruntime``;
+            on a device (CUDA's provider) fp16 and bf16 ones with ``onnxruntime`` at level "disable".
         margin: the fraction (0 to 1) of the tolerance a precision candidate (``as_typed``) leaves free: it
             passes only within atol and rtol times ``1 - margin``, so that its answer holds on other
             arithmetics; None: ``runner.checkers.compare.arithmetics.AUTO_MARGIN`` (0.33) for int8 (Q/DQ)

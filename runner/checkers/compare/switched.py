@@ -3,16 +3,18 @@
 A candidate carrying ``Candidate.switched`` is run as one feed set of its search's switched model
 (``runner.lowp.switchboard``), in one cached session, instead of being built, validated and loaded
 in a session of its own. That gives the candidate's own values only where the checker's backend runs
-the candidate as written on ONNX Runtime's CPU provider with graph optimizations off: fp16 and bf16
-candidates (``runner.lowp.fp16_switchboard``) under ``checker.backend=fp16_emulation`` or
-``bf16_emulation``, whose rounding Casts the switched model holds; int8 candidates with TensorRT's
-placement (``runner.lowp.qdq_switchboard``) under ``checker.backend=onnxruntime``, whose Q/DQ it
-holds (``Switchboard``'s ``RunsOn`` says which). Graph optimizations are off by default for both
-(``checker.graph_optimization_level``). The checker must compare graph outputs (all of them, those
-``checker.exclude_outputs`` leaves, or ``checker.outputs`` and detection tensors that are graph
-outputs: the switched model marks no intermediate tensor). The first ``CROSS_CHECKS`` switched
-candidates are also built and run as themselves; an output that differs by one bit turns switched
-runs off for the rest of the run, with a warning.
+the candidate as written with graph optimizations off: fp16 and bf16 candidates (``runner.lowp.fp16_switchboard``)
+under ``checker.backend=fp16_emulation`` or ``bf16_emulation`` on the CPU provider, whose rounding Casts the
+switched model holds; int8 candidates with TensorRT's placement (``runner.lowp.qdq_switchboard``) under
+``checker.backend=onnxruntime`` on the CPU provider, whose Q/DQ it holds; fp16 and bf16 candidates under
+``checker.backend=onnxruntime`` on a device's provider (CUDA's), on the native switchboard whose converted nodes
+run on the device's own low-precision kernels (``Switchboard``'s ``RunsOn`` says which). Graph optimizations
+are off by default for the emulations and int8; for a device, ``checker.graph_optimization_level=disable`` turns
+switched runs on (at "all" ONNX Runtime fuses nodes across a candidate's, which a switched model cannot). The
+checker must compare graph outputs (all of them, those ``checker.exclude_outputs`` leaves, or ``checker.outputs``
+and detection tensors that are graph outputs: the switched model marks no intermediate tensor). The first
+``CROSS_CHECKS`` switched candidates are also built and run as themselves; an output that differs by one bit
+turns switched runs off for the rest of the run, with a warning.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ class SwitchedRuns:
     """Whether and how the compare checker runs a candidate on its switchboard.
 
     Args:
-        backend: the checker's candidate backend: an emulation runs fp16/bf16 switchboards, ONNX
-            Runtime int8 ones, any other none.
+        backend: the checker's candidate backend: an emulation runs fp16/bf16 switchboards (on CPU), ONNX
+            Runtime int8 ones on CPU and fp16/bf16 native ones on a device, any other none.
         enabled: ``checker.switchboard``.
-        cpu_only: the backend runs on ONNX Runtime's CPU provider alone.
+        cpu_only: the backend runs on ONNX Runtime's CPU provider alone (else on a device's).
         level: the backend's graph optimization level (switched runs need "disable").
         named: the tensors the checker names to compare (``checker.outputs``, detection tensors):
             switched runs stay on only if each is a graph output of the model (``bind``).
@@ -62,8 +64,8 @@ class SwitchedRuns:
     ):
         self.backend = backend
         #: the switchboards whose candidates ``backend`` runs as themselves
-        self.runs: Optional[RunsOn] = _runs_on(backend)
-        self.on = bool(enabled and self.runs is not None and cpu_only and level == "disable")
+        self.runs: Optional[RunsOn] = _runs_on(backend, cpu_only)
+        self.on = bool(enabled and self.runs is not None and level == "disable")
         self.named = set(named)
         self._left = cross_checks
         self._lock = threading.Lock()
@@ -93,7 +95,7 @@ class SwitchedRuns:
     def takes(self, candidate: Candidate) -> bool:
         """Whether ``candidate`` runs switched (its model need not be built, nor its artifact written)."""
         switched = candidate.switched
-        return self.on and switched is not None and switched.board.runs_on is self.runs and not candidate.as_reference
+        return self.on and switched is not None and self.runs in switched.board.offers and not candidate.as_reference
 
     def board(self, candidate: Candidate) -> Optional[Tuple[Switchboard, Dict[str, np.ndarray]]]:
         """The switchboard and the switch feeds of ``candidate``, or None: it runs as itself (switched
@@ -101,7 +103,7 @@ class SwitchedRuns:
         if not self.takes(candidate):
             return None
         assert candidate.switched is not None
-        board = candidate.switched.board.get()
+        board = candidate.switched.board.get(self.runs)
         if board is None:
             self.on = False
             return None
@@ -157,10 +159,11 @@ class SwitchedRuns:
         return not why
 
 
-def _runs_on(backend: Backend) -> Optional[RunsOn]:
-    """The switchboards whose candidates ``backend`` runs as themselves, or None."""
+def _runs_on(backend: Backend, cpu_only: bool) -> Optional[RunsOn]:
+    """The switchboards whose candidates ``backend`` runs as themselves (``cpu_only``: on ONNX Runtime's CPU
+    provider alone), or None."""
     if isinstance(backend, EmulationBackend):
-        return RunsOn.EMULATION
+        return RunsOn.EMULATION if cpu_only else None
     if isinstance(backend, OnnxRuntimeBackend):
-        return RunsOn.ONNXRUNTIME
+        return RunsOn.ONNXRUNTIME if cpu_only else RunsOn.DEVICE
     return None

@@ -239,3 +239,27 @@ def test_an_int8_run_with_tensorrts_placement_runs_switched_and_gives_the_built_
     assert s["kept_nodes"] == built.summary["kept_nodes"] and s["kept"] > 32
     assert s["answer_verified"]["check_passed"] is True
     assert "disagree" not in (switched.run_dir / "runner.log").read_text()
+
+
+def test_a_devices_provider_runs_fp16_candidates_on_their_native_switchboard():
+    """ONNX Runtime on a device's provider (cpu_only false: CUDA's) with optimizations off runs fp16 candidates as
+    feeds of the maker's native switchboard (``RunsOn.DEVICE``), and neither int8 switchboards (planned on CPU)
+    nor the emulation's; the CPU provider runs no native one (it computes runs of fp16 nodes in fp32)."""
+    from runner.backends.onnxruntime import OnnxRuntimeBackend
+    from runner.checkers.compare.switched import SwitchedRuns
+    from runner.lowp.makers import CastMaker
+
+    model, _, _ = two_branches()
+    prepared = prepare(model, FLOAT16)
+    maker = CastMaker(Converter(prepared, FLOAT16))
+    fp16 = Candidate("k", "c", switched=Switched(maker.switchboard("b"), frozenset()))
+    int8 = Candidate("k", "c", switched=Switched(LazySwitchboard(lambda: None, RunsOn.ONNXRUNTIME), frozenset()))
+    backend = OnnxRuntimeBackend(graph_optimization_level="disable")
+    device = SwitchedRuns(backend, True, cpu_only=False, level="disable", named=[])
+    assert device.runs is RunsOn.DEVICE and device.takes(fp16) and not device.takes(int8)
+    found = device.board(fp16)
+    assert found is not None and found[0] is maker.switchboard("b").get(RunsOn.DEVICE)
+    assert found[0] is not maker.switchboard("b").get(), "the emulation's board is another"
+    assert not SwitchedRuns(backend, True, cpu_only=False, level="all", named=[]).takes(fp16), "fused: other bits"
+    cpu = SwitchedRuns(backend, True, cpu_only=True, level="disable", named=[])
+    assert cpu.runs is RunsOn.ONNXRUNTIME and not cpu.takes(fp16) and cpu.takes(int8)

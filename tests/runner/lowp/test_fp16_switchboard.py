@@ -134,3 +134,36 @@ def test_a_model_the_conversion_leaves_as_it_is_has_no_switchboard():
     )
     model = prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), FLOAT16)
     assert build_switchboard(model, Converter(model, FLOAT16), "k") is None
+
+
+def test_native_switchboards_run_each_converted_node_as_the_conversion_writes_it():
+    """The native switchboard (``native=True``, for a device's provider) holds, in each switched node's ``then``
+    branch, the node as the conversion writes it reading its low-precision inputs; run on ONNX Runtime's CPU
+    provider it gives the built candidates' bits where that provider has the fp16 kernels (or the node is
+    alone): a planted overflow and an RMSNorm decoder (the CPU provider computes longer runs of fp16 nodes it
+    has no kernels for in fp32, so the transformer exports differ there: the checker's cross-checks see it)."""
+    from runner.backends.onnxruntime import OnnxRuntimeBackend
+
+    feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
+    model, _, ids = rmsnorm_decoder(layers=2)
+    for source, inputs in ((one_sensitive()[0], feeds), (model, {"ids": ids})):
+        prepared = prepare(source)
+        converter = Converter(prepared)
+        board = build_switchboard(prepared, converter, "native", native=True)
+        assert board is not None and board.switches
+        typed = {n.name: n for n in converter.convert([]).graph.node}
+        for node in board.model.graph.node:
+            if node.op_type == "If" and node.name.endswith("__switch"):
+                then = next(a.g for a in node.attribute if a.name == "then_branch")
+                form = next(n for n in then.node if n.name.endswith("__low"))
+                twin = typed[form.name[: -len("__low")]]
+                assert form.op_type == twin.op_type and list(form.attribute) == list(twin.attribute)
+        ort_backend = OnnxRuntimeBackend(graph_optimization_level="disable")
+        layers = float_nodes(prepared)
+        rng = random.Random(1)
+        for kept in [frozenset(), frozenset(layers)] + [frozenset(rng.sample(layers, 2)) for _ in range(4)]:
+            built = converter.convert([prepared.graph.node[i].name for i in kept])
+            want = ort_backend.run(built, inputs)
+            got = ort_backend.run(board.model, {**inputs, **board.feeds(kept)}, key="native")
+            for name in want:
+                assert np.array_equal(got[name], want[name], equal_nan=True), f"{name} keeping {len(kept)}"
