@@ -14,8 +14,12 @@ with graph optimizations off (neither in the total). A one-node model's session 
 what any session costs there.
 The first candidate warms the provider and is not counted; medians and the largest are printed.
 
+``--switched`` also builds fp16's native switchboard (``runner.lowp.fp16_switchboard``, ``native=True``) and runs
+each candidate as its feeds on the provider at level "disable" (``switched``: feeds, run and compare), against
+the candidate built and run at that level: how many differ by a bit, and the board's build and first session.
+
 Usage (a GPU machine, ``../shared/gpu/README.md``): python benchmarks/check_phases.py --model M.onnx --inputs I.npz
-    [--provider CUDAExecutionProvider] [--candidates 6] [--kept 0.1]
+    [--provider CUDAExecutionProvider] [--candidates 6] [--kept 0.1] [--switched]
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def main() -> None:
     parser.add_argument("--provider", default="CUDAExecutionProvider")
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--kept", type=float, default=0.1)
+    parser.add_argument("--switched", action="store_true", help="also time candidates run on the native switchboard")
     args = parser.parse_args()
     from runner.checkers.compare.tolerance import Tolerances, compare_outputs
     from runner.graph.load import load_model
@@ -97,6 +102,8 @@ def main() -> None:
     rows.append({"phase": "total", "median_s": round(statistics.median(total), 3), "max_s": round(max(total), 3)})
     print_rows(f"one check's phases: {Path(args.model).name} on {args.provider}", rows)
     print(f"{differ} of {args.candidates + 1} candidates differ from their sessions that read every weight")
+    if args.switched:
+        _switched(model, converter, names, feeds, golden, providers, args, rule)
     tiny = helper.make_model(
         helper.make_graph(
             [helper.make_node("Relu", ["x"], ["y"])],
@@ -113,6 +120,41 @@ def main() -> None:
         session_for(tiny, providers)
         tiny_s.append(time.perf_counter() - t0)
     print(f"a one-node model's session on {args.provider}: {statistics.median(tiny_s):.3f} s (median of 3)")
+
+
+def _switched(model, converter, names, feeds, golden, providers, args, rule) -> None:
+    """The ``--switched`` figures: the native switchboard's build and first session, then each candidate as its
+    feeds against the candidate built, both at level "disable"."""
+    from runner.backends.onnxruntime import OnnxRuntimeBackend
+    from runner.checkers.compare.tolerance import compare_outputs
+    from runner.graph.sessions import session_for
+    from runner.lowp.fp16_switchboard import build_switchboard
+
+    t0 = time.perf_counter()
+    board = build_switchboard(model, converter, "native", native=True)
+    assert board is not None, "no native switchboard for this model"
+    backend = OnnxRuntimeBackend(providers, graph_optimization_level="disable")
+    index = {model.graph.node[i].name: i for i in range(len(model.graph.node))}
+    t1 = time.perf_counter()
+    backend.run(board.model, {**feeds, **board.feeds(frozenset())}, key="native")
+    t2 = time.perf_counter()
+    print(
+        f"native switchboard: built in {t1 - t0:.1f} s ({len(board.switches)} switches), first session {t2 - t1:.1f} s"
+    )
+    rng, seconds, differ = random.Random(0), [], 0
+    for _ in range(args.candidates + 1):
+        kept = rng.sample(names, int(len(names) * args.kept))
+        t0 = time.perf_counter()
+        got = backend.run(board.model, {**feeds, **board.feeds(frozenset(index[n] for n in kept))}, key="native")
+        compare_outputs(got, golden, rule)
+        seconds.append(time.perf_counter() - t0)
+        built = session_for(converter.convert(kept), providers, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        want = dict(zip([o.name for o in built.get_outputs()], built.run(None, feeds)))
+        differ += any(not np.array_equal(got[n], want[n], equal_nan=True) for n in want)
+    print(
+        f"switched check (feeds, run, compare): median {statistics.median(seconds[1:]):.3f} s, "
+        f"largest {max(seconds[1:]):.3f} s; {differ} of {len(seconds)} differ from the built candidate"
+    )
 
 
 if __name__ == "__main__":
