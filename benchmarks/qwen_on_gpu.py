@@ -18,6 +18,9 @@ Each run is a process of its own; the figures (checks, wall seconds, peak RSS of
 kept nodes, layerwise's first divergence and top introduced nodes) are printed and written to
 ``--out``/qwen_gpu.json.
 
+``--extra checker.graph_optimization_level=disable`` runs the precision search's candidates as feeds of fp16's
+native switchboard (one session; ``runner.checkers.compare.switched``) instead of a session each.
+
 Usage: python benchmarks/qwen_on_gpu.py [--layers 24] [--out DIR] [--skip-layerwise]
 """
 
