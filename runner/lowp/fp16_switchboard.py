@@ -14,9 +14,14 @@ reading a converted node rounds again what is rounded already (rounding is idemp
 candidate computes the same values as its emulated conversion; ``runner.checkers.compare.switched`` checks
 that on its first candidates and stops using the switchboard when any output differs by a bit.
 
-Only models without If/Loop/Scan bodies, with less than ``MAP_BYTES`` of weights, get one
-(``runner.lowp.switchboard.unsupported``): each converted weight is held again in its low-precision
-values. fp16 reads "the low precision" below where the conversion is to bfloat16.
+Only models without If/Loop/Scan bodies get one (``runner.lowp.switchboard.unsupported``). A model under
+``MAP_BYTES`` of weights holds each converted weight again in its low-precision values (widened to fp32); a
+larger one holds no weight: the switched model points into the weight file for its fp32 weights and the
+converter's low-precision forms, each widened by a ``Cast`` in the branch that reads it, as its emulated
+candidate widens it. fp16 reads "the low precision" below where the conversion is to bfloat16.
+
+With ``native`` (``build_switchboard``) the ``then`` branch runs the node as the conversion writes it, in the low
+precision, for a device's ONNX Runtime provider (``RunsOn.DEVICE``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from runner.graph.stubs import weightless
-from runner.graph.weight_file import maps, weight_bytes, weight_file
+from runner.graph.weight_file import is_pointed, maps, weight_bytes, weight_file
 from runner.lowp.convert import Converter
 from runner.lowp.emulate import tensor_types
 from runner.lowp.switchboard import Switchboard, Wiring, cast_twice, unsupported
@@ -62,11 +67,11 @@ def build_switchboard(
     Raises:
         ModelError: the converter fails on the model.
     """
-    why = unsupported(model, any_size=native)
+    why = unsupported(model, any_size=True)
     if why:
         log.info("No switched model: %s; each candidate is built", why)
         return None
-    board = weight_file().mapped(model) if native and maps(weight_bytes(model)) else None
+    board = weight_file().mapped(model) if maps(weight_bytes(model)) else None
     if board is None:
         board = onnx.ModelProto()
         board.CopyFrom(model)
@@ -104,6 +109,7 @@ class _Rounding:
         self.wiring = wiring
         self.weights: List[TensorProto] = []
         self._rounded_weights: Dict[str, str] = {}
+        self._stored_weights: Dict[str, str] = {}
 
     def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
         """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
@@ -125,9 +131,24 @@ class _Rounding:
         }
         return self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)
 
+    def _stored(self, x: str) -> str:
+        """The weight ``x`` as the converter stores it (fp16: clipped; a large model's pointed into the weight
+        file), under a name of its own in the board."""
+        if x not in self._stored_weights:
+            self._stored_weights[x] = self.wiring.fresh(f"{x}__low")
+            stored = TensorProto()
+            stored.CopyFrom(self.low_weights[x])
+            stored.name = self._stored_weights[x]
+            self.weights.append(stored)
+        return self._stored_weights[x]
+
     def _rounded_input(self, x: str, name: str, then: List[onnx.NodeProto]) -> str:
         """What a converted node reads for ``x``: a weight as the converter stores it (fp16: clipped),
         widened, else ``x`` rounded in the branch (its Casts appended to ``then``)."""
+        if x in self.low_weights and is_pointed(self.low_weights[x]):  # a large model's: widened in the branch
+            rounded = self.wiring.fresh(name)
+            then.append(helper.make_node("Cast", [self._stored(x)], [rounded], to=TensorProto.FLOAT))
+            return rounded
         if x in self.low_weights:
             if x not in self._rounded_weights:
                 self._rounded_weights[x] = self.wiring.fresh(f"{x}__low_values")
@@ -161,18 +182,8 @@ class _Native(_Rounding):
             if not x or not low_in[slot]:
                 inputs[slot] = x  # as the board holds it: non-float, or an input the conversion keeps fp32
             elif x in self.low_weights:
-                inputs[slot] = self._low_weight(x)
+                inputs[slot] = self._stored(x)
             else:
                 inputs[slot] = self.wiring.fresh(f"{x}__low_{i}_{slot}")
                 then.append(onnx.helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
         return self.wiring.switch(i, node, then, inputs, low_out, self.elem, form=twin)
-
-    def _low_weight(self, x: str) -> str:
-        """The weight ``x`` as the converter stores it (fp16: clipped), under a name of its own in the board."""
-        if x not in self._rounded_weights:
-            self._rounded_weights[x] = self.wiring.fresh(f"{x}__low")
-            stored = TensorProto()
-            stored.CopyFrom(self.low_weights[x])
-            stored.name = self._rounded_weights[x]
-            self.weights.append(stored)
-        return self._rounded_weights[x]

@@ -89,10 +89,30 @@ def test_bf16_candidates_give_the_built_candidates_bits():
     _agree(bert, {k: v for k, v in np.load(SHARED / "zoo" / "bert_tiny.npz").items() if k in inputs}, 2, BFLOAT16)
 
 
-def test_no_switchboard_for_bodies_or_a_large_model():
+def test_no_switchboard_for_bodies():
     vad = prepare(onnx.load(str(need(SHARED / "silero_vad.onnx"))), FLOAT16)
     assert any(n.op_type == "If" for n in vad.graph.node)
     assert build_switchboard(vad, Converter(vad, FLOAT16), "k") is None
+
+
+def test_a_large_models_switchboard_maps_its_weights_and_gives_the_built_candidates_bits(monkeypatch, tmp_path):
+    """A model past ``MAP_BYTES``: the switched model holds no weight, its fp32 weights and their fp16 forms point
+    into the weight file (each fp16 form widened in the branch that reads it, as the emulated candidate widens
+    it), and every candidate's switched run gives its emulated conversion's bits."""
+    from runner.graph import weight_file as wf
+    from runner.graph.stubs import nbytes
+
+    monkeypatch.setattr(wf, "MAP_BYTES", 4096)
+    monkeypatch.setattr(wf, "POINT_BYTES", 1024)
+    monkeypatch.setattr(wf, "_shared", wf.WeightFile())
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    model, _, ids = rmsnorm_decoder(layers=2, dim=64, vocab=128)
+    assert wf.maps(wf.weight_bytes(model))
+    prepared = prepare(model, FLOAT16)
+    board = build_switchboard(prepared, Converter(prepared, FLOAT16), "large")
+    assert board is not None and wf.is_mapped(board.model)
+    assert all(nbytes(i) < 1024 for i in board.model.graph.initializer), "no weight held in the switched model"
+    _agree(model, {"ids": ids}, 6)
 
 
 def test_a_switchboard_pickles_as_none_and_builds_once():
