@@ -27,7 +27,7 @@ precision, for a device's ONNX Runtime provider (``RunsOn.DEVICE``).
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -60,9 +60,9 @@ def build_switchboard(
             their low-precision forms from the weight file.
 
     Returns:
-        The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, weights past
-        ``MAP_BYTES``, no node the conversion changes, or a switched node
-        whose output has no known type or is an optional output left out before a present one.
+        The switchboard; None (with a log line) for a model with If/Loop/Scan bodies, no node the conversion
+        changes, or a switched node whose output has no known type or is an optional output left out before a
+        present one.
 
     Raises:
         ModelError: the converter fails on the model.
@@ -96,7 +96,9 @@ class _Rounding:
     the converter's output with no node kept.
 
     Attributes:
-        weights: the low-precision values of the weights converted nodes read (fp32 initializers).
+        weights: the weights converted nodes read, as the switched model's initializers: their low-precision
+            values widened to fp32, or (a large model's, and the native switchboard's) as the converter stores
+            them.
     """
 
     def __init__(self, converter: Converter, wiring: Wiring):
@@ -111,16 +113,24 @@ class _Rounding:
         self._rounded_weights: Dict[str, str] = {}
         self._stored_weights: Dict[str, str] = {}
 
+    def changed(self, node: onnx.NodeProto) -> Optional[Tuple[onnx.NodeProto, List[bool], List[bool]]]:
+        """How the conversion writes ``node``: (its converted twin, whether each input and each output is of the
+        low precision there), or None where the conversion leaves it as it is (an op it blocks, shape
+        arithmetic)."""
+        twin = self.twins.get(node.name)
+        if twin is None:
+            return None
+        low_in = [self.converted_types.get(x) == self.elem for x in twin.input]
+        low_out = [self.converted_types.get(x) == self.elem for x in twin.output]
+        return (twin, low_in, low_out) if any(low_in) or any(low_out) else None
+
     def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
         """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
         it cannot be switched (``Wiring.can_switch``)."""
-        twin = self.twins.get(node.name)
-        if twin is None:
+        change = self.changed(node)
+        if change is None:
             return node
-        rounds_in = [self.converted_types.get(x) == self.elem for x in twin.input]
-        rounds_out = [self.converted_types.get(x) == self.elem for x in twin.output]
-        if not any(rounds_in) and not any(rounds_out):
-            return node  # the conversion leaves it as it is (an op it blocks, shape arithmetic)
+        _, rounds_in, rounds_out = change
         if not self.wiring.can_switch(node):
             return None
         then: List[onnx.NodeProto] = []
@@ -167,13 +177,10 @@ class _Native(_Rounding):
     exact, so a node reading a converted node reads its low-precision values."""
 
     def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
-        twin = self.twins.get(node.name)
-        if twin is None:
+        change = self.changed(node)
+        if change is None:
             return node
-        low_in = [self.converted_types.get(x) == self.elem for x in twin.input]
-        low_out = [self.converted_types.get(x) == self.elem for x in twin.output]
-        if not any(low_in) and not any(low_out):
-            return node
+        twin, low_in, low_out = change
         if not self.wiring.can_switch(node) or len(twin.input) != len(node.input):
             return None
         then: List[onnx.NodeProto] = []
@@ -185,5 +192,5 @@ class _Native(_Rounding):
                 inputs[slot] = self._stored(x)
             else:
                 inputs[slot] = self.wiring.fresh(f"{x}__low_{i}_{slot}")
-                then.append(onnx.helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
+                then.append(helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
         return self.wiring.switch(i, node, then, inputs, low_out, self.elem, form=twin)
