@@ -10,7 +10,7 @@ view of it: ONNX Runtime takes only buffers it does not own), which ONNX Runtime
 is planned on that device (its ``initializers_to_share_map``); a weight planned elsewhere (a CPU node's) is read
 from the model as before. The values are the same bytes, so a candidate computes what it computes without this
 (``benchmarks/check_phases.py`` checks it bit for bit). On an H200 a 0.5B decoder's candidate session took
-0.72 s so and 0.89 s reading its 2.4 GB (``benchmarks/README.md``, "One check's phases").
+0.75 s so and 1.05 s reading its weights (``benchmarks/README.md``, "Where a check of the 0.5B goes").
 
 A weight is known by where the weight file holds it (offset and length: the file writes each distinct
 content once), its element type and its shape. Weights are kept until the process ends, up to ``LIMIT_BYTES``
@@ -32,8 +32,10 @@ from runner.graph.weight_file import is_pointed, weight_file
 
 log = logging.getLogger(__name__)
 
-#: the most bytes of weights kept on one device; later ones are read from the weight file by each session
-LIMIT_BYTES = 48 * 2**30
+#: the most bytes of weights one process keeps on one device; later ones are read from the weight file by each
+#: session. Each worker process of ``executor=processes`` keeps its own, and a session needs room beside them: a
+#: 0.5B decoder's weights and their fp16 forms are 3.6 GB, a 3B model's 18 GB
+LIMIT_BYTES = 16 * 2**30
 
 #: element types a weight kept on the device may have (those numpy holds as they are)
 KEPT_TYPES: Dict[int, Any] = {
@@ -71,6 +73,7 @@ class DeviceWeights:
         self._lock = threading.Lock()
         self.kept_bytes = 0
         self.shared = 0
+        self._full = False
 
     def share(self, model: onnx.ModelProto, options: Any) -> int:
         """Give the session ``options`` will make every weight of ``model`` pointed into this process's weight
@@ -108,6 +111,14 @@ class DeviceWeights:
             if key in self._values:
                 return self._values[key]
             if self.kept_bytes + key[1] > self.limit:
+                if not self._full:
+                    self._full = True
+                    log.info(
+                        "%.1f GB of weights are kept on %s:%d (the limit); sessions read the rest from the weight file",
+                        self.kept_bytes / 1e9,
+                        self.device,
+                        self.device_id,
+                    )
                 return None
             offset, length, elem, dims = key
             data = np.frombuffer(weight_file().read((offset, length)), dtype=KEPT_TYPES[elem]).reshape(dims)

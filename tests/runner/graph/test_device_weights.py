@@ -53,13 +53,17 @@ def test_a_session_reads_the_kept_weights_not_the_file():
     assert not np.array_equal(_run(model, None), before)
 
 
-def test_weights_past_the_limit_are_read_from_the_file():
+def test_weights_past_the_limit_are_read_from_the_file(caplog):
+    import logging
+
     converter = Converter(_mlp())
     kept = DeviceWeights("cpu", 0, limit=64 * 128 * 4)  # w1's fp32 form fits, nothing more
     fp32, fp16 = converter.convert(["mm1", "mm2"]), converter.convert([])
-    for model in (fp32, fp16):
-        np.testing.assert_array_equal(_run(model, kept), _run(model, None))
+    with caplog.at_level(logging.INFO, logger="runner.graph.device_weights"):
+        for model in (fp32, fp16):
+            np.testing.assert_array_equal(_run(model, kept), _run(model, None))
     assert kept.kept_bytes == 64 * 128 * 4 and kept.shared == 1
+    assert caplog.text.count("(the limit); sessions read the rest from the weight file") == 1, "said once"
 
 
 def test_only_the_cuda_providers_sessions_keep_weights_on_a_device():
