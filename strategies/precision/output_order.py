@@ -21,7 +21,7 @@ from runner.graph.load import fingerprint
 from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import ranking_backend
 from runner.lowp.makers import CandidateMaker
-from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
+from runner.lowp.switchboard import LazySwitchboard, Switchboard
 from strategies.budget import Budget
 from strategies.precision.group_search import REORDER_FROM
 
@@ -42,9 +42,9 @@ class OutputErrorOrder:
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
         switchboard: the candidates' switchboard: each candidate runs as its feeds in one session,
             instead of being built: on CPU with graph optimizations off (as the checks run), on the
-            checker's device when it judges on ONNX Runtime's CUDA provider (fp16's native switchboard where
-            the maker offers one, ``RunsOn.DEVICE``, so a large model's too; an order, not a verdict: its
-            bits need not be the built candidates'); None, where it cannot be built, or for a
+            checker's device when it judges on ONNX Runtime's CUDA provider (the maker's default one: the
+            emulation's for fp16; an order, not a verdict: its bits need not be the built candidates'); None,
+            where it cannot be built, or for a
             TensorRT checker: each candidate is built, and run on the checker's device or emulated on CPU.
 
     Attributes:
@@ -103,11 +103,7 @@ class OutputErrorOrder:
         )
         backend = ranking_backend(self.checker)
         on_onnxruntime = backend is None or isinstance(backend, OnnxRuntimeBackend)  # not TensorRT's
-        board = None
-        if self.switchboard is not None and on_onnxruntime:
-            # on a device the native switchboard (its fp16 kernels), else the default one (the emulation's)
-            device = backend is not None and RunsOn.DEVICE in self.switchboard.offers
-            board = self.switchboard.get(RunsOn.DEVICE if device else None)
+        board = self.switchboard.get() if self.switchboard is not None and on_onnxruntime else None
         builds: List[Tuple[Any, Callable[[], Made]]]
         if board is not None:
             backend = backend or make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
