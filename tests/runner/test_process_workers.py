@@ -254,6 +254,7 @@ def test_rounds_before_the_workers_are_ready_run_here_and_the_rest_on_them(run, 
     assert not any(alive(pid) for pid in later), "the run's end stops the workers"
 
 
+@pytest.mark.slow  # two runs, one setting up the process executor: 1.2-1.6 s on 2 loaded cores, past 1.5 s
 def test_a_run_of_cheap_checks_never_starts_the_workers(run, tmp_path, monkeypatch):
     """executor.start=lazy (the default): a ranking and checks of milliseconds never pay for worker
     processes; all of it runs here and no worker starts. Same answer as serial. (The threshold is raised to
