@@ -75,7 +75,7 @@ class DeviceWeights:
         self.shared = 0
         self._full = False
 
-    def share(self, model: onnx.ModelProto, options: Any) -> int:
+    def share(self, model: onnx.ModelProto, options: Any) -> None:
         """Give the session ``options`` will make every weight of ``model`` pointed into this process's weight
         file from the device, copying there first those not kept yet.
 
@@ -83,13 +83,9 @@ class DeviceWeights:
             model: a mapped model (``runner.graph.weight_file.WeightFile.mapped``); not modified.
             options: the session's ``onnxruntime.SessionOptions`` (``add_initializer`` is called on it).
 
-        Returns:
-            Bytes of weights the session takes from the device.
-
         Raises:
             OSError: the weight file cannot be read.
         """
-        total = 0
         for init in model.graph.initializer:
             key = _key(init)
             if key is None:
@@ -98,10 +94,8 @@ class DeviceWeights:
             if value is None:
                 continue
             options.add_initializer(init.name, value)
-            total += key[1]
             with self._lock:
                 self.shared += 1
-        return total
 
     def _value(self, key: Key) -> Any:
         """The kept weight of ``key``, copied to the device now if it is new and fits under ``limit``."""

@@ -18,7 +18,6 @@ import functools
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, NoReturn, Optional
@@ -144,12 +143,12 @@ def _context(
     plan: RunPlan,
     directory: Path,
     executor: Optional[Executor],
-    identity: Optional[Dict[str, Any]] = None,
-    started: Optional[float] = None,
+    identity: Dict[str, Any],
+    started: float,
 ) -> RunContext:
     """The run's shared context from the (output-resolved) plan, with the executor's workers and lanes, the run's
     identity, where earlier rankings are (beside a loaded replay, and ``rankings=``) and when the run started
-    (``time.monotonic``; None: now)."""
+    (``time.monotonic``)."""
     loaded, given = plan.get("replay.load"), plan.get("rankings")
     sources = ([Path(loaded).parent] if loaded else []) + ([Path(given)] if given else [])
     return RunContext(
@@ -168,9 +167,9 @@ def _context(
         iterations=plan.get("iterations", 1),
         workers=executor.workers if executor is not None else 1,
         lanes=executor.lanes() if executor is not None else HERE,
-        identity=identity or {},
+        identity=identity,
         ranking_sources=sources,
-        started=time.monotonic() if started is None else started,
+        started=started,
     )
 
 
