@@ -173,6 +173,18 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 @pytest.fixture
+def small_maps(monkeypatch, tmp_path):
+    """Models of 4 KB of weights map; tensors of 1 KB go to a fresh weight file in ``tmp_path``
+    (``runner.graph.weight_file``): a large model's code paths on small models."""
+    from runner.graph import weight_file as wf
+
+    monkeypatch.setattr(wf, "MAP_BYTES", 4096)
+    monkeypatch.setattr(wf, "POINT_BYTES", 1024)
+    monkeypatch.setattr(wf, "_shared", wf.WeightFile())
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+@pytest.fixture
 def run(tmp_path):
     """Run a job in this process (compose + ``runner.run.app.run``), its run dir in tmp, cwd tmp."""
     return _runner(tmp_path, run_in_process)

@@ -12,7 +12,7 @@ from runner.graph import weight_file as wf
 from runner.graph.device_weights import DeviceWeights, device_of
 from runner.graph.sessions import session_file, session_for
 from runner.lowp.convert import Converter
-from tests.runner.graph.test_weight_file import _mlp, small_maps  # noqa: F401 (a fixture)
+from tests.runner.graph.test_weight_file import _mlp
 
 pytestmark = pytest.mark.usefixtures("small_maps")
 

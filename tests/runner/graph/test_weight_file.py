@@ -22,15 +22,6 @@ from tests.helpers.inprocess import run_in_process
 pytestmark = pytest.mark.usefixtures("small_maps")
 
 
-@pytest.fixture
-def small_maps(monkeypatch, tmp_path):
-    """Models of 4 KB of weights map; tensors of 1 KB go to a fresh weight file in ``tmp_path``."""
-    monkeypatch.setattr(wf, "MAP_BYTES", 4096)
-    monkeypatch.setattr(wf, "POINT_BYTES", 1024)
-    monkeypatch.setattr(wf, "_shared", wf.WeightFile())
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-
-
 def _mlp(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     w1 = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1")

@@ -95,17 +95,14 @@ def test_no_switchboard_for_bodies():
     assert build_switchboard(vad, Converter(vad, FLOAT16), "k") is None
 
 
-def test_a_large_models_switchboard_maps_its_weights_and_gives_the_built_candidates_bits(monkeypatch, tmp_path):
+@pytest.mark.usefixtures("small_maps")
+def test_a_large_models_switchboard_maps_its_weights_and_gives_the_built_candidates_bits():
     """A model past ``MAP_BYTES``: the switched model holds no weight, its fp32 weights and their fp16 forms point
     into the weight file (each fp16 form widened in the branch that reads it, as the emulated candidate widens
     it), and every candidate's switched run gives its emulated conversion's bits."""
     from runner.graph import weight_file as wf
     from runner.graph.stubs import nbytes
 
-    monkeypatch.setattr(wf, "MAP_BYTES", 4096)
-    monkeypatch.setattr(wf, "POINT_BYTES", 1024)
-    monkeypatch.setattr(wf, "_shared", wf.WeightFile())
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     model, _, ids = rmsnorm_decoder(layers=2, dim=64, vocab=128)
     assert wf.maps(wf.weight_bytes(model))
     prepared = prepare(model, FLOAT16)
