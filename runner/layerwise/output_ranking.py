@@ -63,6 +63,7 @@ def output_error_ranking(
     samples: Sequence[Mapping[str, np.ndarray]],
     backend: Optional[Backend] = None,
     lanes: Sequence[Any] = HERE,
+    built: Optional[Callable[[T], onnx.ModelProto]] = None,
 ) -> List[T]:
     """The items of ``candidates`` ordered by their candidate's output error (``output_error``, the
     largest over the samples), largest first; ties keep the given order.
@@ -76,6 +77,9 @@ def output_error_ranking(
             on CPU. Closed at the end either way.
         lanes: where the candidates run (``Executor.lanes``, ``runner.executors.spread``): with several,
             one thread per lane takes the next candidate as it frees up, each on its lane's GPU.
+        built: makes an item's candidate model, for a switched one whose switchboard run fails (the switchboard's
+            failure, e.g. a device's memory, is not the candidate's: said once, and from then on every candidate is
+            built); None: such a candidate ranks first.
 
     Returns:
         The items, most output error first. A candidate that cannot be built or run ranks first (its
@@ -88,6 +92,7 @@ def output_error_ranking(
     started = time.monotonic()
     progress = {"said": started, "done": 0}
     lock = threading.Lock()
+    board_failed: List[str] = []
 
     def error(wanted: List[Dict[str, np.ndarray]], job: Tuple[T, Callable[[], Made]]) -> float:
         item, build = job
@@ -102,15 +107,22 @@ def output_error_ranking(
                     progress["said"] - started,
                 )
         try:
-            made = build()
-            if isinstance(made, onnx.ModelProto):
-                model, switches, key = made, {}, f"rank:{item}"
-            else:
-                model, switches, key = made[0].model, dict(made[1]), made[0].key
-            return max(
-                output_error(backend.run(model, {**feeds, **switches}, key=key), want)
-                for feeds, want in zip(samples, wanted)
-            )
+            made = build() if not board_failed or built is None else built(item)
+            try:
+                return _largest_error(backend, made, f"rank:{item}", samples, wanted)
+            except ModelError as e:
+                if isinstance(made, onnx.ModelProto) or built is None:
+                    raise
+                with lock:
+                    if not board_failed:
+                        board_failed.append(str(e))
+                        log.warning(
+                            "Ranking: the switched model cannot run the candidate of %s (%s); it and the rest are "
+                            "built and run instead",
+                            item,
+                            e,
+                        )
+                return _largest_error(backend, built(item), f"rank:{item}", samples, wanted)
         except ModelError as e:
             log.info("Ranking: the candidate of %s cannot run (%s); it ranks first", item, e)
             return math.inf
@@ -122,3 +134,24 @@ def output_error_ranking(
         backend.close()
     order = sorted(range(len(candidates)), key=lambda p: -errors[p])  # stable: ties keep the given order
     return [candidates[p][0] for p in order]
+
+
+def _largest_error(
+    backend: Backend,
+    made: Made,
+    key: str,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    wanted: Sequence[Mapping[str, np.ndarray]],
+) -> float:
+    """The largest ``output_error`` over ``samples`` of the candidate ``made`` (a model, session key ``key``; or a
+    switchboard and its feeds) against ``wanted``.
+
+    Raises:
+        ModelError: the backend cannot run it.
+    """
+    if isinstance(made, onnx.ModelProto):
+        model, switches = made, {}
+    else:
+        model, switches, key = made[0].model, dict(made[1]), made[0].key
+    runs = (backend.run(model, {**feeds, **switches}, key=key) for feeds in samples)
+    return max(output_error(got, want) for got, want in zip(runs, wanted))

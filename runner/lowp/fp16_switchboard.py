@@ -20,8 +20,10 @@ larger one holds no weight: the switched model points into the weight file for i
 converter's low-precision forms, each widened by a ``Cast`` in the branch that reads it, as its emulated
 candidate widens it. fp16 reads "the low precision" below where the conversion is to bfloat16.
 
-With ``native`` (``build_switchboard``) the ``then`` branch runs the node as the conversion writes it, in the low
-precision, for a device's ONNX Runtime provider (``RunsOn.DEVICE``).
+With ``native`` (``build_switchboard``) the converted form runs the node as the conversion writes it, in the low
+precision, for a device's ONNX Runtime provider (``RunsOn.DEVICE``); there both forms of each switched node run
+and a ``Where`` on the switch picks one (``runner.lowp.switchboard.Wiring.select``), as an ``If`` per node costs
+ONNX Runtime's CUDA provider a stream and cuBLAS handle each.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def build_switchboard(
         if wrapped is None:
             log.info("No switched model: node %s has an output of unknown type; each candidate is built", node.name)
             return None
-        nodes.append(wrapped)
+        nodes.extend(wrapped)
     if not wiring.switches:
         log.info("No switched model: the conversion changes no node")
         return None
@@ -124,12 +126,12 @@ class _Rounding:
         low_out = [self.converted_types.get(x) == self.elem for x in twin.output]
         return (twin, low_in, low_out) if any(low_in) or any(low_out) else None
 
-    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
-        """``node`` (index ``i``) as it is when the conversion leaves it so, else its ``If``; None when
-        it cannot be switched (``Wiring.can_switch``)."""
+    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[List[onnx.NodeProto]]:
+        """``[node]`` (index ``i``) when the conversion leaves it as it is, else its switched form's nodes; None
+        when it cannot be switched (``Wiring.can_switch``)."""
         change = self.changed(node)
         if change is None:
-            return node
+            return [node]
         _, rounds_in, rounds_out = change
         if not self.wiring.can_switch(node):
             return None
@@ -139,7 +141,7 @@ class _Rounding:
             for slot, x in enumerate(node.input)
             if x and slot < len(rounds_in) and rounds_in[slot]
         }
-        return self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)
+        return [self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)]
 
     def _stored(self, x: str) -> str:
         """The weight ``x`` as the converter stores it (fp16: clipped; a large model's pointed into the weight
@@ -171,15 +173,17 @@ class _Rounding:
 
 
 class _Native(_Rounding):
-    """Wraps each node the conversion changes in its ``If`` whose ``then`` branch runs the node as the conversion
-    writes it (``build_switchboard``'s ``native``): its low-precision inputs cast from the fp32 tensors (weights
-    as the converter stores them), its low-precision outputs widened to fp32. Widening and casting back are
-    exact, so a node reading a converted node reads its low-precision values."""
+    """Switches each node the conversion changes between the node as the conversion writes it
+    (``build_switchboard``'s ``native``: its low-precision inputs cast from the fp32 tensors, weights as the
+    converter stores them, its low-precision outputs widened to fp32) and the node as it is, both in the graph and
+    one picked by a ``Where`` on the switch (``Wiring.select``: an ``If`` per node costs a device's provider a
+    stream and cuBLAS handle each). Widening and casting back are exact, so a node reading a converted node reads
+    its low-precision values."""
 
-    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[onnx.NodeProto]:
+    def wrap(self, i: int, node: onnx.NodeProto) -> Optional[List[onnx.NodeProto]]:
         change = self.changed(node)
         if change is None:
-            return node
+            return [node]
         twin, low_in, low_out = change
         if not self.wiring.can_switch(node) or len(twin.input) != len(node.input):
             return None
@@ -193,4 +197,4 @@ class _Native(_Rounding):
             else:
                 inputs[slot] = self.wiring.fresh(f"{x}__low_{i}_{slot}")
                 then.append(helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
-        return self.wiring.switch(i, node, then, inputs, low_out, self.elem, form=twin)
+        return self.wiring.select(i, node, then, inputs, low_out, self.elem, form=twin)

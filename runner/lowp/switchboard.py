@@ -6,10 +6,11 @@ costs several times its run on a model of a few hundred nodes. A switchboard is 
 node the low precision changes is wrapped in an ``If`` on a bool scalar input of its own, whose
 ``then`` branch is the node as the low precision computes it and whose ``else`` branch is the node
 as it is. One session then runs any candidate by its feeds: ``True`` for a converted node, ``False``
-for a kept one (``Switchboard.feeds``).
+for a kept one (``Switchboard.feeds``). A switchboard for a device's provider holds both forms side by side
+instead, and a ``Where`` on the switch picks one (``Wiring.select``).
 
 This module holds what every switchboard shares: the switched model (``Switchboard``), the wiring of
-its ``If`` nodes (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
+its switches (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
 (``Switched``). ``runner.lowp.fp16_switchboard`` builds fp16's and bf16's (the emulation's rounding
 written into each branch); ``runner.lowp.qdq_switchboard`` builds int8's (each node TensorRT's
 placement quantizes reading its Q/DQ). ``runner.checkers.compare.switched`` runs them and checks that they
@@ -25,7 +26,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -59,8 +60,9 @@ class Switchboard:
     """The switched model of one conversion and the feed of each switch.
 
     Attributes:
-        model: the fp32 model, each switched node an ``If`` on its switch (graph inputs and outputs
-            as the source model's, plus one bool scalar input per switch).
+        model: the fp32 model, each switched node an ``If`` on its switch (a native switchboard's: both forms and
+            a ``Where`` on it; graph inputs and outputs as the source model's, plus one bool scalar input per
+            switch).
         switches: ``{node index in the source model: its switch's input name}``.
         key: a session key for this model (its source's fingerprint).
     """
@@ -145,6 +147,77 @@ class Wiring:
         Returns:
             The ``If`` node, with ``node``'s outputs and a new bool scalar input (``switches[i]``).
         """
+        then, as_is, then_out, else_out = self._forms(i, node, then, inputs, rounds_out, low, form)
+        outputs = _present(node)
+        return helper.make_node(
+            "If",
+            [self.switches[i]],
+            outputs,
+            name=self.fresh(f"{node.name}__switch"),
+            then_branch=helper.make_graph(
+                then,
+                f"{node.name}__converted",
+                [],
+                [helper.make_tensor_value_info(t, self.types[o], None) for t, o in zip(then_out, outputs)],
+            ),
+            else_branch=helper.make_graph(
+                [as_is],
+                f"{node.name}__kept",
+                [],
+                [helper.make_tensor_value_info(t, self.types[o], None) for t, o in zip(else_out, outputs)],
+            ),
+        )
+
+    def select(
+        self,
+        i: int,
+        node: onnx.NodeProto,
+        then: List[onnx.NodeProto],
+        inputs: Dict[int, str],
+        rounds_out: Sequence[bool] = (),
+        low: int = TensorProto.FLOAT16,
+        form: Optional[onnx.NodeProto] = None,
+    ) -> List[onnx.NodeProto]:
+        """``switch``'s two forms of ``node`` side by side in the graph, each output a ``Where`` on the switch.
+
+        Both forms run on every candidate; the switch picks which one's values go on (exactly: ``Where`` copies).
+        For a device's provider, where an ``If`` costs more than the node: ONNX Runtime's CUDA provider gives
+        each ``If`` body a stream and cuBLAS handle of its own (about 32 MiB of workspace each on Hopper; a
+        0.5B decoder's 1,628 switches ran an H200 out of memory, measured). Arguments as ``switch``'s.
+
+        Returns:
+            The nodes: the converted form's (``then`` and the node), the node as it is, and one ``Where`` per
+            output writing ``node``'s outputs; the switch is a new bool scalar input (``switches[i]``).
+        """
+        then, as_is, then_out, else_out = self._forms(i, node, then, inputs, rounds_out, low, form)
+        picks: List[onnx.NodeProto] = []
+        for j, (a, b, out) in enumerate(zip(then_out, else_out, _present(node))):
+            name = self.fresh(f"{node.name}__select_{j}")
+            if self.types[out] != TensorProto.BOOL:
+                picks.append(helper.make_node("Where", [self.switches[i], a, b], [out], name=name))
+                continue
+            # ONNX Runtime has no bool Where: (switch and a) or (not switch and b)
+            on, off, kept = self.fresh(f"{name}_on"), self.fresh(f"{name}_off"), self.fresh(f"{name}_kept")
+            picks += [
+                helper.make_node("And", [self.switches[i], a], [on], name=on),
+                helper.make_node("Not", [self.switches[i]], [off], name=off),
+                helper.make_node("And", [off, b], [kept], name=kept),
+                helper.make_node("Or", [on, kept], [out], name=name),
+            ]
+        return [*then, as_is, *picks]
+
+    def _forms(
+        self,
+        i: int,
+        node: onnx.NodeProto,
+        then: List[onnx.NodeProto],
+        inputs: Dict[int, str],
+        rounds_out: Sequence[bool],
+        low: int,
+        form: Optional[onnx.NodeProto],
+    ) -> Tuple[List[onnx.NodeProto], onnx.NodeProto, List[str], List[str]]:
+        """The converted form's nodes, the node as it is (renamed outputs) and each one's output names; the
+        switch's name is made (``switches[i]``)."""
         outputs = _present(node)
         converted, as_is = onnx.NodeProto(), onnx.NodeProto()
         converted.CopyFrom(node if form is None else form)
@@ -165,17 +238,10 @@ class Wiring:
             else:
                 converted.output[j] = result
             as_is.output[j] = self.fresh(f"{out}__switched_as_is")
-            then_out.append(helper.make_tensor_value_info(result, self.types[out], None))
-            else_out.append(helper.make_tensor_value_info(as_is.output[j], self.types[out], None))
+            then_out.append(result)
+            else_out.append(as_is.output[j])
         self.switches[i] = self.fresh(f"switch__{i}")
-        return helper.make_node(
-            "If",
-            [self.switches[i]],
-            outputs,
-            name=self.fresh(f"{node.name}__switch"),
-            then_branch=helper.make_graph(then, f"{node.name}__converted", [], then_out),
-            else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], else_out),
-        )
+        return then, as_is, then_out, else_out
 
     def finish(
         self, board: onnx.ModelProto, nodes: List[onnx.NodeProto], weights: Sequence[TensorProto], key: str

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import onnx
 
-from runner.backends.base import make_backend
+from runner.backends.base import Backend, make_backend
 from runner.backends.onnxruntime import OnnxRuntimeBackend
 from runner.checkers.base import Checker
 from runner.context import RunContext
@@ -21,7 +21,7 @@ from runner.graph.load import fingerprint
 from runner.layerwise.output_ranking import Made, output_error_ranking
 from runner.layerwise.ranking import ranking_backend
 from runner.lowp.makers import CandidateMaker
-from runner.lowp.switchboard import LazySwitchboard, Switchboard
+from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
 from strategies.budget import Budget
 from strategies.precision.group_search import REORDER_FROM
 
@@ -102,8 +102,7 @@ class OutputErrorOrder:
             self.low,
         )
         backend = ranking_backend(self.checker)
-        on_onnxruntime = backend is None or isinstance(backend, OnnxRuntimeBackend)  # not TensorRT's
-        board = self.switchboard.get() if self.switchboard is not None and on_onnxruntime else None
+        board = self._board(backend)
         builds: List[Tuple[Any, Callable[[], Made]]]
         if board is not None:
             backend = backend or make_backend("onnxruntime", graph_optimization_level="disable", cpu_arena=False)
@@ -111,12 +110,26 @@ class OutputErrorOrder:
         else:
             backend = backend or make_backend(self.low.emulation or "onnxruntime", cpu_arena=False)
             builds = [(item, functools.partial(self._alone, item)) for item in items]
-        order = output_error_ranking(builds, self.model, self.ctx.samples, backend, self.ctx.lanes)
+        built = self._alone if board is not None else None
+        order = output_error_ranking(builds, self.model, self.ctx.samples, backend, self.ctx.lanes, built)
         seconds = time.monotonic() - started
         self.facts = {"nodes": len(items), "seconds": round(seconds, 3), "switched": board is not None}
         self.ctx.rankings.put("output_error", key, [self._label(item) for item in order])
         log.info("Ranked again in %.1f s; first: %s", seconds, ", ".join(self._name(item) for item in order[:5]))
         return order
+
+    def _board(self, backend: Optional[Backend]) -> Optional[Switchboard]:
+        """The switchboard the ranking runs on: the maker's default one on CPU (``backend`` None); on a device's
+        ONNX Runtime provider its native one where it offers it (``RunsOn.DEVICE``: no ``If``, each of which costs
+        the CUDA provider a cuBLAS handle: the emulation's 1,628 on a 0.5B decoder ran an H200 out of memory,
+        measured), else none; none for TensorRT."""
+        if self.switchboard is None:
+            return None
+        if backend is None:
+            return self.switchboard.get()
+        if isinstance(backend, OnnxRuntimeBackend) and RunsOn.DEVICE in self.switchboard.offers:
+            return self.switchboard.get(RunsOn.DEVICE)
+        return None
 
     def _label(self, item: Any) -> str:
         """An item's name in a stored ranking: its node's name, or a tied position's node names joined."""

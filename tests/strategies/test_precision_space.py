@@ -38,3 +38,31 @@ def test_the_second_ranking_on_the_switchboard_is_the_built_candidates_order(tmp
     builds = [(i, functools.partial(built._alone, i)) for i in nodes]
     assert order == output_error_ranking(builds, model, ctx.samples, backend)
     assert order != nodes, "a spread of scales: not the topological order"
+
+
+def test_the_second_ranking_on_a_device_runs_the_switchboard_without_ifs(tmp_path, int8_feeds):
+    """On a device's ONNX Runtime provider the second ranking takes fp16's native switchboard (each switch a
+    ``Where``: an ``If`` costs the CUDA provider a cuBLAS handle, and a 0.5B decoder's 1,628 ran an H200 out of
+    memory); on CPU (no device backend) the emulation's; int8's, which has only ``If`` switches, none on a
+    device (its candidates are built there)."""
+    from examples.planted import rmsnorm_decoder
+    from runner.backends.onnxruntime import OnnxRuntimeBackend
+    from runner.lowp.convert import float_nodes, prepare
+    from runner.lowp.precisions import FLOAT16
+
+    model = prepare(rmsnorm_decoder(layers=2)[0])
+    path = tmp_path / "dec.onnx"
+    onnx.save(model, path)
+    ctx = RunContext(mode="precision", run_dir=tmp_path, model_path=path)
+    maker = make_maker(model, FLOAT16)
+    order = OutputErrorOrder(ctx, model, frozenset(float_nodes(model)), maker, None, maker.switchboard("k"))
+    device = OnnxRuntimeBackend(graph_optimization_level="disable")  # the class a device's checker ranks on
+    on_cpu, on_device = order._board(None), order._board(device)
+    assert on_cpu is not None and on_device is not None
+    assert "If" in {n.op_type for n in on_cpu.model.graph.node}
+    assert "If" not in {n.op_type for n in on_device.model.graph.node}
+    int8 = prepare_int8(dense_model(4, channels=8))
+    placed = make_maker(int8, INT8, calibrate(int8, list(samples()), QuantOptions()), QuantOptions())
+    nodes = frozenset(i for i, n in enumerate(int8.graph.node) if n.name in placed.quantizer.sites)
+    int8_order = OutputErrorOrder(ctx, int8, nodes, placed, None, placed.switchboard("q"))
+    assert int8_order._board(None) is not None and int8_order._board(device) is None

@@ -66,3 +66,23 @@ def test_a_long_ranking_says_how_far_it_is(monkeypatch, caplog):
     with caplog.at_level(logging.INFO):
         assert output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}]) == [2, 1, 0]
     assert "Ranking by output error: 2 of 3" in caplog.text
+
+
+def test_a_switched_model_that_cannot_run_hands_every_candidate_to_its_build(caplog):
+    """A switchboard whose run fails (a device out of memory on the real thing; here a switch left unfed) is the
+    switchboard's failure, not the candidates': said once, and each candidate is built and ranked as built."""
+    import logging
+
+    from runner.lowp.switchboard import Switchboard
+
+    reference = _scaled(1.0, 1.0)
+    board = Switchboard(_scaled(1.0, 1.0), {0: "switch__0"}, "board")
+    board.model.graph.input.append(helper.make_tensor_value_info("switch__0", 9, []))  # never fed below
+    models = {"small": _scaled(1.01, 1.0), "large": _scaled(1.0, 1.5), "none": _scaled(1.0, 1.0)}
+    switched = [(name, lambda: (board, {})) for name in models]
+    samples = [{"x": np.ones((1, 4), np.float32)}]
+    with caplog.at_level(logging.WARNING):
+        order = output_error_ranking(switched, reference, samples, built=lambda name: models[name])
+    assert order == ["large", "small", "none"]
+    assert caplog.text.count("the switched model cannot run") == 1
+    assert output_error_ranking(switched, reference, samples) == list(models)  # no builds: each ranks first

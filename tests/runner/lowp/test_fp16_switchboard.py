@@ -154,8 +154,9 @@ def test_a_model_the_conversion_leaves_as_it_is_has_no_switchboard():
 
 
 def test_native_switchboards_run_each_converted_node_as_the_conversion_writes_it():
-    """The native switchboard (``native=True``, for a device's provider) holds, in each switched node's ``then``
-    branch, the node as the conversion writes it reading its low-precision inputs; run on ONNX Runtime's CPU
+    """The native switchboard (``native=True``, for a device's provider) holds, beside each switched node, the node
+    as the conversion writes it reading its low-precision inputs, and a ``Where`` on the switch per output (no
+    ``If``: the CUDA provider gives each body a cuBLAS handle); run on ONNX Runtime's CPU
     provider it gives the built candidates' bits where that provider has the fp16 kernels (or the node is
     alone): a planted overflow and an RMSNorm decoder (the CPU provider computes longer runs of fp16 nodes it
     has no kernels for in fp32, so the transformer exports differ there: the checker's cross-checks see it)."""
@@ -169,12 +170,13 @@ def test_native_switchboards_run_each_converted_node_as_the_conversion_writes_it
         board = build_switchboard(prepared, converter, "native", native=True)
         assert board is not None and board.switches
         typed = {n.name: n for n in converter.convert([]).graph.node}
-        for node in board.model.graph.node:
-            if node.op_type == "If" and node.name.endswith("__switch"):
-                then = next(a.g for a in node.attribute if a.name == "then_branch")
-                form = next(n for n in then.node if n.name.endswith("__low"))
-                twin = typed[form.name[: -len("__low")]]
-                assert form.op_type == twin.op_type and list(form.attribute) == list(twin.attribute)
+        ops = [n.op_type for n in board.model.graph.node]
+        assert "If" not in ops and ops.count("Where") >= len(board.switches)
+        forms = [n for n in board.model.graph.node if n.name.endswith("__low")]
+        assert len(forms) == len(board.switches)
+        for form in forms:
+            twin = typed[form.name[: -len("__low")]]
+            assert form.op_type == twin.op_type and list(form.attribute) == list(twin.attribute)
         ort_backend = OnnxRuntimeBackend(graph_optimization_level="disable")
         layers = float_nodes(prepared)
         rng = random.Random(1)
