@@ -121,10 +121,24 @@ class _Rounding:
         arithmetic)."""
         twin = self.twins.get(node.name)
         if twin is None:
-            return None
+            return self._dropped_cast(node)
         low_in = [self.converted_types.get(x) == self.elem for x in twin.input]
         low_out = [self.converted_types.get(x) == self.elem for x in twin.output]
         return (twin, low_in, low_out) if any(low_in) or any(low_out) else None
+
+    def _dropped_cast(self, node: onnx.NodeProto) -> Optional[Tuple[onnx.NodeProto, List[bool], List[bool]]]:
+        """``changed`` of a Cast to fp32 of an fp32 tensor (an exporter's ``.to(float32)``, e.g. a Qwen2 RMSNorm's):
+        the conversion with no node kept drops it (a Cast of a low tensor to the low type), but a candidate that
+        keeps the node making its input writes it as a Cast to the low type, which rounds what a kept node reads
+        through it. Its switched form is that Cast (rounding is idempotent where the input is low already); None
+        for any other node the conversion leaves out."""
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type != "Cast" or to != TensorProto.FLOAT or self.wiring.types.get(node.input[0]) != to:
+            return None
+        form = onnx.NodeProto()
+        form.CopyFrom(node)
+        next(a for a in form.attribute if a.name == "to").i = self.elem
+        return form, [True], [True]
 
     def wrap(self, i: int, node: onnx.NodeProto) -> Optional[List[onnx.NodeProto]]:
         """``[node]`` (index ``i``) when the conversion leaves it as it is, else its switched form's nodes; None

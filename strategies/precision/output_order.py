@@ -42,10 +42,10 @@ class OutputErrorOrder:
         checker: the run's checker (the ranking runs on its device: ``ranking_backend``).
         switchboard: the candidates' switchboard: each candidate runs as its feeds in one session,
             instead of being built: on CPU with graph optimizations off (as the checks run), on the
-            checker's device when it judges on ONNX Runtime's CUDA provider (the maker's default one: the
-            emulation's for fp16; an order, not a verdict: its bits need not be the built candidates'); None,
-            where it cannot be built, or for a
-            TensorRT checker: each candidate is built, and run on the checker's device or emulated on CPU.
+            checker's device when it judges on ONNX Runtime's CUDA provider (fp16's native one there, int8's own:
+            ``_board``; an order, not a verdict: its bits need not be the built candidates'); None, where it
+            cannot be built, or for a TensorRT checker: each candidate is built, and run on the checker's device
+            or emulated on CPU.
 
     Attributes:
         facts: ``{"nodes": how many items were ranked, "seconds": how long it took, "switched": whether
@@ -120,16 +120,17 @@ class OutputErrorOrder:
 
     def _board(self, backend: Optional[Backend]) -> Optional[Switchboard]:
         """The switchboard the ranking runs on: the maker's default one on CPU (``backend`` None); on a device's
-        ONNX Runtime provider its native one where it offers it (``RunsOn.DEVICE``: no ``If``, each of which costs
-        the CUDA provider a cuBLAS handle: the emulation's 1,628 on a 0.5B decoder ran an H200 out of memory,
-        measured), else none; none for TensorRT."""
+        ONNX Runtime provider its native one where it offers it (``RunsOn.DEVICE``, fp16/bf16: no ``If``, each of
+        which costs the CUDA provider a cuBLAS handle: the emulation's 1,628 on a 0.5B decoder ran an H200 out of
+        memory, measured), else the default one (int8's: a few hundred ``If`` fit; where they do not, the
+        ranking builds the candidates, ``output_error_ranking``'s ``built``); none for TensorRT."""
         if self.switchboard is None:
             return None
         if backend is None:
             return self.switchboard.get()
-        if isinstance(backend, OnnxRuntimeBackend) and RunsOn.DEVICE in self.switchboard.offers:
-            return self.switchboard.get(RunsOn.DEVICE)
-        return None
+        if not isinstance(backend, OnnxRuntimeBackend):
+            return None
+        return self.switchboard.get(RunsOn.DEVICE if RunsOn.DEVICE in self.switchboard.offers else None)
 
     def _label(self, item: Any) -> str:
         """An item's name in a stored ranking: its node's name, or a tied position's node names joined."""

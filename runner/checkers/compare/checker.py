@@ -328,7 +328,7 @@ class CompareChecker(Checker):
                     got = run_tensors(model, feeds, wanted)
                 elif board is not None:
                     got = self.switched.run(board, switches, feeds, wanted)
-                    if index == 0 and not self.switched.agrees(candidate, got, feeds):
+                    if index == 0 and not self.switched.agrees(candidate, got, feeds, switches):
                         return self.check(artifact, iteration, candidate, slot)  # switched runs are off now
                 else:
                     got = self.backend.run(run_model, feeds, key=run_key)

@@ -68,32 +68,51 @@ def _runs(kept_built, kept_switched, left=CROSS_CHECKS):
     )
     feeds = {"x": np.linspace(0.5, 3.0, 8, dtype=np.float32).reshape(1, 8)}
     board, switches = runs.board(candidate)
-    return runs, candidate, runs.run(board, switches, feeds, ["y"]), feeds
+    return runs, candidate, runs.run(board, switches, feeds, ["y"]), feeds, switches
 
 
 def test_a_cross_check_that_agrees_keeps_switched_runs_on():
-    runs, candidate, got, feeds = _runs({1}, {1})
-    assert runs.agrees(candidate, got, feeds) and runs.takes(candidate)
+    runs, candidate, got, feeds, switches = _runs({1}, {1})
+    assert runs.agrees(candidate, got, feeds, switches) and runs.takes(candidate)
 
 
 def test_a_cross_check_that_disagrees_turns_switched_runs_off(caplog):
     """A switched model that does not give the built candidate's values (here: other switches) is
     caught on the first candidates, and every later candidate is built and run as itself."""
-    runs, candidate, got, feeds = _runs({1}, set())
+    runs, candidate, got, feeds, switches = _runs({1}, {0})
     assert not np.isfinite(got["y"]).all(), "the switched run overflows where the built candidate keeps mul_a"
     with caplog.at_level(logging.WARNING):
-        assert not runs.agrees(candidate, got, feeds)
+        assert not runs.agrees(candidate, got, feeds, switches)
     assert "disagree" in caplog.text and not runs.takes(candidate)
 
 
 def test_after_the_cross_checks_the_candidate_is_never_built():
-    runs, candidate, got, feeds = _runs({1}, set(), left=0)
+    runs, candidate, got, feeds, switches = _runs({1}, {0}, left=0)
 
     def never():
         raise AssertionError("built after the cross-checks")
 
     candidate.payload = never
-    assert runs.agrees(candidate, got, feeds)
+    assert runs.agrees(candidate, got, feeds, switches)
+
+
+def test_the_gates_are_no_cross_check_and_one_candidate_in_spot_every_is_built_again():
+    """With every switch one way a switched model is the model or its whole conversion: such a candidate uses
+    up no cross-check (the gates come first, and a switched model wrong only for mixed kept sets passed them);
+    after the cross-checks, the ``SPOT_EVERY``-th mixed candidate is built and run as itself again."""
+    from runner.checkers.compare.switched import SPOT_EVERY
+
+    runs, candidate, got, feeds, switches = _runs({1}, {1}, left=1)
+    model, built = candidate.payload(), []
+    candidate.payload = lambda: built.append(1) or model
+    gate = {name: np.array(True) for name in switches}
+    assert runs.agrees(candidate, got, feeds, gate) and not built, "a gate: not built, no cross-check used"
+    assert runs.agrees(candidate, got, feeds, switches) and len(built) == 1, "the cross-check"
+    for _ in range(SPOT_EVERY - 1):
+        assert runs.agrees(candidate, got, feeds, switches)
+    assert len(built) == 1
+    assert runs.agrees(candidate, got, feeds, switches) and len(built) == 2, "the SPOT_EVERY-th: built again"
+    assert runs.takes(candidate)
 
 
 def _precision(run, tmp_path, name, *extra):
