@@ -206,6 +206,7 @@ def attention_decoder(
     seed: int = 0,
     update_gain: float = 1.0,
     overflowing: Optional[Sequence[int]] = None,
+    casts: bool = False,
 ):
     """A Qwen2-style decoder whose attention logits overflow fp16 in every layer: the failure that
     made Stable Diffusion 2.x ship ``upcast_attention`` and GPT-2 XL ``reorder_and_upcast_attn``.
@@ -221,7 +222,9 @@ def attention_decoder(
     that the largest raw score ``q.k`` is about ``logit_peak`` (1e6 by default: past fp16's 65504 before
     and after the 1/sqrt(head_dim) scale), so each such layer's score MatMul, scale Mul, mask Add and
     Softmax must stay in fp32. ``update_gain`` scales what the attention and the MLP add to the residual
-    stream.
+    stream. With ``casts`` each RMSNorm casts its input to fp32 first and its normalized value back before the
+    weight, as torch's export of ``Qwen2RMSNorm`` writes ``.to(torch.float32)`` and ``.to(input_dtype)``: two
+    Casts of fp32 tensors to fp32 a norm, which the fp16 conversion drops or keeps by what is kept around them.
 
     How far the blocks amplify fp16 rounding depends on the shape: at the defaults (width 128, 8 heads of
     16, 8 tokens) keeping those 4 nodes a layer passes a relative L2 error of 0.05 on the logits at 4, 12
@@ -263,6 +266,8 @@ def attention_decoder(
 
     def rmsnorm(prefix: str, x: str) -> str:
         inits.append(_const(f"{prefix}.weight", 1 + 0.1 * rng.standard_normal(dim)))
+        if casts:
+            x = node("Cast", [x], f"{prefix}.cast", to=TensorProto.FLOAT)
         sq = node("Pow", [x, "two"], f"{prefix}.pow")
         mean = node("ReduceMean", [sq], f"{prefix}.mean", axes=[-1])
         inv = node(
@@ -270,7 +275,10 @@ def attention_decoder(
             [node("Sqrt", [node("Add", [mean, "eps"], f"{prefix}.add_eps")], f"{prefix}.sqrt")],
             f"{prefix}.reciprocal",
         )
-        return node("Mul", [node("Mul", [x, inv], f"{prefix}.mul"), f"{prefix}.weight"], f"{prefix}.mul_weight")
+        normed = node("Mul", [x, inv], f"{prefix}.mul")
+        if casts:
+            normed = node("Cast", [normed], f"{prefix}.cast_back", to=TensorProto.FLOAT)
+        return node("Mul", [normed, f"{prefix}.weight"], f"{prefix}.mul_weight")
 
     def linear(prefix: str, x: str, rows: int, cols: int, gain: float = 1.0, bias: bool = False) -> str:
         inits.append(_const(f"{prefix}.weight", gain * rng.standard_normal((rows, cols)) / np.sqrt(rows)))

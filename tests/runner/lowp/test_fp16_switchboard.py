@@ -61,6 +61,16 @@ def test_an_rmsnorm_decoder_gives_the_built_candidates_bits():
     _agree(model, {"ids": ids}, 6)
 
 
+def test_a_decoder_exported_with_its_norms_casts_gives_the_built_candidates_bits():
+    """Qwen2's RMSNorm as torch exports it casts to fp32 and back (``attention_decoder(casts=True)``): Casts that
+    round only where a kept node makes their input; random kept sets of 2 layers give the built bits."""
+    from examples.planted import attention_decoder
+
+    model, _, ids = attention_decoder(layers=2, dim=32, heads=4, vocab=64, casts=True)
+    assert sum(n.op_type == "Cast" for n in model.graph.node) == 10  # 2 a norm, 2 norms a layer, the final norm
+    _agree(model, {"ids": ids}, 8)
+
+
 @pytest.mark.slow  # 1.2-2.3 s: the detector built and switched, over the 1.5 s of an unmarked test under load
 def test_the_detector_gives_the_built_candidates_bits():
     """Conv, Resize (its scales stay fp32), BatchNormalization, HardSigmoid: 330 switched nodes."""
