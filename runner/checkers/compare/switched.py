@@ -16,7 +16,9 @@ and detection tensors that are graph outputs: the switched model marks no interm
 ``CROSS_CHECKS`` switched candidates that keep some switched nodes and convert others (not the gates: with every
 switch one way a switched model is the model or its whole conversion), and one in every ``SPOT_EVERY`` switched
 candidates after them, are also built and run as themselves; an output that differs by one bit turns switched runs
-off for the rest of the run, with a warning.
+off for the rest of the run, with a warning. Verdicts the search took from the switched model before then stay
+taken: the summary then says ``minimal: false`` and why (``switched_disagreed``), and the answer is checked as
+written as always.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class SwitchedRuns:
         self._said = False
         #: checks that ran switched (``summary.json``'s ``switched_checks``)
         self.checks = 0
+        #: a cross-check that disagreed after switched verdicts were taken: the candidate's label, why, and how many
+        #: checks ran switched before it (``summary.json``'s ``switched_disagreed``); None otherwise
+        self.disagreed: Optional[Dict[str, object]] = None
 
     def __getstate__(self) -> Dict[str, object]:
         """Pickled (a checker sent to a worker process) without its lock."""
@@ -169,11 +174,15 @@ class SwitchedRuns:
             why = f"outputs {differ} differ" if differ else ""
         if why:
             self.on = False
+            earlier = self.checks
+            if earlier:  # verdicts the search already took from the switched model
+                self.disagreed = {"candidate": candidate.label, "why": why, "switched_checks_before": earlier}
             log.warning(
                 "%s: the switched model and the candidate as built disagree (%s); every candidate is built "
-                "and run as itself from now on",
+                "and run as itself from now on%s",
                 candidate.label,
                 why,
+                f" (the search took {earlier} verdicts from it: the answer will say minimal: false)" if earlier else "",
             )
         return not why
 

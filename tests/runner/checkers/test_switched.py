@@ -15,7 +15,7 @@ from runner.backends.fp16_emulation import EmulationBackend
 from runner.candidates import Candidate
 from runner.checkers.base import Need
 from runner.checkers.compare import CompareChecker
-from runner.checkers.compare.switched import CROSS_CHECKS, SwitchedRuns
+from runner.checkers.compare.switched import CROSS_CHECKS, SPOT_EVERY, SwitchedRuns
 from runner.checkers.isolated import IsolatedChecker
 from runner.lowp.convert import Converter, prepare
 from runner.lowp.fp16_switchboard import build_switchboard
@@ -100,8 +100,6 @@ def test_the_gates_are_no_cross_check_and_one_candidate_in_spot_every_is_built_a
     """With every switch one way a switched model is the model or its whole conversion: such a candidate uses
     up no cross-check (the gates come first, and a switched model wrong only for mixed kept sets passed them);
     after the cross-checks, the ``SPOT_EVERY``-th mixed candidate is built and run as itself again."""
-    from runner.checkers.compare.switched import SPOT_EVERY
-
     runs, candidate, got, feeds, switches = _runs({1}, {1}, left=1)
     model, built = candidate.payload(), []
     candidate.payload = lambda: built.append(1) or model
@@ -282,3 +280,24 @@ def test_a_devices_provider_runs_fp16_candidates_on_their_native_switchboard():
     assert not SwitchedRuns(backend, True, cpu_only=False, level="all", named=[]).takes(fp16), "fused: other bits"
     cpu = SwitchedRuns(backend, True, cpu_only=True, level="disable", named=[])
     assert cpu.runs is RunsOn.ONNXRUNTIME and not cpu.takes(fp16) and cpu.takes(int8)
+
+
+def test_a_disagreement_after_switched_verdicts_makes_the_answer_not_minimal(caplog):
+    """Verdicts the search took from a switched model that a later cross-check finds wrong stay taken: the run
+    says so (``switched_disagreed``, ``minimal: false`` with why); a disagreement on the first switched check
+    leaves nothing to say."""
+    first, candidate, got, feeds, switches = _runs({1}, {0})
+    assert not first.agrees(candidate, got, feeds, switches) and first.disagreed is None
+    runs, candidate, got, feeds, switches = _runs({1}, {0}, left=0)
+    for _ in range(SPOT_EVERY - 1):  # switched checks the search took, none built again
+        assert runs.agrees(candidate, got, feeds, switches)
+        runs.counted(True)
+    with caplog.at_level(logging.WARNING):
+        assert not runs.agrees(candidate, got, feeds, switches), "the SPOT_EVERY-th is built again, and differs"
+    assert runs.disagreed is not None and runs.disagreed["switched_checks_before"] == SPOT_EVERY - 1
+    assert "minimal: false" in caplog.text
+    checker = CompareChecker.of(backend="fp16_emulation", low_precision="float16")
+    checker.switched = runs
+    facts = checker.facts()
+    assert facts["minimal"] is False and "checker.switchboard=false" in facts["minimal_why"]
+    assert facts["switched_disagreed"]["candidate"] == "the candidate"
