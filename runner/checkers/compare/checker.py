@@ -436,17 +436,7 @@ class CompareChecker(Checker):
         ``switched_disagreed`` with ``minimal: false`` and ``minimal_why`` when a cross-check found the switched
         model wrong after verdicts were taken from it; ``reference_spread``: the fp32 model's worst statistic on
         each arithmetic ``trust_reference`` measured."""
-        found: Dict[str, Any] = {"switched_checks": self.switched.checks} if self.switched.checks else {}
-        disagreed = self.switched.disagreed
-        if disagreed is not None:
-            found["switched_disagreed"] = disagreed
-            found["minimal"] = False
-            found["minimal_why"] = (
-                f"{disagreed['switched_checks_before']} verdicts came from the switched model before a cross-check "
-                f"found it giving other values than a candidate as built ({disagreed['why']}): the search may have "
-                "kept more or other nodes than needed; run again with checker.switchboard=false (a new run "
-                "directory, no replay.load: the replay holds those verdicts)"
-            )
+        found = self.switched.facts()
         if self.spread:
             found["reference_spread"] = self.spread
         return found

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -82,7 +82,7 @@ class SwitchedRuns:
         self.checks = 0
         #: a cross-check that disagreed after switched verdicts were taken: the candidate's label, why, and how many
         #: checks ran switched before it (``summary.json``'s ``switched_disagreed``); None otherwise
-        self.disagreed: Optional[Dict[str, object]] = None
+        self.disagreed: Optional[Dict[str, Any]] = None
 
     def __getstate__(self) -> Dict[str, object]:
         """Pickled (a checker sent to a worker process) without its lock."""
@@ -142,6 +142,21 @@ class SwitchedRuns:
         if isinstance(self.backend, EmulationBackend):  # the model rounds itself: no emulation rewrite
             return self.backend.run_as_rounded(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
         return self.backend.run(board.model, {**feeds, **switches}, key=board.key, outputs=outputs)
+
+    def facts(self) -> Dict[str, Any]:
+        """``summary.json``'s ``switched_checks`` (when any check ran switched), and after a disagreement that
+        came once verdicts were taken (``disagreed``): ``switched_disagreed``, ``minimal: false``, ``minimal_why``."""
+        found: Dict[str, Any] = {"switched_checks": self.checks} if self.checks else {}
+        if self.disagreed is not None:
+            found["switched_disagreed"] = self.disagreed
+            found["minimal"] = False
+            found["minimal_why"] = (
+                f"{self.disagreed['switched_checks_before']} verdicts came from the switched model before a "
+                f"cross-check found it giving other values than a candidate as built ({self.disagreed['why']}): the "
+                "search may have kept more or other nodes than needed; run again with checker.switchboard=false (a "
+                "new run directory, no replay.load: the replay holds those verdicts)"
+            )
+        return found
 
     def agrees(
         self,
