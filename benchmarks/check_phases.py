@@ -1,7 +1,8 @@
 """Benchmark: where one precision check's seconds go, phase by phase, on the checker's provider.
 
 For a model and its inputs, ``--candidates`` kept sets (a random ``--kept`` share of the float nodes, the same
-seed every time) are made as ``mode=precision`` makes fp16 candidates (``runner.lowp.convert.Converter``), after
+seed every time; several shares, comma-separated, are taken in turn: a run's candidates keep from a few nodes to
+most) are made as ``mode=precision`` makes fp16 candidates (``runner.lowp.convert.Converter``), after
 the two gates a run converts first (every node kept, none: each weight's forms are made there once), and
 each phase is timed apart: ``build`` (the conversion), ``session`` (``runner.graph.sessions.session_for`` on the
 provider at ONNX Runtime level "all", as ``checker=compare`` builds a candidate's session; a model past
@@ -19,7 +20,7 @@ each candidate as its feeds on the provider at level "disable" (``switched``: fe
 the candidate built and run at that level: how many differ by a bit, and the board's build and first session.
 
 Usage (a GPU machine, ``../shared/gpu/README.md``): python benchmarks/check_phases.py --model M.onnx --inputs I.npz
-    [--provider CUDAExecutionProvider] [--candidates 6] [--kept 0.1] [--switched]
+    [--provider CUDAExecutionProvider] [--candidates 6] [--kept 0.1[,0.5,0.9]] [--switched]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("--inputs", required=True)
     parser.add_argument("--provider", default="CUDAExecutionProvider")
     parser.add_argument("--candidates", type=int, default=6)
-    parser.add_argument("--kept", type=float, default=0.1)
+    parser.add_argument("--kept", default="0.1", help="the share of float nodes kept; several: taken in turn")
     parser.add_argument("--switched", action="store_true", help="also time candidates run on the native switchboard")
     args = parser.parse_args()
     from runner.checkers.compare.tolerance import Tolerances, compare_outputs
@@ -65,11 +66,12 @@ def main() -> None:
         converter.convert(gate)
     rule = Tolerances(atol=0.0, rtol=0.05, stat="rel_l2")
     rng = random.Random(0)
+    shares = [float(k) for k in str(args.kept).split(",")]
     phase_names = ("build", "session", "run", "compare", "session_read", "session_disable")
     phases: Dict[str, List[float]] = {name: [] for name in phase_names}
     differ = 0
     for i in range(args.candidates + 1):
-        kept = rng.sample(names, int(len(names) * args.kept))
+        kept = rng.sample(names, int(len(names) * shares[i % len(shares)]))
         t0 = time.perf_counter()
         candidate = converter.convert(kept)
         t1 = time.perf_counter()
@@ -142,8 +144,9 @@ def _switched(model, converter, names, feeds, golden, providers, args, rule) -> 
         f"native switchboard: built in {t1 - t0:.1f} s ({len(board.switches)} switches), first session {t2 - t1:.1f} s"
     )
     rng, seconds, differ = random.Random(0), [], 0
-    for _ in range(args.candidates + 1):
-        kept = rng.sample(names, int(len(names) * args.kept))
+    shares = [float(k) for k in str(args.kept).split(",")]
+    for i in range(args.candidates + 1):
+        kept = rng.sample(names, int(len(names) * shares[i % len(shares)]))
         t0 = time.perf_counter()
         got = backend.run(board.model, {**feeds, **board.feeds(frozenset(index[n] for n in kept))}, key="native")
         compare_outputs(got, golden, rule)
