@@ -69,6 +69,7 @@ def test_a_decoder_exported_with_its_norms_casts_gives_the_built_candidates_bits
     model, _, ids = attention_decoder(layers=2, dim=32, heads=4, vocab=64, casts=True)
     assert sum(n.op_type == "Cast" for n in model.graph.node) == 10  # 2 a norm, 2 norms a layer, the final norm
     _agree(model, {"ids": ids}, 8)
+    _agree(model, {"ids": ids}, 4, BFLOAT16)
 
 
 @pytest.mark.slow  # 1.2-2.3 s: the detector built and switched, over the 1.5 s of an unmarked test under load
