@@ -182,8 +182,8 @@ class Wiring:
 
         Both forms run on every candidate; the switch picks which one's values go on (exactly: ``Where`` copies).
         For a device's provider, where an ``If`` costs more than the node: ONNX Runtime's CUDA provider gives
-        each ``If`` body a stream and cuBLAS handle of its own (about 32 MiB of workspace each on Hopper; a
-        0.5B decoder's 1,628 switches ran an H200 out of memory, measured). Arguments as ``switch``'s.
+        each ``If`` body a stream and cuBLAS handle of its own (a 0.5B decoder's 1,628 switches ran an H200 out
+        of memory: ``CUBLAS failure 3`` in ``cublasCreate``, measured). Arguments as ``switch``'s.
 
         Returns:
             The nodes: the converted form's (``then`` and the node), the node as it is, and one ``Where`` per
@@ -196,7 +196,7 @@ class Wiring:
             if self.types[out] != TensorProto.BOOL:
                 picks.append(helper.make_node("Where", [self.switches[i], a, b], [out], name=name))
                 continue
-            # ONNX Runtime has no bool Where: (switch and a) or (not switch and b)
+            # ONNX Runtime's CPU provider has no bool Where (NOT_IMPLEMENTED): (switch and a) or (not switch and b)
             on, off, kept = self.fresh(f"{name}_on"), self.fresh(f"{name}_off"), self.fresh(f"{name}_kept")
             picks += [
                 helper.make_node("And", [self.switches[i], a], [on], name=on),
