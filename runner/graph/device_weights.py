@@ -10,7 +10,7 @@ view of it: ONNX Runtime takes only buffers it does not own), which ONNX Runtime
 is planned on that device (its ``initializers_to_share_map``); a weight planned elsewhere (a CPU node's) is read
 from the model as before. The values are the same bytes, so a candidate computes what it computes without this
 (``benchmarks/check_phases.py`` checks it bit for bit). On an H200 a 0.5B decoder's candidate session took
-0.75 s so and 1.05 s reading its weights (``benchmarks/README.md``, "Where a check of the 0.5B goes").
+0.75 s so, against 1.05 s reading its weights (``benchmarks/README.md``, "Where a check of the 0.5B goes").
 
 A weight is known by where the weight file holds it (offset and length: the file writes each distinct
 content once), its element type and its shape. Weights are kept until the process ends, up to ``LIMIT_BYTES``

@@ -92,7 +92,7 @@ def output_error_ranking(
     started = time.monotonic()
     progress = {"said": started, "done": 0}
     lock = threading.Lock()
-    board_failed: List[str] = []
+    board_failed = threading.Event()  # a switched run failed: every candidate is built from then on
 
     def error(wanted: List[Dict[str, np.ndarray]], job: Tuple[T, Callable[[], Made]]) -> float:
         item, build = job
@@ -107,15 +107,15 @@ def output_error_ranking(
                     progress["said"] - started,
                 )
         try:
-            made = build() if not board_failed or built is None else built(item)
+            made = build() if not board_failed.is_set() or built is None else built(item)
             try:
                 return _largest_error(backend, made, f"rank:{item}", samples, wanted)
             except ModelError as e:
                 if isinstance(made, onnx.ModelProto) or built is None:
                     raise
                 with lock:
-                    if not board_failed:
-                        board_failed.append(str(e))
+                    if not board_failed.is_set():
+                        board_failed.set()
                         log.warning(
                             "Ranking: the switched model cannot run the candidate of %s (%s); it and the rest are "
                             "built and run instead",

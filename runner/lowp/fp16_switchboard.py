@@ -22,7 +22,7 @@ candidate widens it. fp16 reads "the low precision" below where the conversion i
 
 With ``native`` (``build_switchboard``) the converted form runs the node as the conversion writes it, in the low
 precision, for a device's ONNX Runtime provider (``RunsOn.DEVICE``); there both forms of each switched node run
-and a ``Where`` on the switch picks one (``runner.lowp.switchboard.Wiring.select``), as an ``If`` per node costs
+and a ``Where`` on the switch picks one (``runner.lowp.switchboard.Wiring``'s ``inline``), as an ``If`` per node costs
 ONNX Runtime's CUDA provider a stream and cuBLAS handle each.
 """
 
@@ -78,7 +78,7 @@ def build_switchboard(
         board = onnx.ModelProto()
         board.CopyFrom(model)
     g = board.graph
-    wiring = Wiring(g, tensor_types(converter.typed))
+    wiring = Wiring(g, tensor_types(converter.typed), inline=native)
     rounding = _Native(converter, wiring) if native else _Rounding(converter, wiring)
     nodes: List[onnx.NodeProto] = []
     for i, node in enumerate(g.node):
@@ -155,7 +155,7 @@ class _Rounding:
             for slot, x in enumerate(node.input)
             if x and slot < len(rounds_in) and rounds_in[slot]
         }
-        return [self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)]
+        return self.wiring.switch(i, node, then, inputs, rounds_out, self.elem)
 
     def _stored(self, x: str) -> str:
         """The weight ``x`` as the converter stores it (fp16: clipped; a large model's pointed into the weight
@@ -190,7 +190,7 @@ class _Native(_Rounding):
     """Switches each node the conversion changes between the node as the conversion writes it
     (``build_switchboard``'s ``native``: its low-precision inputs cast from the fp32 tensors, weights as the
     converter stores them, its low-precision outputs widened to fp32) and the node as it is, both in the graph and
-    one picked by a ``Where`` on the switch (``Wiring.select``: an ``If`` per node costs a device's provider a
+    one picked by a ``Where`` on the switch (``Wiring``'s ``inline``: an ``If`` per node costs a device's provider a
     stream and cuBLAS handle each). Widening and casting back are exact, so a node reading a converted node reads
     its low-precision values."""
 
@@ -211,4 +211,4 @@ class _Native(_Rounding):
             else:
                 inputs[slot] = self.wiring.fresh(f"{x}__low_{i}_{slot}")
                 then.append(helper.make_node("Cast", [x], [inputs[slot]], to=self.elem))
-        return self.wiring.select(i, node, then, inputs, low_out, self.elem, form=twin)
+        return self.wiring.switch(i, node, then, inputs, low_out, self.elem, form=twin)

@@ -72,5 +72,5 @@ def build_qdq_switchboard(quantizer: PlacedQuantizer, key: str) -> Optional[Swit
         inputs = quantizer.qdq_inputs(node, {}, then, scales, wiring.fresh)  # each branch its own Q/DQ
         for init in scales:  # shared by the branches that read the same tensor
             inits.setdefault(init.name, init)
-        nodes.append(wiring.switch(i, node, then, inputs))
+        nodes.extend(wiring.switch(i, node, then, inputs))
     return wiring.finish(board, nodes, list(inits.values()), key)

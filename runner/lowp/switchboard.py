@@ -7,7 +7,7 @@ node the low precision changes is wrapped in an ``If`` on a bool scalar input of
 ``then`` branch is the node as the low precision computes it and whose ``else`` branch is the node
 as it is. One session then runs any candidate by its feeds: ``True`` for a converted node, ``False``
 for a kept one (``Switchboard.feeds``). A switchboard for a device's provider holds both forms side by side
-instead, and a ``Where`` on the switch picks one (``Wiring.select``).
+instead, and a ``Where`` on the switch picks one (``Wiring``'s ``inline``).
 
 This module holds what every switchboard shares: the switched model (``Switchboard``), the wiring of
 its switches (``Wiring``), its build on first use (``LazySwitchboard``) and a candidate's feed set
@@ -26,7 +26,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -91,18 +91,23 @@ def cast_twice(x: str, out: str, low: int) -> List[onnx.NodeProto]:
 
 
 class Wiring:
-    """The switches of one switched model: fresh tensor names, and the ``If`` of each switched node.
+    """The switches of one switched model: fresh tensor names, and each switched node's two forms and its switch.
 
     Args:
         graph: the source model's graph (its names are taken).
         types: the element type of each tensor of the source model (``runner.lowp.emulate.tensor_types``).
+        inline: each switched node's two forms side by side in the graph, a ``Where`` on the switch picking one
+            (for a device's provider, where an ``If`` costs more than the node: ONNX Runtime's CUDA provider gives
+            each ``If`` body a stream and cuBLAS handle of its own, and a 0.5B decoder's 1,628 switches ran an
+            H200 out of memory: ``CUBLAS failure 3`` in ``cublasCreate``, measured); False: an ``If`` whose
+            branches hold the forms, so that only the switched-on one runs.
 
     Attributes:
         switches: ``{node index: its switch's input name}`` of the nodes switched so far.
     """
 
-    def __init__(self, graph: onnx.GraphProto, types: Dict[str, int]):
-        self.types = types
+    def __init__(self, graph: onnx.GraphProto, types: Dict[str, int], inline: bool = False):
+        self.types, self.inline = types, inline
         self.taken = {t for n in graph.node for t in n.output} | {
             t.name for t in list(graph.input) + list(graph.initializer)
         }
@@ -132,8 +137,8 @@ class Wiring:
         rounds_out: Sequence[bool] = (),
         low: int = TensorProto.FLOAT16,
         form: Optional[onnx.NodeProto] = None,
-    ) -> onnx.NodeProto:
-        """The ``If`` switching ``node`` (index ``i``; ``can_switch``) between its ``then`` form and itself.
+    ) -> List[onnx.NodeProto]:
+        """``node`` (index ``i``; ``can_switch``) switched between its converted form and itself.
 
         Args:
             then: nodes the converted form computes first (its inputs' rounding or Q/DQ), reading
@@ -145,79 +150,10 @@ class Wiring:
                 type ``low`` and are widened to fp32 (one Cast), not rounded.
 
         Returns:
-            The ``If`` node, with ``node``'s outputs and a new bool scalar input (``switches[i]``).
+            The nodes writing ``node``'s outputs, reading a new bool scalar input (``switches[i]``): one ``If``,
+            or (``inline``) the converted form's nodes, the node as it is and a ``Where`` per output (both forms
+            run on every candidate; ``Where`` copies the switched-on one's values exactly).
         """
-        then, as_is, then_out, else_out = self._forms(i, node, then, inputs, rounds_out, low, form)
-        outputs = _present(node)
-        return helper.make_node(
-            "If",
-            [self.switches[i]],
-            outputs,
-            name=self.fresh(f"{node.name}__switch"),
-            then_branch=helper.make_graph(
-                then,
-                f"{node.name}__converted",
-                [],
-                [helper.make_tensor_value_info(t, self.types[o], None) for t, o in zip(then_out, outputs)],
-            ),
-            else_branch=helper.make_graph(
-                [as_is],
-                f"{node.name}__kept",
-                [],
-                [helper.make_tensor_value_info(t, self.types[o], None) for t, o in zip(else_out, outputs)],
-            ),
-        )
-
-    def select(
-        self,
-        i: int,
-        node: onnx.NodeProto,
-        then: List[onnx.NodeProto],
-        inputs: Dict[int, str],
-        rounds_out: Sequence[bool] = (),
-        low: int = TensorProto.FLOAT16,
-        form: Optional[onnx.NodeProto] = None,
-    ) -> List[onnx.NodeProto]:
-        """``switch``'s two forms of ``node`` side by side in the graph, each output a ``Where`` on the switch.
-
-        Both forms run on every candidate; the switch picks which one's values go on (exactly: ``Where`` copies).
-        For a device's provider, where an ``If`` costs more than the node: ONNX Runtime's CUDA provider gives
-        each ``If`` body a stream and cuBLAS handle of its own (a 0.5B decoder's 1,628 switches ran an H200 out
-        of memory: ``CUBLAS failure 3`` in ``cublasCreate``, measured). Arguments as ``switch``'s.
-
-        Returns:
-            The nodes: the converted form's (``then`` and the node), the node as it is, and one ``Where`` per
-            output writing ``node``'s outputs; the switch is a new bool scalar input (``switches[i]``).
-        """
-        then, as_is, then_out, else_out = self._forms(i, node, then, inputs, rounds_out, low, form)
-        picks: List[onnx.NodeProto] = []
-        for j, (a, b, out) in enumerate(zip(then_out, else_out, _present(node))):
-            name = self.fresh(f"{node.name}__select_{j}")
-            if self.types[out] != TensorProto.BOOL:
-                picks.append(helper.make_node("Where", [self.switches[i], a, b], [out], name=name))
-                continue
-            # ONNX Runtime's CPU provider has no bool Where (NOT_IMPLEMENTED): (switch and a) or (not switch and b)
-            on, off, kept = self.fresh(f"{name}_on"), self.fresh(f"{name}_off"), self.fresh(f"{name}_kept")
-            picks += [
-                helper.make_node("And", [self.switches[i], a], [on], name=on),
-                helper.make_node("Not", [self.switches[i]], [off], name=off),
-                helper.make_node("And", [off, b], [kept], name=kept),
-                helper.make_node("Or", [on, kept], [out], name=name),
-            ]
-        return [*then, as_is, *picks]
-
-    def _forms(
-        self,
-        i: int,
-        node: onnx.NodeProto,
-        then: List[onnx.NodeProto],
-        inputs: Dict[int, str],
-        rounds_out: Sequence[bool],
-        low: int,
-        form: Optional[onnx.NodeProto],
-    ) -> Tuple[List[onnx.NodeProto], onnx.NodeProto, List[str], List[str]]:
-        """The converted form's nodes, the node as it is (renamed outputs) and each one's output names; the
-        switch's name is made (``switches[i]``)."""
         outputs = _present(node)
         converted, as_is = onnx.NodeProto(), onnx.NodeProto()
         converted.CopyFrom(node if form is None else form)
@@ -226,22 +162,54 @@ class Wiring:
         for slot, name in inputs.items():
             converted.input[slot] = name
         then = [*then, converted]
-        then_out, else_out = [], []
+        results: List[str] = []  # each output's converted value
         for j, out in enumerate(outputs):
-            result = self.fresh(f"{out}__switched_low")
+            results.append(self.fresh(f"{out}__switched_low"))
             if j < len(rounds_out) and rounds_out[j] and form is not None:
                 converted.output[j] = self.fresh(f"{out}__switched_in_low")
-                then.append(helper.make_node("Cast", [converted.output[j]], [result], to=TensorProto.FLOAT))
+                then.append(helper.make_node("Cast", [converted.output[j]], [results[j]], to=TensorProto.FLOAT))
             elif j < len(rounds_out) and rounds_out[j]:
                 converted.output[j] = self.fresh(f"{out}__switched_fp32")
-                then.extend(cast_twice(converted.output[j], result, low))
+                then.extend(cast_twice(converted.output[j], results[j], low))
             else:
-                converted.output[j] = result
+                converted.output[j] = results[j]
             as_is.output[j] = self.fresh(f"{out}__switched_as_is")
-            then_out.append(result)
-            else_out.append(as_is.output[j])
-        self.switches[i] = self.fresh(f"switch__{i}")
-        return then, as_is, then_out, else_out
+        switch = self.switches[i] = self.fresh(f"switch__{i}")
+        if self.inline:
+            picks = [
+                self._pick(switch, a, b, out, f"{node.name}__select_{j}")
+                for j, (a, b, out) in enumerate(zip(results, as_is.output, outputs))
+            ]
+            return [*then, as_is, *(n for pick in picks for n in pick)]
+
+        def declared(names: Sequence[str]) -> List[onnx.ValueInfoProto]:
+            return [helper.make_tensor_value_info(t, self.types[o], None) for t, o in zip(names, outputs)]
+
+        return [
+            helper.make_node(
+                "If",
+                [switch],
+                outputs,
+                name=self.fresh(f"{node.name}__switch"),
+                then_branch=helper.make_graph(then, f"{node.name}__converted", [], declared(results)),
+                else_branch=helper.make_graph([as_is], f"{node.name}__kept", [], declared(as_is.output)),
+            )
+        ]
+
+    def _pick(self, switch: str, low: str, kept: str, out: str, name: str) -> List[onnx.NodeProto]:
+        """``out`` = ``low`` where ``switch`` is on, else ``kept``: a ``Where``, or for bool tensors (ONNX
+        Runtime's CPU provider has no bool ``Where``: NOT_IMPLEMENTED) ``(switch and low) or (not switch and
+        kept)``."""
+        name = self.fresh(name)
+        if self.types[out] != TensorProto.BOOL:
+            return [helper.make_node("Where", [switch, low, kept], [out], name=name)]
+        on, off, rest = self.fresh(f"{name}_on"), self.fresh(f"{name}_off"), self.fresh(f"{name}_kept")
+        return [
+            helper.make_node("And", [switch, low], [on], name=on),
+            helper.make_node("Not", [switch], [off], name=off),
+            helper.make_node("And", [off, kept], [rest], name=rest),
+            helper.make_node("Or", [on, rest], [out], name=name),
+        ]
 
     def finish(
         self, board: onnx.ModelProto, nodes: List[onnx.NodeProto], weights: Sequence[TensorProto], key: str

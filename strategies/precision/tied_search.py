@@ -244,9 +244,8 @@ class TiedSearch(RoundSearch[int]):
                     self._end_tie(frozenset(probe.rest), False)
                 else:
                     self._blocks = GroupSearch(probe.rest, self._marker_factory)
-            elif (
-                not self._probes
-            ):  # the tie as the passing probes left it: whole, unless a trim dropped some of its blocks
+            elif not self._probes:
+                # the tie as the passing probes left it: whole, unless a trim dropped some of its blocks
                 self._end_tie(self._answer & self._tie_nodes(), False)
         elif self._round_kind == "blocks":
             assert isinstance(self._blocks, GroupSearch)
