@@ -6,7 +6,10 @@ searches try short prefixes first and double them, so within their first checks 
 stay: once a candidate keeping more than half of the units (the top-ranked ones) still fails, most of the model
 may have to stay (a ranking is no proof: another set of that size may pass), and a 1-minimal answer will cost
 about a check per kept unit. The run says so then, in the log and in ``summary.json``'s
-``most_must_stay``, with what to try, rather than at its end; ``tradeoff`` lists every point and
+``most_must_stay``, with what to try, rather than at its end. A ranking can put a needed node late, so that
+its long prefixes fail while a small set passes (the 0.5B decoder on an H200: 889 of 1,729 top-ranked failed
+at check 17, the answer keeps 183): when a candidate keeping at most half then passes, the run says the verdict
+is withdrawn and ``most_must_stay`` gains ``withdrawn`` (``kept``, ``checks``). ``tradeoff`` lists every point and
 ``tradeoff.png`` draws them. Whatever must stay, the first passing candidate bounds it: the log says at
 once how many nodes a candidate that passes keeps, and ``summary.json``'s ``first_pass`` records it
 (a budgeted run's answer is never larger).
@@ -56,13 +59,25 @@ class Tradeoff:
 
     def add(self, kept: int, verdict: Verdict) -> None:
         """One search candidate keeping ``kept`` nodes, and its verdict; the early verdict when it is the first
-        failure keeping more than half of them."""
+        failure keeping more than half of them, its withdrawal when a candidate keeping at most half passes
+        after it."""
         output, statistic = worst_output(verdict)
         self.points.append(
             {"low_nodes": self.total - kept, "kept": kept, "statistic": statistic, "passed": bool(verdict.passed)}
         )
         if self.verdict is None and not verdict.passed and kept * 2 > self.total:
             self._say(kept, output, statistic)
+        elif self.verdict is not None and verdict.passed and kept * 2 <= self.total and "withdrawn" not in self.verdict:
+            self.verdict["withdrawn"] = {"kept": kept, "checks": len(self.points)}
+            log.info(
+                "Most of the model need not stay after all: a candidate keeping %d of %d nodes in float32 passes "
+                "(search check %d); the verdict of check %d was the ranking's, whose top-ranked %d fail",
+                kept,
+                self.total,
+                len(self.points),
+                self.verdict["checks"],
+                self.verdict["kept"],
+            )
         if self.first_pass is None and verdict.passed:
             self.first_pass = {"kept": kept, "total": self.total, "checks": len(self.points)}
             log.info(
@@ -103,7 +118,8 @@ class Tradeoff:
         )
 
     def facts(self) -> Dict[str, Any]:
-        """``summary.json``'s ``tradeoff`` (every point), ``most_must_stay`` (the early verdict, when said) and
+        """``summary.json``'s ``tradeoff`` (every point), ``most_must_stay`` (the early verdict, when said; with
+        ``withdrawn`` once a candidate keeping at most half passed) and
         ``first_pass`` (the first passing candidate's size, once one passed)."""
         found: Dict[str, Any] = {"tradeoff": self.points} if self.points else {}
         if self.verdict is not None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import onnx
@@ -12,6 +13,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from examples.planted import f32, make_model
+from runner.candidates import Verdict
+from strategies.precision.tradeoff import Tradeoff
 from tests.helpers.cli import one_line_error
 
 TIGHT = ["checker=compare", "checker.backend=fp16_emulation", "checker.check_error_stat=rel_l2", "checker.rtol=3e-4"]
@@ -55,6 +58,28 @@ def test_most_must_stay_is_said_within_20_checks_with_the_measured_tradeoff(run,
     passed_first = next(p for p in points if p["passed"])
     assert passed_first["kept"] == first["kept"] and points.index(passed_first) + 1 == first["checks"]
     assert f"At most {first['kept']} of 32 nodes must stay in float32" in (r.run_dir / "runner.log").read_text()
+
+
+def test_the_verdict_is_withdrawn_when_a_candidate_keeping_at_most_half_passes(caplog):
+    # the 0.5B decoder's sequence on an H200: its ranking put a needed node late
+    tradeoff = Tradeoff(1729, "float16")
+    out = {"logits": {"statistic": 0.12}}
+    with caplog.at_level(logging.INFO, logger="strategies.precision.tradeoff"):
+        for kept, passed in ((24, False), (653, False), (1168, True), (889, False), (865, True), (841, True)):
+            tradeoff.add(kept, Verdict(passed=passed, outputs=out))
+    facts = tradeoff.facts()["most_must_stay"]
+    assert facts["kept"] == 889 and facts["checks"] == 4
+    assert facts["withdrawn"] == {"kept": 841, "checks": 6}, "865 is still more than half"
+    assert "need not stay after all: a candidate keeping 841 of 1729" in caplog.text
+    tradeoff.add(100, Verdict(passed=True, outputs=out))
+    assert tradeoff.facts()["most_must_stay"]["withdrawn"]["kept"] == 841, "withdrawn once"
+
+
+def test_a_verdict_never_said_is_never_withdrawn():
+    tradeoff = Tradeoff(10, "bfloat16")
+    for kept, passed in ((2, False), (4, True), (3, True)):
+        tradeoff.add(kept, Verdict(passed=passed))
+    assert "most_must_stay" not in tradeoff.facts() and tradeoff.first_pass["kept"] == 4
 
 
 @pytest.mark.slow  # a budgeted run and its resume
