@@ -85,14 +85,12 @@ class Budget:
             return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s, room kept for the answer's check)"
         return ""
 
-    def affords(self, runs: int) -> bool:
-        """Whether ``runs`` more runs of a candidate, each at the pace of the checks so far, leave at least half of
-        ``seconds`` still to come (True without a time limit, or before any check)."""
-        if self.seconds is None or not self.spent:
-            return True
-        elapsed = time.monotonic() - self.started
-        left = self.seconds - elapsed
-        return runs * (elapsed / self.spent) <= left / 2
+    def allowance(self) -> Optional[float]:
+        """Seconds work outside the search (a second ranking) may take: half of what is left of ``seconds``, never
+        below 0; None without a time limit."""
+        if self.seconds is None:
+            return None
+        return max(0.0, (self.seconds - (time.monotonic() - self.started)) / 2)
 
     def facts(self) -> Dict[str, Any]:
         """``summary.json``'s ``budget`` (limits, spent checks and seconds) and, when the search stopped short,

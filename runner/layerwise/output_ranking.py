@@ -52,6 +52,24 @@ def output_error(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) 
     return math.sqrt(diff / norm) if norm > 0 else math.sqrt(diff)
 
 
+#: runs a ranking makes before it projects its own time against an allowance (``output_error_ranking``)
+PACE_AFTER = 3
+
+
+class RankingAbandoned(Exception):
+    """A ranking given an allowance stopped because its runs would take longer (``output_error_ranking``).
+
+    Attributes:
+        done: runs made before it stopped.
+        total: runs it had to make.
+        seconds: seconds it took until it stopped (the reference's runs included).
+    """
+
+    def __init__(self, done: int, total: int, seconds: float):
+        super().__init__(f"{done} of {total} runs in {seconds:.1f} s")
+        self.done, self.total, self.seconds = done, total, seconds
+
+
 #: what ranks one item: the model with it alone in the low precision, or a switchboard and that
 #: candidate's switch feeds (``runner.lowp.switchboard``: one session for every item)
 Made = Union[onnx.ModelProto, Tuple[Switchboard, Mapping[str, np.ndarray]]]
@@ -64,6 +82,7 @@ def output_error_ranking(
     backend: Optional[Backend] = None,
     lanes: Sequence[Any] = HERE,
     built: Optional[Callable[[T], onnx.ModelProto]] = None,
+    allowance: Optional[float] = None,
 ) -> List[T]:
     """The items of ``candidates`` ordered by their candidate's output error (``output_error``, the
     largest over the samples), largest first; ties keep the given order.
@@ -80,23 +99,43 @@ def output_error_ranking(
         built: makes an item's candidate model, for a switched one whose switchboard run fails (the switchboard's
             failure, e.g. a device's memory, is not the candidate's: said once, and from then on every candidate is
             built); None: such a candidate ranks first.
+        allowance: seconds the ranking may take (a budget's share), or None: no limit. After ``PACE_AFTER`` runs,
+            and before each later one, it projects its end at its pace so far (a switched run may take a tenth of a
+            built one's time, so no pace is known before the runs) and stops when that is past the allowance.
 
     Returns:
         The items, most output error first. A candidate that cannot be built or run ranks first (its
         node cannot be in the low precision alone).
+
+    Raises:
+        RankingAbandoned: its runs would take more than ``allowance``.
 
     Cost: one model build (none when switched) and ``len(samples)`` runs per candidate, plus the
     reference's runs; spread over the lanes.
     """
     backend = backend or make_backend("onnxruntime", cpu_arena=False)
     started = time.monotonic()
-    progress = {"said": started, "done": 0}
+    progress = {"said": started, "done": 0, "finished": 0, "first": started}
     lock = threading.Lock()
     board_failed = threading.Event()  # a switched run failed: every candidate is built from then on
+    abandoned = threading.Event()  # past the allowance: the runs left are not made
+
+    def over(now: float) -> bool:
+        """Whether the ranking's projected end is past ``allowance``: the time so far, and the runs left at the
+        pace of those after the first (the first pays once for the reference's runs, a switched model's session
+        and a device's warm-up: 7 s for a 0.5B decoder's switched model on an H200, then 0.15 s a run)."""
+        finished = progress["finished"]
+        if allowance is None or finished < min(PACE_AFTER, len(candidates)):
+            return False
+        pace = (now - progress["first"]) / max(finished - 1, 1)
+        return now - started + pace * (len(candidates) - finished) > allowance
 
     def error(wanted: List[Dict[str, np.ndarray]], job: Tuple[T, Callable[[], Made]]) -> float:
         item, build = job
         with lock:
+            if abandoned.is_set() or over(time.monotonic()):
+                abandoned.set()
+                return math.nan
             progress["done"] += 1
             if time.monotonic() - progress["said"] >= PROGRESS_S:
                 progress["said"] = time.monotonic()
@@ -106,6 +145,15 @@ def output_error_ranking(
                     len(candidates),
                     progress["said"] - started,
                 )
+        try:
+            return ranked_error(item, build, wanted)
+        finally:
+            with lock:
+                progress["finished"] += 1
+                if progress["finished"] == 1:
+                    progress["first"] = time.monotonic()
+
+    def ranked_error(item: T, build: Callable[[], Made], wanted: List[Dict[str, np.ndarray]]) -> float:
         try:
             made = build() if not board_failed.is_set() or built is None else built(item)
             try:
@@ -132,6 +180,8 @@ def output_error_ranking(
         errors = spread(lanes, error, wanted, candidates)
     finally:
         backend.close()
+    if abandoned.is_set():
+        raise RankingAbandoned(int(progress["done"]), len(candidates), time.monotonic() - started)
     order = sorted(range(len(candidates)), key=lambda p: -errors[p])  # stable: ties keep the given order
     return [candidates[p][0] for p in order]
 

@@ -18,7 +18,7 @@ from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.files.rankings import key_of, names_digest
 from runner.graph.load import fingerprint
-from runner.layerwise.output_ranking import Made, output_error_ranking
+from runner.layerwise.output_ranking import Made, RankingAbandoned, output_error_ranking
 from runner.layerwise.ranking import ranking_backend
 from runner.lowp.makers import CandidateMaker
 from runner.lowp.switchboard import LazySwitchboard, RunsOn, Switchboard
@@ -49,7 +49,8 @@ class OutputErrorOrder:
 
     Attributes:
         facts: ``{"nodes": how many items were ranked, "seconds": how long it took, "switched": whether
-            they ran as feeds of the switchboard}`` once it ran, for
+            they ran as feeds of the switchboard}`` once it ran (with ``"skipped": "budget"`` where it stopped past
+            the budget's allowance, ``"read": True`` where a stored ranking was read), for
             ``summary.json``'s ``ranked_again``; None before.
     """
 
@@ -65,8 +66,8 @@ class OutputErrorOrder:
         self.ctx, self.model, self.everything, self.maker, self.checker = ctx, model, everything, maker, checker
         self.switchboard, self.low = switchboard, maker.low
         self.facts: Optional[Dict[str, float | bool | str]] = None
-        #: the search's budget (``strategies.budget``): a second ranking that would take most of what is left is
-        #: not made; None: always made
+        #: the search's budget (``strategies.budget``): a second ranking whose runs, at their pace, would take more
+        #: than half of what is left stops and the first ranking stays; None: always made
         self.budget: Optional[Budget] = None
 
     def __call__(self, items: List[Any]) -> List[Any]:
@@ -84,14 +85,6 @@ class OutputErrorOrder:
         if stored is not None and sorted(stored) == sorted(labels):
             self.facts = {"nodes": len(items), "seconds": 0.0, "switched": False, "read": True}
             return [labels[label] for label in stored]
-        if self.budget is not None and not self.budget.affords(len(items)):
-            log.info(
-                "Not ranking the %d units again: one run each would take most of what is left of the budget; "
-                "the first ranking stays",
-                len(items),
-            )
-            self.facts = {"nodes": len(items), "seconds": 0.0, "switched": False, "skipped": "budget"}
-            return list(items)
         started = time.monotonic()
         log.info(
             "A ranked prefix of %d or more fails: ranking the %d %s again by the output error each makes "
@@ -111,7 +104,27 @@ class OutputErrorOrder:
             backend = backend or make_backend(self.low.emulation or "onnxruntime", cpu_arena=False)
             builds = [(item, functools.partial(self._alone, item)) for item in items]
         built = self._alone if board is not None else None
-        order = output_error_ranking(builds, self.model, self.ctx.samples, backend, self.ctx.lanes, built)
+        allowance = self.budget.allowance() if self.budget is not None else None
+        try:
+            order = output_error_ranking(
+                builds, self.model, self.ctx.samples, backend, self.ctx.lanes, built, allowance
+            )
+        except RankingAbandoned as e:
+            log.info(
+                "Stopped ranking the %d units again after %d runs in %.1f s: at that pace it would take more than "
+                "half of what was left of the budget (%.0f s); the first ranking stays",
+                len(items),
+                e.done,
+                e.seconds,
+                2 * (allowance or 0.0),
+            )
+            self.facts = {
+                "nodes": len(items),
+                "seconds": round(e.seconds, 3),
+                "switched": board is not None,
+                "skipped": "budget",
+            }
+            return list(items)
         seconds = time.monotonic() - started
         self.facts = {"nodes": len(items), "seconds": round(seconds, 3), "switched": board is not None}
         self.ctx.rankings.put("output_error", key, [self._label(item) for item in order])

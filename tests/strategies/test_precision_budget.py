@@ -137,18 +137,19 @@ def test_a_resume_and_a_run_at_another_tolerance_rank_nothing_again(run, dense):
 
 def test_the_budget_keeps_room_for_the_answer_and_refuses_work_it_cannot_afford():
     """``budget.seconds`` stops the search two checks' time early (the answer's own check comes within it) and
-    turns down a second ranking whose runs would take more than half of what is left (``Budget.affords``)."""
+    gives a second ranking half of what is left (``Budget.allowance``; the ranking paces itself against it)."""
     import time
 
     from strategies.budget import Budget
 
     budget = Budget(seconds=100.0, started=time.monotonic() - 40.0)
-    assert budget.affords(1000), "before any check there is no pace to go by"
+    assert Budget(checks=10).allowance() is None, "no time limit"
     for _ in range(8):
         budget.took(frozenset({1, 2}), hit=True, reused=False)
     budget.took(frozenset({1}), hit=False, reused=True)
     assert budget.spent == 8 and budget.best == frozenset({1, 2})
-    assert budget.affords(5) and not budget.affords(7), "5 s a check, 60 s left: 6 runs fit in its half"
+    assert budget.allowance() == pytest.approx(30.0, abs=0.5), "60 s left: half of it"
+    assert Budget(seconds=10.0, started=time.monotonic() - 40.0).allowance() == 0.0, "past its limit: nothing"
     assert budget.over() == ""
     late = Budget(seconds=100.0, started=time.monotonic() - 91.0, spent=10)
     assert "budget.seconds=100 reached" in late.over(), "91 s and two 9 s checks to come is past 100"

@@ -66,3 +66,27 @@ def test_the_second_ranking_on_a_device_runs_the_switchboard_without_ifs(tmp_pat
     nodes = frozenset(i for i, n in enumerate(int8.graph.node) if n.name in placed.quantizer.sites)
     int8_order = OutputErrorOrder(ctx, int8, nodes, placed, None, placed.switchboard("q"))
     assert int8_order._board(None) is not None and int8_order._board(device) is int8_order._board(None)
+
+
+def test_a_second_ranking_past_the_budgets_half_stops_and_the_first_ranking_stays(tmp_path, int8_feeds):
+    """``budget.seconds``: the ranking may take half of what is left; past it (here a budget spent but for a
+    second) it stops after its first runs, keeps the given order and says so in ``ranked_again``; with time
+    to spare it ranks."""
+    import time
+
+    from strategies.budget import Budget
+
+    model = prepare_int8(dense_model(24, channels=8))
+    path = tmp_path / "dense.onnx"
+    onnx.save(model, path)
+    ctx = RunContext(mode="precision", run_dir=tmp_path, model_path=path, data_loader=f"{int8_feeds}.pages")
+    maker = make_maker(model, INT8, calibrate(model, list(samples()), QuantOptions()), QuantOptions())
+    nodes = [i for i, n in enumerate(model.graph.node) if n.name in maker.quantizer.sites]
+    order = OutputErrorOrder(ctx, model, frozenset(nodes), maker, None, maker.switchboard("k"))
+    order.budget = Budget(seconds=100.0, started=time.monotonic() - 99.99)
+    assert order(nodes) == nodes
+    assert order.facts is not None and order.facts["skipped"] == "budget" and order.facts["nodes"] == len(nodes)
+    order.budget = Budget(seconds=1000.0)
+    ranked = order(nodes)
+    assert ranked != nodes and sorted(ranked) == sorted(nodes)
+    assert "skipped" not in order.facts and "read" not in order.facts, "the stopped ranking was not stored"

@@ -86,3 +86,35 @@ def test_a_switched_model_that_cannot_run_hands_every_candidate_to_its_build(cap
     assert order == ["large", "small", "none"]
     assert caplog.text.count("the switched model cannot run") == 1
     assert output_error_ranking(switched, reference, samples) == list(models)  # no builds: each ranks first
+
+
+def _slow(seconds: float, scale: float):
+    """A build that takes ``seconds`` (a candidate's conversion, or a switched model's first session)."""
+
+    def build():
+        import time
+
+        time.sleep(seconds)
+        return _scaled(scale, 1.0)
+
+    return build
+
+
+def test_a_ranking_past_its_allowance_stops_after_its_first_runs():
+    """A budget's share (``allowance``): 10 runs of 0.1 s cannot fit in 0.3 s; the ranking stops once it has the
+    pace of ``PACE_AFTER`` runs, with how far it got, and makes no more runs."""
+    from runner.layerwise.output_ranking import PACE_AFTER, RankingAbandoned
+
+    builds = [(k, _slow(0.1, 1.0 + k)) for k in range(10)]
+    with pytest.raises(RankingAbandoned) as stopped:
+        output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}], allowance=0.3)
+    assert stopped.value.done == PACE_AFTER and stopped.value.total == 10 and stopped.value.seconds < 1.0
+
+
+def test_a_ranking_paces_itself_on_the_runs_after_the_first():
+    """The first run pays once for what every later one shares (the switched model's session: 7 s, then 0.15 s
+    a run for a 0.5B decoder on an H200): 0.4 s then 12 runs of 10 ms fit in 1.5 s, though the first three runs'
+    mean pace (0.14 s) would have projected 2 s."""
+    builds = [(0, _slow(0.4, 1.0))] + [(k, _slow(0.01, 1.0 + k)) for k in range(1, 13)]
+    order = output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}], allowance=1.5)
+    assert order[0] == 12 and order[-1] == 0
