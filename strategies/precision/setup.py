@@ -19,7 +19,7 @@ from runner.graph.blocks import Blocks, find_blocks
 from runner.graph.scope import Scope
 from runner.graph.weight_file import weight_bytes
 from runner.lowp.fp8 import check_fp8
-from runner.lowp.given_qdq import given_precision, load_given
+from runner.lowp.given_match import given_precision, load_given
 from runner.lowp.makers import CandidateMaker
 from runner.lowp.precisions import FLOAT8, LowPrecision, any_low_precision, is_quantized
 from runner.lowp.quant_options import QuantOptions

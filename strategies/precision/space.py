@@ -29,7 +29,8 @@ from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensit
 from runner.lowp.calibration import calibrate
 from runner.lowp.convert import float_nodes, prepare
 from runner.lowp.fp8 import FP8_OPSET
-from runner.lowp.given_qdq import GivenQuantizer, check_rebuilt, given_precision, opset_of
+from runner.lowp.given_match import given_precision, opset_of
+from runner.lowp.given_qdq import GivenQuantizer, check_rebuilt
 from runner.lowp.makers import CandidateMaker, PlacedMaker, make_maker
 from runner.lowp.mixed_qdq import MIXED_OPSET
 from runner.lowp.precisions import FLOAT8, FLOAT16, INT8, LowPrecision
@@ -214,7 +215,7 @@ def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[CandidateMaker, Lis
     quantizes.
 
     Raises:
-        ConfigError: it is no quantized version of ``model=`` (``runner.lowp.given_qdq.read_given``), or
+        ConfigError: it is no quantized version of ``model=`` (``runner.lowp.given_match.read_given``), or
             rebuilt it computes something else.
         ModelError: the opset cannot be raised.
     """
