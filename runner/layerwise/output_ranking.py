@@ -101,7 +101,8 @@ def output_error_ranking(
             built); None: such a candidate ranks first.
         allowance: seconds the ranking may take (a budget's share), or None: no limit. After ``PACE_AFTER`` runs,
             and before each later one, it projects its end at its pace so far (a switched run may take a tenth of a
-            built one's time, so no pace is known before the runs) and stops when that is past the allowance.
+            built one's time, so no pace is known before the runs) and stops when that is past the allowance; with
+            0, before any run.
 
     Returns:
         The items, most output error first. A candidate that cannot be built or run ranks first (its
@@ -125,6 +126,8 @@ def output_error_ranking(
         pace of those after the first (the first pays once for the reference's runs, a switched model's session
         and a device's warm-up: 7 s for a 0.5B decoder's switched model on an H200, then 0.15 s a run)."""
         finished = progress["finished"]
+        if allowance is not None and allowance <= 0:
+            return True
         if allowance is None or finished < min(PACE_AFTER, len(candidates)):
             return False
         pace = (now - progress["first"]) / max(finished - 1, 1)

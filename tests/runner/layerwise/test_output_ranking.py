@@ -109,6 +109,9 @@ def test_a_ranking_past_its_allowance_stops_after_its_first_runs():
     with pytest.raises(RankingAbandoned) as stopped:
         output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}], allowance=0.3)
     assert stopped.value.done == PACE_AFTER and stopped.value.total == 10 and stopped.value.seconds < 1.0
+    with pytest.raises(RankingAbandoned) as spent:
+        output_error_ranking(builds, _scaled(1.0, 1.0), [{"x": np.ones((1, 4), np.float32)}], allowance=0.0)
+    assert spent.value.done == 0, "nothing left: no run"
 
 
 def test_a_ranking_paces_itself_on_the_runs_after_the_first():
