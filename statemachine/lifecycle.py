@@ -225,7 +225,7 @@ class Lifecycle:
         (``statemachine.rounds.RoundChecks``); on an error or Ctrl-C, keep the checks that ended."""
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
         todo = [p for p in self.round if p.verdict is None]
-        parallel = self.executor.workers > 1
+        parallel = self.executor.workers > 1 or self.executor.threaded  # this thread is free while checks run
         if self._checks is None:
             self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S, self.check_times)
         try:

@@ -143,6 +143,9 @@ class Executor(abc.ABC):
     Attributes:
         name: the executor's name for the summary ("serial", "local", "processes", "dask").
         elsewhere: checks run in other processes: a check receives its candidate built (``shipped``).
+        threaded: checks run on threads of this process, so this thread is free while one runs: with one worker
+            too, the runner builds each candidate here before its check and the next round's likely ones while it
+            runs (``lookahead``), as it does with several.
 
     Raises:
         ConfigError: ``workers`` < 1, or more workers than GPUs.
@@ -150,6 +153,7 @@ class Executor(abc.ABC):
 
     name = ""
     elsewhere = False
+    threaded = False
     #: seconds between looks at a cancel flag while a command check runs
     poll_s = 0.1
 

@@ -2,6 +2,12 @@
 
 Threads suffice: a command check waits on its process, and ONNX Runtime releases the GIL while
 it runs. Each running check may get its own GPU (``executor.gpus``) through ``CUDA_VISIBLE_DEVICES``.
+
+With one worker (``executor.workers=1``) the search is the serial one, but the runner's thread builds the next
+candidates (both outcomes' of a one-set round) while a check runs, so a candidate's conversion overlaps the
+check before it: ONNX Runtime releases the GIL while it builds a session too. The Qwen2 export of
+``benchmarks/README.md`` ("Building ahead with one worker"), 24 layers of width 64 on 2 cores: 39.5 s against
+44.0 s serial, the same 47 checks and answer.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ class LocalExecutor(Executor):
     ``workers`` defaults to the number of GPUs given, else this machine's cores."""
 
     name = "local"
+    threaded = True
 
     def __init__(
         self,

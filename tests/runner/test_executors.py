@@ -106,6 +106,24 @@ def test_the_next_rounds_candidates_are_built_while_a_round_is_checked(run, chai
     assert "built ahead" not in (plain.run_dir / "runner.log").read_text()
 
 
+@pytest.mark.slow
+def test_one_threaded_worker_builds_the_next_candidates_while_a_check_runs(run, chain):
+    """``executor=local executor.workers=1``: the serial search (the same checks and answer), its candidates built
+    on the runner's thread, the next round's during the check before (``Executor.threaded``); serial builds none
+    ahead."""
+    slow = ["checker=python", "checker.target=tests.helpers.checks.lacks_nodes_slowly", "checker.args=[0.2,n2,n5]"]
+    args = ["mode=reduce", f"model={chain}", "marker=bisect", *slow]
+    serial = run(*args)
+    one = run(*args, "executor=local", "executor.workers=1")
+    assert _reduced(one) == _reduced(serial) and one.summary["checks"] == serial.summary["checks"]
+    assert one.summary["rounds"] == serial.summary["rounds"] and one.summary["workers"] == 1
+    built = re.findall(
+        r"Round (\d+): (\d+) of (\d+) candidates were built ahead", (one.run_dir / "runner.log").read_text()
+    )
+    assert built and all(int(r) > 1 and int(of) == 1 for r, _, of in built), built
+    assert "built ahead" not in (serial.run_dir / "runner.log").read_text()
+
+
 def test_repeat_until_bad_cancels_the_rest_of_its_round(run, tmp_path):
     """Runs 4-6 share a round; run 5 fails, so run 6 (which would sleep a minute) is cancelled and killed."""
     script = write_script(
