@@ -8,6 +8,7 @@
 #   full     the unbudgeted precision run at ONNX Runtime's level "all" (each candidate built)
 #   disable  the same at level "disable" (candidates run as feeds of the native switched model)
 #   budget   the same as full with budget.seconds=300
+#   ahead    the same as full with executor=local executor.workers=1 (each candidate built while the check before runs)
 #   profile  a run of 40 checks under cProfile: where a check's seconds go in a run (the calls under the check)
 # The decoder (attention overflowing fp16 in every layer) is exported to $WORK first where it is not there
 # (about 60 s; kept while the machine stays warm). Figures go to $OUT (the device tool's), else ./gpu_out.
@@ -20,7 +21,8 @@ OUT=${OUT:-./gpu_out}
 LIMIT=${LIMIT:-520}
 PROVIDER=${PROVIDER:-CUDAExecutionProvider}
 case "${1:-}" in
-  phases | full | disable | budget | profile) ;;
+  phases | full | disable | budget | ahead | profile) ;;
+  *) echo "usage: bash benchmarks/qwen_gpu_steps.sh phases|full|disable|budget|ahead|profile" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
 [ -f "$WORK/qwen2.onnx" ] || python3 benchmarks/qwen_on_gpu.py --export-only --work "$WORK" --fault attention | tail -1
@@ -35,10 +37,11 @@ case "${1:-}" in
   phases)
     (cd benchmarks && python3 check_phases.py --model "$WORK/qwen2.onnx" --inputs "$WORK/ids.npz" --candidates 6 \
       --kept 0.1,0.5,0.9 --switched --provider "$PROVIDER") 2>&1 | tee "$OUT/phases.txt" | tail -30 ;;
-  full | disable | budget)
+  full | disable | budget | ahead)
     extra=()
     [ "$1" = disable ] && extra=(checker.graph_optimization_level=disable)
     [ "$1" = budget ] && extra=(budget.seconds=300)
+    [ "$1" = ahead ] && extra=(executor=local executor.workers=1)
     timeout -s INT "$LIMIT" "${run[@]}" "${extra[@]}" "hydra.run.dir=$WORK/$1" "output=$WORK/$1.onnx" 2>&1 \
       | grep -v Iteration | tail -25
     keep "$1" ;;
