@@ -3,7 +3,8 @@
 While a round's checks run, the lifecycle builds the models of the rounds that may follow
 (``OnnxSearchStrategy.lookahead``); the next round takes those it proposes and the others are dropped.
 The models held at once are bounded by their bytes (``ModelProto.ByteSize``), and a model with large
-weights builds none ahead: each build holds a copy of its weights.
+weights builds none ahead where each build holds a copy of its weights (a large model's fp16/bf16 candidates
+point into the weight file instead and are built ahead: ``CandidateMaker.weightless``).
 """
 
 from __future__ import annotations

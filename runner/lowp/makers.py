@@ -59,6 +59,12 @@ class CandidateMaker(abc.ABC):
             ModelError: the conversion or quantization fails on the model.
         """
 
+    @property
+    def weightless(self) -> bool:
+        """Whether its candidates hold no weight of their own: a large model's fp16/bf16 candidates point into the
+        weight file (``runner.graph.weight_file``), so building one ahead holds its graph only."""
+        return False
+
     def describe(self, kept: int, total: int) -> str:
         """A candidate keeping ``kept`` of ``total`` searchable nodes, as the log says it (kept nodes run in
         float32, out of the low precision)."""
@@ -99,6 +105,10 @@ class CastMaker(CandidateMaker):
 
     def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
         return self.converter.convert(kept)
+
+    @property
+    def weightless(self) -> bool:
+        return self.converter.large
 
     def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
         from runner.lowp.fp16_switchboard import build_switchboard

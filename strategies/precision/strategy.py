@@ -81,7 +81,8 @@ class PrecisionStrategy(PrecisionGates):
         super().__init__(
             first or self._low_search, self.layers, True, setup.output, setup.save_opts, fingerprint(self.model)
         )
-        self.ahead.weight_bytes = initializer_bytes(self.model)
+        # a large model's candidates that point into the weight file hold no weights: they may be built ahead
+        self.ahead.weight_bytes = 0 if self.maker.weightless else initializer_bytes(self.model)
         self.answer_opts = dict(setup.answer_opts)
         self.budget = setup.budget
         self.reorder.budget = setup.budget

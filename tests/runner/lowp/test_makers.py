@@ -77,3 +77,26 @@ def test_fp8_is_its_own_maker_and_a_record_without_one_is_the_tools_defect():
     assert set(MAKERS) == {"casts", "qdq", "fp8"}
     with pytest.raises(KeyError):
         make_maker(model, dataclasses.replace(FLOAT16, maker="no-such-maker"))
+
+
+@pytest.mark.slow  # a 64 MB weight
+def test_a_large_models_cast_candidates_hold_no_weights_so_they_may_be_built_ahead():
+    """A model of 64 MB of weights (``MAP_BYTES``): its fp16 candidates point into the weight file, a graph of a few
+    hundred bytes each (``CandidateMaker.weightless``: the precision search builds them ahead); a small model's and
+    a quantizer's candidates hold their weights."""
+    from onnx import helper, numpy_helper
+
+    from examples.planted import f32, make_model
+    from runner.graph.weight_file import MAP_BYTES
+
+    side = int((MAP_BYTES // 4) ** 0.5)  # a side x side fp32 weight of MAP_BYTES
+    weight = numpy_helper.from_array(np.full((side, side), 0.5, np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"], name="mm"), helper.make_node("Relu", ["t"], ["y"], name="r")]
+    large = prepare(make_model(nodes, [f32("x", [1, side])], [f32("y", [1, side])], [weight]), FLOAT16)
+    maker = CastMaker(Converter(large))
+    assert maker.weightless
+    for kept in ([], ["mm"]):
+        assert maker.candidate(kept).ByteSize() < 4096
+    assert not CastMaker(Converter(prepare(dense_model(2), FLOAT16))).weightless
+    int8 = prepare_int8(dense_model(2))
+    assert not make_maker(int8, INT8, calibrate(int8, list(samples()), QuantOptions()), QuantOptions()).weightless
