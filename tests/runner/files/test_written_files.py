@@ -84,14 +84,33 @@ def test_overwrite_true_replaces_a_named_file_but_never_one_the_run_reads(run, t
 
 
 @pytest.mark.slow
-def test_runs_started_together_with_one_output_each_write_their_own(tmp_path, chain, has_nodes_script):
-    """Was: three runs with one ``output=red.onnx`` each all reported it as their answer."""
-    args = [sys.executable, "-m", "runner", *reduce_args(chain, "n3", script=has_nodes_script), "output=red.onnx"]
+def test_runs_started_together_with_one_output_each_write_their_own(tmp_path, chain):
+    """Was: three runs with one ``output=red.onnx`` each all reported it as their answer. The runs' first checks
+    wait for each other (named by the run directory their artifact lies in; a run plans its outputs before its
+    first check), so all three are under way together however slowly a loaded machine starts them: a run that
+    starts after another has ended may rightly replace that run's answer (the ledger's rule), which made this test
+    fail once in a full suite beside other work."""
+    from tests.helpers.cli import HAS_NODES, write_script
+
+    arrived = tmp_path / "arrived"
+    arrived.mkdir()
+    barrier = (
+        "import os, sys, time\n"
+        f"arrived = {str(arrived)!r}\n"
+        f"run = os.path.relpath(os.path.abspath(sys.argv[1]), {str(tmp_path)!r}).split(os.sep)[0]\n"
+        "open(os.path.join(arrived, run), 'w').close()\n"
+        "deadline = time.monotonic() + 90\n"
+        "while len(os.listdir(arrived)) < 3 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )
+    script = write_script(tmp_path / "has_nodes_together.py", barrier + HAS_NODES)
+    args = [sys.executable, "-m", "runner", *reduce_args(chain, "n3", script=script), "output=red.onnx"]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     procs = [subprocess.Popen([*args, f"hydra.run.dir={tmp_path / f'r{i}'}"], cwd=tmp_path, **pipes) for i in range(3)]
     for p in procs:
         p.communicate(timeout=120)
         assert p.returncode == 0
+    assert sorted(p.name for p in arrived.iterdir()) == ["r0", "r1", "r2"], "each run's first check waited for all"
     outputs = {json.loads((tmp_path / f"r{i}" / "summary.json").read_text())["output"] for i in range(3)}
     assert outputs == {str(tmp_path / n) for n in ("red.onnx", "red_1.onnx", "red_2.onnx")}
     assert all(_nodes(tmp_path / n) == ["n3"] for n in ("red.onnx", "red_1.onnx", "red_2.onnx"))
