@@ -225,7 +225,8 @@ class Lifecycle:
         (``statemachine.rounds.RoundChecks``); on an error or Ctrl-C, keep the checks that ended."""
         assert self.checker is not None, "a strategy that makes candidates needs a checker"
         todo = [p for p in self.round if p.verdict is None]
-        parallel = self.executor.workers > 1 or self.executor.threaded  # this thread is free while checks run
+        parallel = self.executor.workers > 1
+        free = parallel or self.executor.threaded  # this thread is free while the checks run: it builds here, ahead
         if self._checks is None:
             self._checks = RoundChecks(self.executor, self.executor.share(self.checker), self.WAIT_S, self.check_times)
         try:
@@ -237,7 +238,7 @@ class Lifecycle:
             for worker, pending in enumerate(todo):
                 pending.slot = self.executor.slot(worker, pending.iteration)
                 pending.artifact = worker_path(self.iter_artifact, worker, self.executor.workers)
-                self._prepare(pending, parallel)
+                self._prepare(pending, free)
                 if self.same_bytes.copy_of(pending.candidate, pending.artifact):  # statemachine.same_bytes
                     twin = self.replay.lookup(pending.candidate.twin or "")
                     if twin is not None:
@@ -253,7 +254,7 @@ class Lifecycle:
                 todo,
                 lambda: self.strategy.settled([p.verdict for p in self.round]),
                 self._progress if parallel else None,
-                self._lookahead() if parallel and self.executor.lookahead and not nothing_made else None,
+                self._lookahead() if free and self.executor.lookahead and not nothing_made else None,
             )
         except BaseException:
             self._salvage(todo)
@@ -278,10 +279,11 @@ class Lifecycle:
         )
         return lambda: next(steps, False)
 
-    def _prepare(self, pending: Pending, parallel: bool) -> None:
+    def _prepare(self, pending: Pending, here: bool) -> None:
         """Write the candidate's artifact here (unless its check writes it, or needs no file: it runs
-        nothing made or runs the in-memory model, ``Checker.needs``); with several workers, build an
-        in-process checker's model here too, where the strategy lives."""
+        nothing made or runs the in-memory model, ``Checker.needs``); where the checks run off this thread
+        (``here``: several workers, or a threaded executor's one), build an in-process checker's model here too,
+        where the strategy lives."""
         candidate = pending.candidate
         assert pending.artifact is not None
         pending.artifact.parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +292,7 @@ class Lifecycle:
             return
         unread = not self.executor.elsewhere and not self.sorter.keep_intermediate
         if unread and need is Need.model:
-            if parallel and candidate.payload is not None:
+            if here and candidate.payload is not None:
                 candidate.payload()
             return
         if candidate.write is not None and not candidate.write_in_check:
@@ -306,7 +308,7 @@ class Lifecycle:
                 remove_partial(pending.artifact)
                 raise
             self.same_bytes.note(candidate, pending.artifact)
-        if parallel and candidate.payload is not None and need is Need.model:
+        if here and candidate.payload is not None and need is Need.model:
             candidate.payload()
 
     def _need(self, candidate: Candidate) -> Need:
