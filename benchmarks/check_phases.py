@@ -65,13 +65,10 @@ def main() -> None:
     for gate in (names, []):  # a run's two gates first: every weight's forms are made there once
         converter.convert(gate)
     rule = Tolerances(atol=0.0, rtol=0.05, stat="rel_l2")
-    rng = random.Random(0)
-    shares = [float(k) for k in str(args.kept).split(",")]
     phase_names = ("build", "session", "run", "compare", "session_read", "session_disable")
     phases: Dict[str, List[float]] = {name: [] for name in phase_names}
     differ = 0
-    for i in range(args.candidates + 1):
-        kept = rng.sample(names, int(len(names) * shares[i % len(shares)]))
+    for i, kept in enumerate(_kept_sets(names, args)):
         t0 = time.perf_counter()
         candidate = converter.convert(kept)
         t1 = time.perf_counter()
@@ -124,6 +121,13 @@ def main() -> None:
     print(f"a one-node model's session on {args.provider}: {statistics.median(tiny_s):.3f} s (median of 3)")
 
 
+def _kept_sets(names: List[str], args: argparse.Namespace) -> List[List[str]]:
+    """The ``--candidates`` + 1 kept sets both timings take, the same each time (seed 0): a random ``--kept`` share
+    of ``names``, the shares taken in turn."""
+    rng, shares = random.Random(0), [float(k) for k in str(args.kept).split(",")]
+    return [rng.sample(names, int(len(names) * shares[i % len(shares)])) for i in range(args.candidates + 1)]
+
+
 def _switched(model, converter, names, feeds, golden, providers, args, rule) -> None:
     """The ``--switched`` figures: the native switchboard's build and first session, then each candidate as its
     feeds against the candidate built, both at level "disable"."""
@@ -143,10 +147,9 @@ def _switched(model, converter, names, feeds, golden, providers, args, rule) -> 
     print(
         f"native switchboard: built in {t1 - t0:.1f} s ({len(board.switches)} switches), first session {t2 - t1:.1f} s"
     )
-    rng, seconds, differ = random.Random(0), [], 0
-    shares = [float(k) for k in str(args.kept).split(",")]
-    for i in range(args.candidates + 1):
-        kept = rng.sample(names, int(len(names) * shares[i % len(shares)]))
+    seconds: List[float] = []
+    differ = 0
+    for kept in _kept_sets(names, args):
         t0 = time.perf_counter()
         got = backend.run(board.model, {**feeds, **board.feeds(frozenset(index[n] for n in kept))}, key="native")
         compare_outputs(got, golden, rule)

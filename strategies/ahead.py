@@ -28,8 +28,9 @@ class AheadModels:
     """The models built ahead for the round to come, by key.
 
     Attributes:
-        weight_bytes: bytes of the searched model's weights (the mode sets it): from ``AHEAD_LARGE`` on,
-            nothing is built ahead.
+        weight_bytes: bytes of weights each candidate built ahead holds a copy of (the mode sets it: the searched
+            model's, or 0 where its candidates point into the weight file): from ``AHEAD_LARGE`` on, nothing is
+            built ahead.
     """
 
     def __init__(self) -> None:
