@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from runner.write_guard import check_write
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -21,18 +23,22 @@ def _umask() -> int:
 UMASK = _umask()
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, what: str = "a JSON file", own: bool = False) -> None:
     """Write ``data`` as indented JSON to ``path`` through a temp file and ``os.replace``.
 
     Args:
         path: destination; its parent directory is created if missing. Created with the user's
             umask (as ``open`` would), not mkstemp's 0600.
         data: a JSON-able object.
+        what: what the file is, for the guard's message.
+        own: the file is the tool's own bookkeeping (``runner.write_guard.OWN_NAMES``), written by its module.
 
     Raises:
         OSError: when the directory cannot be created or written.
+        ArtifactError: ``path`` is a file a running run reads (``runner.write_guard``).
     """
     path = Path(path)
+    check_write(path, what, own)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -55,7 +61,9 @@ def write_csv_atomic(path: Path, lines: Sequence[Sequence[Any]]) -> None:
 
     Raises:
         OSError: the file cannot be written.
+        ArtifactError: ``path`` is a file a running run reads (``runner.write_guard``).
     """
+    check_write(path, "a CSV file")
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", newline="") as f:

@@ -38,6 +38,7 @@ from runner.executors.serial import SerialExecutor
 from runner.files.artifacts import ArtifactSorter, remove_partial, worker_path
 from runner.files.replay import Replay
 from runner.terminal.progress import Progress
+from runner.write_guard import check_write
 from statemachine.iter_info import IterInfo
 from statemachine.rounds import Pending, RoundChecks, build_ahead, word
 from statemachine.same_bytes import SameBytes
@@ -296,6 +297,7 @@ class Lifecycle:
                 candidate.payload()
             return
         if candidate.write is not None and not candidate.write_in_check:
+            check_write(pending.artifact, f"iteration {pending.iteration}'s artifact")  # before: nothing removed
             try:
                 candidate.write(pending.artifact)
             except OSError as e:  # a full disk mid-write: nothing partial stays behind

@@ -20,6 +20,7 @@ from runner.context import RunContext
 from runner.executors import slot
 from runner.files.artifacts import worker_path
 from runner.trt import load_tensorrt
+from runner.write_guard import check_write
 from strategies.mode_keys import BuildKeys
 from strategies.until import Until, UntilStrategy
 
@@ -93,6 +94,8 @@ class BuildStrategy(UntilStrategy):
             if builder is None:
                 builder = self.builders[worker] = self.make_builder()
             result = builder.build()
+            check_write(path, "an engine")
+            check_write(worker_path(self.tactics_path, worker), "the engine's tactics")
             path.write_bytes(result.engine)
             worker_path(self.tactics_path, worker).write_text(json.dumps(result.tactics, indent=2))
 

@@ -36,6 +36,7 @@ from runner.graph.scope import Scope
 from runner.graph.subgraph import GraphIndex
 from runner.graph.validate import SubgraphValidator
 from runner.graph.weights import MODEL_THRESHOLD, SharedWeights, initializer_bytes
+from runner.write_guard import check_write
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.gate import Gate
 from strategies.mode_keys import ReduceKeys
@@ -267,6 +268,7 @@ class ReduceStrategy(OnnxSearchStrategy):
         if self.weights is None:
             return super().write_candidate(units, model, path)
         self.weights.place(path.parent)
+        check_write(path, "a candidate")
         onnx.save_model(model(), str(path))
 
     def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:

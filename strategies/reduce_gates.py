@@ -12,6 +12,7 @@ import onnx
 from runner.candidates import Candidate, Verdict
 from runner.errors import NothingToDoError
 from runner.graph.load import save_model
+from runner.write_guard import check_write
 from strategies.onnx_search import Units
 
 
@@ -29,6 +30,7 @@ def original_candidate(
 
     def write(path: Path) -> None:
         if single_file is not None:
+            check_write(path, "your model's copy")
             shutil.copyfile(single_file, path)
         else:  # saving with external data moves tensors out of the proto it is given: save a copy
             copy = onnx.ModelProto()

@@ -23,6 +23,7 @@ from runner.config import CommandCheckerConf, seconds_limit
 from runner.errors import CheckError, CheckStartError, ConfigError
 from runner.executors.slot import CheckCancelled, Slot
 from runner.files.artifacts import unique_path
+from runner.write_guard import check_write
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +293,7 @@ def _output_file(directory: Optional[Path], iteration: int) -> Iterator[Tuple[Bi
         return
     directory.mkdir(parents=True, exist_ok=True)
     path = unique_path(directory / f"iter{iteration}.log")
+    check_write(path, f"check {iteration}'s output")
     with open(path, "w+b") as f:
         yield f, path
 

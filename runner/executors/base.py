@@ -19,6 +19,7 @@ from runner.candidates import Candidate, Verdict
 from runner.errors import ConfigError
 from runner.executors.slot import CheckCancelled, Slot, set_current
 from runner.executors.spread import HERE
+from runner.write_guard import check_write
 
 if TYPE_CHECKING:  # a run of no model imports no ONNX
     import onnx
@@ -77,6 +78,7 @@ def run_check(checker: Any, artifact: Path, iteration: int, candidate: Candidate
         if slot.cancelled():
             raise CheckCancelled(f"iteration {iteration}")
         if candidate.write_in_check and candidate.write is not None:
+            check_write(artifact, f"iteration {iteration}'s artifact")
             Path(artifact).parent.mkdir(parents=True, exist_ok=True)
             candidate.write(Path(artifact))
         start = time.perf_counter()

@@ -12,6 +12,7 @@ from typing import Iterable, List, Optional
 
 from runner.candidates import Verdict
 from runner.errors import ArtifactError
+from runner.write_guard import check_write
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ class ArtifactSorter:
             The new paths of the artifacts that existed (a missing one is a warning).
 
         Raises:
-            ArtifactError: when an artifact cannot be moved.
+            ArtifactError: when an artifact cannot be moved, or is a file a running run reads
+                (``runner.write_guard``).
         """
         side = "good" if verdict.passed else "bad"
         moved = []
@@ -142,6 +144,7 @@ class ArtifactSorter:
             dest_dir = self.out_dir / side
             dest_dir.mkdir(parents=True, exist_ok=True)
             dest = unique_path(dest_dir / self._name(src, iteration, verdict))
+            check_write(src, f"iteration {iteration}'s artifact (artifacts.paths)")  # a move takes it away
             try:
                 shutil.move(str(src), str(dest))
             except OSError as e:

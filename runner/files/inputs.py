@@ -1,9 +1,11 @@
-"""Every file a run reads, named for the guard on what it writes (``runner.files.outputs``).
+"""Every file a run reads, named once before any work for the guard on what it writes (``runner.files.outputs``
+before the run, ``runner.write_guard`` at every write).
 
 Nothing a run writes or moves may be, contain or link to one of these: the model and its
-external data files, ``inputs=``, ``golden=``, ``replay.load=``, ``reference_model=``, the module
-behind ``data_loader=`` or ``checker.target=``, and the files a check command names on its
-command line (its script, say).
+external data files, ``quantized_model=`` and ``reference_model=`` and theirs, ``inputs=``, ``golden=``,
+``replay.load=``, ``rankings=``, the module behind ``data_loader=`` or ``checker.target=``, the files
+``checker.args`` names, and the files a check command names on its command line (its script, say, also as
+``--option=FILE``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import importlib.util
 import os
 import shlex
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from runner.graph.model_files import model_files
 
@@ -63,7 +65,27 @@ def command_files(cmd: Optional[str]) -> Iterable[Path]:
         words = shlex.split(cmd)
     except ValueError:  # unbalanced quotes: the checker reports them
         return []
-    return [Path(w).absolute() for w in words[1:] if "{" not in w and Path(w).is_file()]
+    return named_files(words[1:])
+
+
+def named_files(words: Iterable[object]) -> List[Path]:
+    """The existing files among ``words`` (a command's arguments, ``checker.args``), also as the value of
+    ``--option=FILE``; a word with ``{`` (a placeholder such as ``{artifact}``) names none."""
+    found: List[Path] = []
+    for word in words:
+        if not isinstance(word, (str, Path)) or "{" in str(word):
+            continue
+        for text in (str(word), str(word).partition("=")[2]):
+            try:
+                if text and Path(text).is_file() and Path(text).absolute() not in found:
+                    found.append(Path(text).absolute())
+            except (OSError, ValueError):  # a name too long or with a NUL byte names no file
+                continue
+    return found
+
+
+#: the data options whose file is an ONNX model: its external data files are read too
+MODEL_OPTIONS = ("quantized_model", "reference_model")
 
 
 def files_read(
@@ -71,15 +93,18 @@ def files_read(
     data: Dict[str, Optional[str]],
     modules: Sequence[Optional[str]] = (),
     check_cmd: Optional[str] = None,
+    check_args: Sequence[object] = (),
 ) -> Dict[Path, str]:
     """``{absolute path: what it is}`` for every file the run reads.
 
     Args:
         model: ``model=``.
         data: ``{option: path}`` of data files (``inputs``, ``golden``, ``replay.load``,
-            ``reference_model``); unset ones are None.
+            ``reference_model``, ``quantized_model``, ``rankings``); unset ones are None. A model's
+            (``MODEL_OPTIONS``) external data files are among the files read.
         modules: dotted ``module.function`` names (``data_loader=``, ``checker.target=``).
         check_cmd: ``checker.cmd``.
+        check_args: ``checker.args`` (a python check's arguments): those that are existing files.
 
     Returns:
         The files, first the model (``"the model"``), then its external data files, then the
@@ -89,12 +114,25 @@ def files_read(
     for i, path in enumerate(model_files(model)):
         found[path] = "the model" if i == 0 else "the model's external data file"
     for option, value in data.items():
-        if value and Path(value).is_file():
-            found.setdefault(Path(value).absolute(), f"the {option}= file")
+        if not value or not _is_file(value):
+            continue
+        found.setdefault(Path(value).absolute(), f"the {option}= file")
+        if option in MODEL_OPTIONS:
+            for path in model_files(value)[1:]:
+                found.setdefault(path, f"the {option}= model's external data file")
     for dotted in modules:
         source = module_file(dotted)
         if source is not None:
             found.setdefault(source, f"the module of {dotted}")
     for path in command_files(check_cmd):
         found.setdefault(path, "a file the check command names")
+    for path in named_files(check_args if isinstance(check_args, (list, tuple)) else ()):
+        found.setdefault(path, "a file checker.args names")
     return found
+
+
+def _is_file(value: object) -> bool:
+    try:
+        return Path(str(value)).is_file()
+    except (OSError, ValueError):
+        return False

@@ -13,8 +13,9 @@ One rule for what is there already. A name the run writes never replaces an exis
 user named the path and the file is one an earlier run of this tool wrote for the same key and nobody
 changed since (``runner.files.ledger``), or ``overwrite=true`` is given; otherwise the run writes the first
 free ``stem_N.suffix`` and says so in one warning line. A default name (``reduced.onnx``) never replaces
-anything. Files inside the run's own directory (locked, and fresh unless ``reuse_run_dir=true``) are the
-run's.
+anything. The run's own files in its directory (``runner.files.rundir.RUN_NAMES``: vetted when the directory is
+locked) are the run's; any other name there, such as ``output=`` inside a folder given as ``hydra.run.dir``, is held
+to the rule above.
 
 Each name is reserved by creating it empty (or, for a file that may be replaced, by opening it;
 ``runner.files.reservations``), and the run holds a ``flock`` on it until it ends: two runs started together
@@ -37,6 +38,7 @@ from runner.files.artifacts import ensure_writable_dir
 from runner.files.inputs import same_file
 from runner.files.ledger import record, written_for
 from runner.files.reservations import abandoned, create_held, held, reserve
+from runner.files.rundir import run_owns
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,8 @@ def plan_outputs(
             never written or moved.
         artifact_paths: ``artifacts.paths`` (files the check produces, moved into good/ and bad/).
         overwrite: ``overwrite=true``: a path the user named replaces the file there (never a protected one).
-        run_dir: the run's own directory: paths inside it are the run's, neither reserved nor recorded.
+        run_dir: the run's own directory: its own files there (``runner.files.rundir.run_owns``) are neither reserved
+            nor recorded.
         data_name: ``external_data_path=``: the data file ``output`` and ``min_good`` write beside them, held to
             the same rule (a file there that no run wrote for that key is refused: the name is yours, so it is
             not changed to a free one), or None for ``<name>.data``.
@@ -176,7 +179,7 @@ def _plan_into(
             _refuse_protected(plan, option, given, path)
         _refuse_shared(requested, option, path)
         requested[option] = path
-        if run_dir is None or not _inside(run_dir, path):
+        if run_dir is None or not run_owns(run_dir, path):
             path = _claim(plan, option, path, bool(value), overwrite)
             plan.named[path] = option
         _refuse_protected(plan, option, given, path, data_name)
@@ -242,7 +245,7 @@ def _claim_data_file(
             f"{path}; put them in different folders"
         )
     taken[path] = option
-    if run_dir is not None and _inside(run_dir, path):
+    if run_dir is not None and run_owns(run_dir, path):
         return
     fd = create_held(path) if not os.path.lexists(path) else abandoned(path)
     if fd is not None:

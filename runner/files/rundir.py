@@ -6,6 +6,15 @@ candidates, replay and summary. The default here (``conf/config.yaml``) adds mic
 a per-process random suffix (the ``run_id`` resolver, ``runner.config_keys.RUN_ID``). Each run also takes an exclusive
 ``flock`` on ``<run dir>/.runner.lock``: a second run pointed at a directory in use stops at
 once. The kernel drops the lock when the process ends, even after ``kill -9``.
+
+A folder of the user's may be a run directory (``hydra.run.dir=.``), but a run never replaces a file there that no
+run wrote: when the lock is first taken, a directory holding an entry of a name a run writes there and replaces
+(``RUN_NAMES``, ``RUN_PATTERNS``: its summary, replay, log, figures, iteration artifact...) that no run recorded in
+the directory's ledger (``runner.files.ledger``) is refused in one line, before Hydra writes its ``.hydra/`` or its
+log there. The run claims the names it may write when it locks the folder and records what it wrote when it lets
+go, so a later run with ``reuse_run_dir=true`` may replace them (also after a ``kill -9``). A sweep directory is
+held to the same rule for its own files (``SWEEP_NAMES``). Names a run picks free (``weights_1.bin``,
+``checks/iter1_1.log``, sorted artifacts) never replace anything and are not listed.
 """
 
 from __future__ import annotations
@@ -13,24 +22,107 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, List
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner.errors import ArtifactError
+from runner.files.ledger import claim_run_names, record_run_files, run_file
+from runner.write_guard import OWN_NAMES
 
-LOCK_NAME = ".runner.lock"
+LOCK_NAME = OWN_NAMES[1]
+
+#: the names a run writes in its run directory and would replace: Hydra's snapshot and log, the summary, the
+#: replay, the fatal-signal log, the checks' and artifacts' folders, the iteration artifact and its data, the modes'
+#: reports (precision's ranking and trade-off figure, layerwise's table and figure, build's tactics) and the copy
+#: of an invalid candidate (``tests/runner/files/test_run_names.py`` proves the list whole, mode by mode)
+RUN_NAMES = (
+    ".hydra",
+    "runner.log",
+    "summary.json",
+    "replay.json",
+    "fatal.log",
+    "checks",
+    "artifacts",
+    "ranking.json",
+    "tradeoff.png",
+    "layerwise.csv",
+    "layerwise.png",
+    "quantization.csv",
+    "tactics.json",
+    "invalid_candidate.onnx",
+    "invalid_candidate.onnx.data",
+)
+#: the run directory's names that vary with the run (the iteration artifact by suffix and worker, a worker's
+#: tactics)
+RUN_PATTERNS = ("iter_artifact*", "tactics_w*.json")
+#: the names a multirun writes in its sweep directory (Hydra's, the comparison table)
+SWEEP_NAMES = ("multirun.yaml", "sweep.json")
+
+
+def _run_name(name: str, names: Iterable[str], patterns: Iterable[str]) -> bool:
+    return name in names or any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def run_owns(run_dir: Path, path: Path) -> bool:
+    """Whether ``path`` is one of the run's own files in ``run_dir``: under a name of ``RUN_NAMES`` or
+    ``RUN_PATTERNS`` there (or inside such a folder), which ``refuse_foreign`` vetted when the run locked it."""
+    try:
+        parts = Path(path).absolute().relative_to(Path(run_dir).absolute()).parts
+    except ValueError:
+        try:
+            parts = Path(path).resolve().relative_to(Path(run_dir).resolve()).parts
+        except ValueError:
+            return False
+    return bool(parts) and _run_name(parts[0], RUN_NAMES, RUN_PATTERNS)
+
+
+def refuse_foreign(
+    path: Path, option: str, names: Iterable[str] = RUN_NAMES, patterns: Iterable[str] = RUN_PATTERNS
+) -> None:
+    """Refuse ``path`` as a run (or sweep) directory when it holds an entry of a name the run would replace that no
+    run of this tool recorded there; else claim the free names for this run (``runner.files.ledger``).
+
+    Raises:
+        ArtifactError: naming the entries, the key and what to do.
+    """
+    names, patterns = tuple(names), tuple(patterns)
+    try:
+        present = sorted(os.listdir(path))
+    except OSError:
+        return  # not made yet: lock_run_dir makes it, or says why it cannot
+    yours: List[str] = [
+        name for name in present if _run_name(name, names, patterns) and not run_file(Path(path) / name)
+    ]
+    if yours:
+        shown = ", ".join(yours[:6]) + (f" and {len(yours) - 6} more" if len(yours) > 6 else "")
+        raise ArtifactError(
+            f"{option}={path} holds {shown}, which no run of this tool wrote and a run there would replace; "
+            f"move them, or give runs a folder of their own (leave {option} unset for a fresh one)"
+        )
+    claim_run_names(Path(path), [name for name in names if name not in present])
+
+
+def record_run_dir(path: Path, names: Iterable[str] = RUN_NAMES, patterns: Iterable[str] = RUN_PATTERNS) -> None:
+    """Record in ``path``'s ledger the entries of the run's names it holds now, as a run's."""
+    try:
+        present = os.listdir(path)
+    except OSError:
+        return
+    record_run_files(Path(path), sorted({*names, *(n for n in present if _run_name(n, (), patterns))}))
 
 #: run directory (resolved) -> open lock file descriptor, for the directories this process holds
 _HELD: Dict[Path, int] = {}
 
 
 def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
-    """Create ``path`` if needed and hold an exclusive lock on it until ``release_run_dir``.
+    """Create ``path`` if needed and hold an exclusive lock on it until ``release_run_dir``; when the lock is
+    first taken, refuse a directory holding files of the user's under names the run writes (``refuse_foreign``).
 
     Idempotent within a process: a directory this process already holds is returned as is.
 
@@ -42,8 +134,8 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
         The directory, resolved.
 
     Raises:
-        ArtifactError: when the directory cannot be created or written, or another live run
-            holds it.
+        ArtifactError: when the directory cannot be created or written, another live run holds it, or it
+            holds a file of the user's that the run would replace.
     """
     path = Path(path).resolve()
     if path in _HELD:
@@ -67,6 +159,11 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
         raise ArtifactError(
             f"{option}={path}: cannot lock it ({e.strerror}); choose another with {option}=DIR"
         ) from None
+    try:
+        refuse_foreign(path, option)
+    except ArtifactError:
+        os.close(fd)
+        raise
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _HELD[path] = fd
@@ -94,9 +191,11 @@ def refuse_finished(path: Path, reuse: bool, option: str = "hydra.run.dir") -> N
 
 
 def release_run_dir(path: Path) -> None:
-    """Release the lock on ``path`` if this process holds it (the lock file stays, empty)."""
+    """Record what the run wrote in ``path`` (``record_run_dir``) and release the lock if this process holds it
+    (the lock file stays, empty)."""
     fd = _HELD.pop(Path(path).resolve(), None)
     if fd is not None:
+        record_run_dir(Path(path).resolve())
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
         os.close(fd)
@@ -118,7 +217,8 @@ class RunDirGuard(Callback):
         _guard(lambda: refuse_finished(path, bool(config.get("reuse_run_dir", False))))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Check that ``hydra.sweep.dir`` can be created (each job then locks its own directory)."""
+        """Check that ``hydra.sweep.dir`` can be created and holds no file of the user's under a name the sweep
+        writes (``SWEEP_NAMES``); each job then locks its own directory."""
 
         def make() -> None:
             sweep = Path(str(config.hydra.sweep.dir))
@@ -129,6 +229,7 @@ class RunDirGuard(Callback):
                     f"hydra.sweep.dir={sweep} is not a writable directory ({e.strerror}); "
                     "choose another with hydra.sweep.dir=DIR"
                 ) from None
+            refuse_foreign(sweep, "hydra.sweep.dir", SWEEP_NAMES, ())
 
         _guard(make)
 

@@ -32,6 +32,7 @@ from runner.files.inputs import script_target
 from runner.graph.feeds import graph_inputs, load_npz
 from runner.targets import locate
 from runner.terminal.signals import Interrupted
+from runner.write_guard import check_write
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +380,7 @@ def save_golden_samples(path: str | Path, samples: List[Sample]) -> None:
         MissingExtraError: a ``.json`` path without polygraphy installed.
     """
     path = Path(path)
+    check_write(path, "save_golden=")
     try:
         if path.suffix.lower() == ".json":
             _polygraphy("save_golden", path)

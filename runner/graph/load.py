@@ -20,6 +20,7 @@ from runner.graph.streamed import load_streamed, save_streamed
 from runner.graph.stubs import nbytes
 from runner.graph.weight_file import is_mapped, stored_bytes, weight_file
 from runner.jsonio import UMASK
+from runner.write_guard import check_write
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,8 @@ def save_model(
     """
     path = Path(path)
     external_data = external_data or location is not None
+    check_write(path, "a model")
+    check_write(path.parent / (location or path.name + ".data"), f"{path.name}'s external data")
     # a mapped model's weights are in this process's temporary weight file: the file written gets them back
     mapped = is_mapped(model)
     size = stored_bytes(model) if mapped else tensor_bytes(model)
@@ -215,8 +218,10 @@ def copy_model_file(src: Path, dst: Path) -> Path:
     """Copy a model file that holds all its tensors to ``dst``, whole or not at all (as ``save_model``).
 
     Raises:
-        ArtifactError: when ``src`` cannot be read or ``dst`` cannot be written.
+        ArtifactError: when ``src`` cannot be read or ``dst`` cannot be written, or ``dst`` is a file a run
+            reads (``runner.write_guard``).
     """
+    check_write(dst, "a model")
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
         fd, staged = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)

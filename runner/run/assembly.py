@@ -47,6 +47,7 @@ from runner.run.summary import Summary
 from runner.terminal import console, logs, signals
 from runner.terminal.logs import LogSettings
 from runner.terminal.progress import Progress
+from runner.write_guard import reading
 from statemachine.lifecycle import Lifecycle
 from strategies.base import Report, Strategy
 
@@ -233,6 +234,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.files.replay)
     resources.enter_context(signals.fatal_log(fatal))
     state.plan = given = plan(state.cfg, _overrides())
+    holds.enter_context(reading(given.files_read))  # from here on, no writer replaces a file the run reads
     requested, defaults = given.requested_outputs()
     state.outputs = outputs = plan_outputs(
         requested,

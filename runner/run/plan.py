@@ -166,7 +166,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
         for key in ("inputs", "golden", "replay.load", "reference_model", "quantized_model", "rankings")
     }
     modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
-    read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"))
+    args = OmegaConf.select(config, "checker.args")
+    read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"), plain(args) if args else ())
     return RunPlan(
         mode=mode,
         config=config,

@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from runner.files.rundir import SWEEP_NAMES, record_run_dir
 from runner.jsonio import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class SweepTable(Callback):
             return
         table = format_rows(rows)
         print(f"\nSweep of {len(rows)} runs ({sweep_dir}):\n{table}", flush=True)
-        write_json_atomic(sweep_dir / "sweep.json", rows)
+        write_json_atomic(sweep_dir / "sweep.json", rows, "the sweep's table")
+        record_run_dir(sweep_dir, SWEEP_NAMES, ())
         if any(r["status"] != "ok" for r in rows):  # parallel jobs report through their summaries
             raise SystemExit(2)

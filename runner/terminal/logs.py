@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List
 
 from runner.errors import ConfigError
 from runner.terminal.console import terminal_handlers
+from runner.write_guard import check_write
 
 #: level names a ``verbosity`` entry may give: Python's and Polygraphy's (``polygraphy.logger.Logger``)
 LEVELS: Dict[str, int] = {
@@ -165,7 +166,9 @@ def log_file(path: Path, log: LogSettings) -> Iterator[logging.FileHandler]:
 
     Raises:
         OSError: the file cannot be opened.
+        ArtifactError: ``path`` is a file a running run reads (``runner.write_guard``).
     """
+    check_write(path, "log_file=")
     handler = logging.FileHandler(path, mode="w", encoding="utf-8")
     handler.setFormatter(logging.Formatter(log.format))
     root = logging.getLogger()

@@ -83,6 +83,9 @@ def fatal_log(path: Any) -> Iterator[Any]:
     if path is None:
         yield None
         return
+    from runner.write_guard import check_write
+
+    check_write(path, "the fatal-signal log")
     was_on = faulthandler.is_enabled()
     log = open(path, "w")  # noqa: SIM115 (faulthandler writes to it until the block ends)
     faulthandler.enable(file=log, all_threads=True)

@@ -33,6 +33,7 @@ from runner.errors import ConfigError
 from runner.graph.load import fingerprint, save_model
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
+from runner.write_guard import check_write
 from strategies.boundary import BoundaryMarker, marker_name
 from strategies.gate import Gate
 from strategies.mode_keys import PrecisionKeys
@@ -238,6 +239,7 @@ class PrecisionStrategy(PrecisionGates):
             return super().write_candidate(units, model, path)
         from runner.trt.weak_precision import build_weakly_typed
 
+        check_write(path, "an engine")
         path.write_bytes(build_weakly_typed(self.model.SerializeToString(), self.names(units | self.forced), self.low))
 
     def payload(self, model: Callable[[], onnx.ModelProto]) -> Optional[Callable[[], onnx.ModelProto]]:

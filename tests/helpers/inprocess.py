@@ -21,6 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 import conf
 from runner.api import run_composed
 from runner.config_keys import register_configs
+from runner.files.rundir import RunDirGuard, release_run_dir
 from tests.helpers.cli import RunResult
 
 CONF_DIR = str(Path(conf.__file__).resolve().parent)
@@ -53,6 +54,13 @@ def run_in_process(
     cfg = compose("config", overrides=[*overrides, f"hydra.run.dir={run_dir}"], return_hydra_config=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     out, err = io.StringIO(), io.StringIO()
+    try:  # as Hydra's launcher does, before its job logging opens runner.log there
+        with contextlib.redirect_stderr(err):
+            RunDirGuard().on_run_start(cfg)
+    except SystemExit as e:
+        release_run_dir(run_dir)  # as the process that exits would
+        return RunResult(int(e.code or 0), "", err.getvalue(), run_dir)
+    # the directory is locked by this process from here: the run takes it over
     root = logging.getLogger()
     handlers: List[logging.Handler] = [logging.StreamHandler(out), logging.FileHandler(run_dir / "runner.log")]
     for h in handlers:
@@ -66,6 +74,7 @@ def run_in_process(
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = run_composed(cfg, run_dir, started=started)
     finally:
+        release_run_dir(run_dir)  # a run that stopped before it took the directory over: as its process's end
         os.chdir(previous_cwd)
         root.setLevel(level)
         for h in handlers:
