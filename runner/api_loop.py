@@ -24,7 +24,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from runner.candidates import Candidate, Verdict
 
 #: the keyword arguments of ``run_check`` that describe the data (``RunContext``'s), not the checker
-CONTEXT_KEYS = ("inputs", "golden", "data_loader", "val_range", "seed", "iterations", "model_input_shapes")
+CONTEXT_KEYS = (
+    "inputs",
+    "golden",
+    "data_loader",
+    "data_loader_max_samples",
+    "val_range",
+    "seed",
+    "iterations",
+    "model_input_shapes",
+)
 
 
 def run_check(
@@ -46,8 +55,8 @@ def run_check(
         model: the model whose inputs and golden values ``compare`` and ``validate`` use (``model=``); not
             needed by a command or a callable.
         options: the checker's keys (``rtol=0.05``, ``fail_regex=[...]``) and the data's
-            (``inputs``, ``golden``, ``data_loader``, ``val_range``, ``seed``, ``iterations``,
-            ``model_input_shapes``), as on the command line.
+            (``inputs``, ``golden``, ``data_loader``, ``data_loader_max_samples``, ``val_range``, ``seed``,
+            ``iterations``, ``model_input_shapes``), as on the command line.
 
     Returns:
         The verdict (``passed``, ``reason``, ``returncode``, ``outputs``...).
@@ -108,8 +117,16 @@ def sort_artifacts(
 
     Raises:
         ArtifactError: the directory cannot be written, or a file cannot be moved.
+        ApiError: ``paths`` is one string or path (its letters are no list of files) or holds something else.
     """
+    from runner.errors import ApiError
     from runner.files.artifacts import ArtifactSorter
+
+    if isinstance(paths, (str, Path)):
+        raise ApiError(f"sort_artifacts(paths={str(paths)!r}): give a list of files or folders, e.g. [{str(paths)!r}]")
+    wrong = [p for p in paths if not isinstance(p, (str, Path))]
+    if wrong:
+        raise ApiError(f"sort_artifacts(paths=...): {wrong[0]!r} is no path; give files or folders as str or Path")
 
     judged = verdict if isinstance(verdict, Verdict) else Verdict(bool(verdict))
     return ArtifactSorter([str(p) for p in paths], Path(artifacts_dir)).sort(iteration, judged)
@@ -150,4 +167,6 @@ def _context(model: Path, scratch: Path, data: Dict[str, Any]) -> Any:
     from runner.context import RunContext
 
     shapes = data.pop("model_input_shapes", None)
+    if "data_loader_max_samples" in data:  # the run's key for the context's bound
+        data["max_samples"] = data.pop("data_loader_max_samples")
     return RunContext(mode="check", run_dir=scratch, model_path=model.absolute(), input_shapes=shapes, **data)

@@ -39,6 +39,7 @@ from runner.files.inputs import same_file
 from runner.files.ledger import record, written_for
 from runner.files.reservations import abandoned, create_held, held, reserve
 from runner.files.rundir import run_owns
+from runner.write_guard import OWN_NAMES, is_device
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,16 @@ def _plan_into(
         if not given:
             continue
         path = Path(given).absolute()
+        if path.name in OWN_NAMES:
+            raise ArtifactError(f"{option}={given}: {path.name} is this tool's own bookkeeping; choose another name")
+        if is_device(path):
+            if option != "log_file":
+                raise ArtifactError(
+                    f"{option}={given} is a device, not a file; name a file (log_file= may be a device: "
+                    "log_file=/dev/null discards, as Polygraphy's --log-file does)"
+                )
+            plan.paths[option] = path  # written as the device it is: nothing reserved, replaced or recorded
+            continue
         _check_writable(option, path)
         if value:
             _refuse_protected(plan, option, given, path)

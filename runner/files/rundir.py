@@ -116,6 +116,7 @@ def record_run_dir(path: Path, names: Iterable[str] = RUN_NAMES, patterns: Itera
         return
     record_run_files(Path(path), sorted({*names, *(n for n in present if _run_name(n, (), patterns))}))
 
+
 #: run directory (resolved) -> open lock file descriptor, for the directories this process holds
 _HELD: Dict[Path, int] = {}
 
@@ -142,6 +143,7 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
         return path
     try:
         path.mkdir(parents=True, exist_ok=True)
+        made = not os.path.lexists(path / LOCK_NAME)
         fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
         raise ArtifactError(
@@ -162,6 +164,9 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
     try:
         refuse_foreign(path, option)
     except ArtifactError:
+        if made:  # a refused folder is left as it was
+            with contextlib.suppress(OSError):
+                os.unlink(path / LOCK_NAME)
         os.close(fd)
         raise
     os.ftruncate(fd, 0)

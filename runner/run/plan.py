@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -168,6 +168,8 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     modules = [config.get("data_loader"), OmegaConf.select(config, "checker.target")]
     args = OmegaConf.select(config, "checker.args")
     read = files_read(model, data, modules, OmegaConf.select(config, "checker.cmd"), plain(args) if args else ())
+    for path in _tactics_read(config):
+        read.setdefault(path, "a tactics file diff_tactics reads")
     return RunPlan(
         mode=mode,
         config=config,
@@ -178,6 +180,16 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
         executor=executor,
         takes_checker=bool(config.mode.get("takes_checker")),
     )
+
+
+def _tactics_read(config: DictConfig) -> List[Path]:
+    """The tactics files ``mode=diff_tactics`` reads: ``good=`` and ``bad=``, and those in ``dir=``'s ``good/`` and
+    ``bad/`` (none for other modes)."""
+    listed = [*(config.get("good") or []), *(config.get("bad") or [])]
+    folder = config.get("dir")
+    if folder:
+        listed += [p for side in ("good", "bad") for p in sorted((Path(str(folder)) / side).glob("*"))]
+    return [Path(str(p)).absolute() for p in listed if Path(str(p)).is_file()]
 
 
 def _with_cache(read: Dict[Path, str], cache: Optional[str], config: DictConfig) -> Dict[Path, str]:
