@@ -61,8 +61,12 @@ RUN_NAMES = (
 #: the run directory's names that vary with the run (the iteration artifact by suffix and worker, a worker's
 #: tactics)
 RUN_PATTERNS = ("iter_artifact*", "tactics_w*.json")
-#: the names a multirun writes in its sweep directory (Hydra's, the comparison table)
+#: the names a multirun writes in its sweep directory (Hydra's, the comparison table); its jobs' folders are
+#: numbered (Hydra's ``hydra.sweep.subdir``), so a numbered entry there is held to the rule too
 SWEEP_NAMES = ("multirun.yaml", "sweep.json")
+#: what Hydra writes into a job's directory before the job runs (a sweep's job, or a re-run from a snapshot,
+#: whose config holds no callback): the run takes them for its own when it locks the directory
+HYDRA_JOB_FILES = (".hydra", "runner.log")
 
 
 def _run_name(name: str, names: Iterable[str], patterns: Iterable[str]) -> bool:
@@ -83,21 +87,36 @@ def run_owns(run_dir: Path, path: Path) -> bool:
 
 
 def refuse_foreign(
-    path: Path, option: str, names: Iterable[str] = RUN_NAMES, patterns: Iterable[str] = RUN_PATTERNS
+    path: Path,
+    option: str,
+    names: Iterable[str] = RUN_NAMES,
+    patterns: Iterable[str] = RUN_PATTERNS,
+    numbered: bool = False,
+    written: Iterable[str] = (),
 ) -> None:
     """Refuse ``path`` as a run (or sweep) directory when it holds an entry of a name the run would replace that no
     run of this tool recorded there; else claim the free names for this run (``runner.files.ledger``).
 
+    Args:
+        path: the directory. option: the key naming it, for the message.
+        names, patterns: the names the run writes there (exact, and ``fnmatch`` patterns).
+        numbered: a numbered entry is one too (a sweep's job folders).
+        written: names Hydra wrote for this run already (``HYDRA_JOB_FILES``): the run's.
+
     Raises:
         ArtifactError: naming the entries, the key and what to do.
     """
-    names, patterns = tuple(names), tuple(patterns)
+    names, patterns, written = tuple(names), tuple(patterns), tuple(written)
     try:
         present = sorted(os.listdir(path))
     except OSError:
         return  # not made yet: lock_run_dir makes it, or says why it cannot
     yours: List[str] = [
-        name for name in present if _run_name(name, names, patterns) and not run_file(Path(path) / name)
+        name
+        for name in present
+        if (_run_name(name, names, patterns) or (numbered and name.isdigit()))
+        and name not in written
+        and not run_file(Path(path) / name)
     ]
     if yours:
         shown = ", ".join(yours[:6]) + (f" and {len(yours) - 6} more" if len(yours) > 6 else "")
@@ -121,7 +140,7 @@ def record_run_dir(path: Path, names: Iterable[str] = RUN_NAMES, patterns: Itera
 _HELD: Dict[Path, int] = {}
 
 
-def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
+def lock_run_dir(path: Path, option: str = "hydra.run.dir", hydra_wrote: bool = False) -> Path:
     """Create ``path`` if needed and hold an exclusive lock on it until ``release_run_dir``; when the lock is
     first taken, refuse a directory holding files of the user's under names the run writes (``refuse_foreign``).
 
@@ -130,6 +149,8 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
     Args:
         path: the run directory.
         option: the key that names it, for error messages.
+        hydra_wrote: Hydra has written its job files there already (``HYDRA_JOB_FILES``: a sweep's job, a re-run
+            from a snapshot): they are the run's.
 
     Returns:
         The directory, resolved.
@@ -162,7 +183,7 @@ def lock_run_dir(path: Path, option: str = "hydra.run.dir") -> Path:
             f"{option}={path}: cannot lock it ({e.strerror}); choose another with {option}=DIR"
         ) from None
     try:
-        refuse_foreign(path, option)
+        refuse_foreign(path, option, written=HYDRA_JOB_FILES if hydra_wrote else ())
     except ArtifactError:
         if made:  # a refused folder is left as it was
             with contextlib.suppress(OSError):
@@ -234,7 +255,7 @@ class RunDirGuard(Callback):
                     f"hydra.sweep.dir={sweep} is not a writable directory ({e.strerror}); "
                     "choose another with hydra.sweep.dir=DIR"
                 ) from None
-            refuse_foreign(sweep, "hydra.sweep.dir", SWEEP_NAMES, ())
+            refuse_foreign(sweep, "hydra.sweep.dir", SWEEP_NAMES, (), numbered=True)
 
         _guard(make)
 

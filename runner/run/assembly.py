@@ -132,6 +132,16 @@ def _raise_cause(e: Exception) -> NoReturn:
     raise e
 
 
+def _under_hydra() -> bool:
+    """Whether Hydra's config is set for this run: a job Hydra started, which may have written its job files
+    (``runner.files.rundir.HYDRA_JOB_FILES``) before the run, or the API's composed run, which writes neither."""
+    try:
+        HydraConfig.get()
+    except ValueError:
+        return False
+    return True
+
+
 def _overrides() -> List[str]:
     """The user's command-line overrides (none known outside Hydra)."""
     try:
@@ -227,7 +237,9 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     Raises:
         RunnerError: a user error at any step (the parts built so far are on the stacks).
     """
-    state.directory = directory = lock_run_dir(run_dir(state.cfg))
+    # a directory the guard of Hydra's run start did not lock (a sweep's job, a re-run from a snapshot) holds what
+    # Hydra wrote for this job already
+    state.directory = directory = lock_run_dir(run_dir(state.cfg), hydra_wrote=_under_hydra())
     holds.callback(release_run_dir, directory)
     refuse_finished(directory, bool(state.cfg.get("reuse_run_dir", False)))
     state.summary_path = directory / "summary.json"
