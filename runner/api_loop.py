@@ -29,6 +29,7 @@ CONTEXT_KEYS = (
     "golden",
     "data_loader",
     "data_loader_max_samples",
+    "data_loader_max_mb",
     "val_range",
     "seed",
     "iterations",
@@ -167,6 +168,10 @@ def _context(model: Path, scratch: Path, data: Dict[str, Any]) -> Any:
     from runner.context import RunContext
 
     shapes = data.pop("model_input_shapes", None)
-    if "data_loader_max_samples" in data:  # the run's key for the context's bound
+    if "data_loader_max_samples" in data:  # the run's keys for the context's bounds
         data["max_samples"] = data.pop("data_loader_max_samples")
-    return RunContext(mode="check", run_dir=scratch, model_path=model.absolute(), input_shapes=shapes, **data)
+    if "data_loader_max_mb" in data:
+        data["max_sample_mb"] = data.pop("data_loader_max_mb")
+    return RunContext(  # a file judged alone may be any subgraph: every sample keeps every tensor
+        mode="check", run_dir=scratch, model_path=model.absolute(), input_shapes=shapes, cuts_tensors=True, **data
+    )

@@ -115,6 +115,8 @@ class ModeConf:
     keys: Optional[str] = None
     default_output: Optional[str] = None  # the file ``output=`` names when unset (reduce, precision)
     takes_checker: bool = False  # the strategy is given the built checker (``checker=``) instead of the lifecycle
+    # its candidates may be subgraphs fed any tensor of the model (reduce): every sample keeps every tensor's value
+    cuts_tensors: bool = False
     help: str = ""  # its lines in ``--help`` (``runner.terminal.help``)
     help_order: int = 100  # where ``--help`` lists it
 
@@ -350,6 +352,7 @@ class DataKeys(CheckedKeys):
     val_range: Any = None  # generated inputs: [lo, hi] or {input: [lo, hi], default: [lo, hi]}
     iterations: int = candidate(1)  # generated inputs: how many samples (Polygraphy's --iterations)
     data_loader_max_samples: int = candidate(1000)  # the most samples a data_loader= is read for
+    data_loader_max_mb: float = candidate(64.0)  # ... and the most megabytes of input arrays it brings
 
 
 @dataclass

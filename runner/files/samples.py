@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 Sample = Dict[str, np.ndarray]
 #: the most samples a data loader is read for when ``data_loader_max_samples=`` is not given
 DEFAULT_MAX_SAMPLES = 1000
+#: the most megabytes of input arrays a data loader brings when ``data_loader_max_mb=`` is not given: every check
+#: runs every sample, and a run holds each sample's inputs and compared outputs for its whole length
+DEFAULT_MAX_MB = 64.0
 Range = Tuple[float, float]
 
 
@@ -54,10 +57,18 @@ def _polygraphy(option: str, path: Path) -> Any:
 
 
 def _arrays(obj: Any, where: str) -> Sample:
-    """A decoded feed dict as ``{name: ndarray}``, or a one-line error."""
+    """A decoded feed dict as ``{name: ndarray}``, or a one-line error (values of the wrong kind for the model's
+    inputs are ``runner.graph.feeds.model_sample``'s)."""
     if not isinstance(obj, Mapping) or not all(isinstance(k, str) for k in obj):
         raise ConfigError(f"{where} is not a mapping of tensor names to arrays; write feed dicts")
-    return {k: np.asarray(v) for k, v in obj.items()}
+    arrays = {}
+    for name, value in obj.items():
+        try:
+            array = np.asarray(value)
+        except (ValueError, TypeError) as e:  # ragged lists
+            raise ConfigError(f"{where}: {name} is no array ({first_line(e)}); give a numpy array") from None
+        arrays[name] = array
+    return arrays
 
 
 def _polygraphy_error(option: str, path: Path, e: Exception) -> ConfigError:
@@ -165,16 +176,18 @@ def _script_function(target: str, script: Path, fn_name: str) -> Any:
     return getattr(module, fn_name)
 
 
-def loader_samples(target: str, cap: int = DEFAULT_MAX_SAMPLES) -> List[Sample]:
-    """Call the data loader and read the feed dicts its iterable yields, lazily and at most ``cap`` of them:
-    ``data_loader=pkg.module.fn``, or a script as Polygraphy's ``--data-loader-script`` takes it
-    (``loader.py:fn``; ``loader.py`` for its ``load_data``). A loader that yields more (one that never ends)
-    is read no further, with one warning naming ``data_loader_max_samples=``; a loader that takes a while
-    says how far it got every ``PROGRESS_S`` seconds.
+def loader_samples(target: str, cap: int = DEFAULT_MAX_SAMPLES, cap_mb: float = DEFAULT_MAX_MB) -> List[Sample]:
+    """Call the data loader and read the feed dicts its iterable yields, lazily and at most ``cap`` of them and
+    ``cap_mb`` megabytes of arrays: ``data_loader=pkg.module.fn``, or a script as Polygraphy's
+    ``--data-loader-script`` takes it (``loader.py:fn``; ``loader.py`` for its ``load_data``). A loader that yields
+    more (one that never ends) is read no further, with one warning naming the bound it met and its key
+    (``data_loader_max_samples=``, ``data_loader_max_mb=``); a loader that takes a while says how far it got every
+    ``PROGRESS_S`` seconds. The first sample is always read, whatever its size.
 
     Args:
         target: ``data_loader=`` as given.
         cap: the most samples read (``data_loader_max_samples=``), 1 or more.
+        cap_mb: the most megabytes (2**20 bytes) of arrays read (``data_loader_max_mb=``), above 0.
 
     Returns:
         The samples read, in the loader's order.
@@ -186,6 +199,8 @@ def loader_samples(target: str, cap: int = DEFAULT_MAX_SAMPLES) -> List[Sample]:
     """
     if not isinstance(cap, int) or cap < 1:
         raise ConfigError(f"data_loader_max_samples={cap}: give how many samples a data loader may yield, 1 or more")
+    if not isinstance(cap_mb, (int, float)) or not math.isfinite(cap_mb) or cap_mb <= 0:
+        raise ConfigError(f"data_loader_max_mb={cap_mb}: give how many megabytes of samples a data loader may bring")
     script = script_target(target)
     if script is not None:
         fn = _script_function(target, *script)
@@ -193,7 +208,7 @@ def loader_samples(target: str, cap: int = DEFAULT_MAX_SAMPLES) -> List[Sample]:
         fn = _module_function(target)
     if not callable(fn):
         raise ConfigError(f"data_loader={target} is not a function; name a function returning feed dicts")
-    return _collect(target, fn, cap)
+    return _collect(target, fn, cap, int(cap_mb * 2**20))
 
 
 def _module_function(target: str) -> Any:
@@ -221,8 +236,9 @@ def _module_function(target: str) -> Any:
 PROGRESS_S = 2.0
 
 
-def _collect(target: str, fn: Any, cap: int) -> List[Sample]:
-    """At most ``cap`` feed dicts ``fn()`` yields (one more is asked for, to tell a loader past the cap).
+def _collect(target: str, fn: Any, cap: int, cap_bytes: int) -> List[Sample]:
+    """At most ``cap`` feed dicts ``fn()`` yields, and at most ``cap_bytes`` of arrays but the first (one more is
+    asked for, to tell a loader past the cap).
 
     Raises:
         ConfigError: it raises or exits, yields something that is not a feed dict, or yields nothing.
@@ -230,15 +246,22 @@ def _collect(target: str, fn: Any, cap: int) -> List[Sample]:
     samples: List[Sample] = []
     start = last = time.monotonic()
     size = 0
-    past_cap = False
+    past: Optional[str] = None
     try:
         for i, item in enumerate(fn()):
             if i == cap:
-                past_cap = True
+                past = f"more than {cap} samples (data_loader_max_samples=N reads up to N)"
                 break
             sample = _arrays(item, f"data_loader={target} item {i}")
+            nbytes = sum(a.nbytes for a in sample.values())
+            if samples and size + nbytes > cap_bytes:
+                past = (
+                    f"more than {cap_bytes / 2**20:g} MB of samples ({nbytes / 2**20:.2f} MB each; "
+                    "data_loader_max_mb=N reads up to N MB)"
+                )
+                break
             samples.append(sample)
-            size += sum(a.nbytes for a in sample.values())
+            size += nbytes
             if time.monotonic() - last >= PROGRESS_S:
                 last = time.monotonic()
                 log.info(
@@ -255,12 +278,8 @@ def _collect(target: str, fn: Any, cap: int) -> List[Sample]:
         raise
     if not samples:
         raise ConfigError(f"data_loader={target} yielded no feed dicts; yield at least one")
-    if past_cap:
-        log.warning(
-            "data_loader=%s yields more than %d samples; the run uses the first %d (data_loader_max_samples=N "
-            "reads up to N)",
-            target, cap, cap,
-        )  # fmt: skip
+    if past is not None:
+        log.warning("data_loader=%s yields %s; the run uses the first %d", target, past, len(samples))
     return samples
 
 

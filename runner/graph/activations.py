@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Sequence
+from typing import Dict, Iterable, Iterator, List, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -50,6 +50,27 @@ def run_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], names: 
     except Exception as e:
         raise ModelError(f"ONNX Runtime cannot run the model: {first_line(e)}") from None
     return {name: np.asarray(value) for name, value in zip(names, values)}
+
+
+def run_tensors_each(
+    model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
+) -> Iterator[Dict[str, np.ndarray]]:
+    """``run_tensors`` for each of ``samples`` in turn, from one session: the values of ``names`` (top-level
+    tensors), one sample at a time.
+
+    Raises:
+        ModelError: when ONNX Runtime cannot load or run the model.
+    """
+    names = list(dict.fromkeys(names))
+    if not samples:
+        return
+    sess = session_for(marked(model, names), level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    for feeds in samples:
+        try:
+            values = sess.run(names, dict(feeds))
+        except Exception as e:
+            raise ModelError(f"ONNX Runtime cannot run the model: {first_line(e)}") from None
+        yield {name: np.asarray(value) for name, value in zip(names, values)}
 
 
 def run_all_tensors(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:

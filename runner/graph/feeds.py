@@ -207,12 +207,22 @@ def model_sample(model: onnx.ModelProto, sample: Mapping[str, np.ndarray], sourc
     its input's declared type.
 
     Raises:
-        ConfigError: when the sample lacks one of the model's inputs.
+        ConfigError: when the sample lacks one of the model's inputs, or holds text or objects for a numeric one.
     """
     missing = [i.name for i in graph_inputs(model) if i.name not in sample]
     if missing:
         raise ConfigError(f"{source} lacks model inputs {missing}; save every input of the model")
-    return {i.name: as_declared(np.asarray(sample[i.name]), i.type.tensor_type.elem_type) for i in graph_inputs(model)}
+    out = {}
+    for i in graph_inputs(model):
+        value, declared = np.asarray(sample[i.name]), i.type.tensor_type.elem_type
+        if value.dtype.kind not in "biufc" and declared != onnx.TensorProto.STRING:
+            shown = str(value.ravel()[:1].tolist())[:40]
+            raise ConfigError(
+                f"{source}: input {i.name} holds {value.dtype.name} values such as {shown}, and the model takes "
+                f"{helper.tensor_dtype_to_string(declared) if declared else 'numbers'}; give numeric arrays"
+            )
+        out[i.name] = as_declared(value, declared)
+    return out
 
 
 def model_feeds(

@@ -174,6 +174,8 @@ def _context(
         seed=plan.get("seed", 0),
         data_loader=plan.get("data_loader"),
         max_samples=plan.get("data_loader_max_samples", 1000),
+        max_sample_mb=plan.get("data_loader_max_mb", 64.0),
+        cuts_tensors=bool(plan.config.mode.get("cuts_tensors")),
         val_range=plan.get("val_range"),
         iterations=plan.get("iterations", 1),
         workers=executor.workers if executor is not None else 1,

@@ -153,6 +153,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     config = _frozen(OmegaConf.to_container(cfg, resolve=True))
     check_key_uses(mode, config, overrides)
     _check_iterations(config, overrides)
+    _check_loader_bounds(config, overrides)
     checker = checker_plan(config) if config.get("checker") is not None else None
     executor = _executor_plan(config) if mode_uses(mode, "executor") else None
     if checker is not None and checker.isolate and executor is not None and executor.name in ("processes", "dask"):
@@ -228,6 +229,20 @@ def _check_iterations(config: DictConfig, overrides: Sequence[str]) -> None:
     """
     if "iterations" in set_keys(overrides) and (config.get("inputs") or config.get("data_loader")):
         raise ConfigError(ITERATIONS_WITH_SAMPLES)
+
+
+def _check_loader_bounds(config: DictConfig, overrides: Sequence[str]) -> None:
+    """A data loader's bounds (``data_loader_max_samples=``, ``data_loader_max_mb=``) set with no
+    ``data_loader=``: they bound nothing, so they are one line, not a key taken and ignored.
+
+    Raises:
+        ConfigError: one of them set without a data loader.
+    """
+    given = [k for k in ("data_loader_max_samples", "data_loader_max_mb") if k in set_keys(overrides)]
+    if given and not config.get("data_loader"):
+        raise ConfigError(
+            f"{given[0]}= bounds what a data_loader= yields, and none is given; drop it, or give data_loader="
+        )
 
 
 def checker_plan(config: DictConfig) -> CheckerPlan:

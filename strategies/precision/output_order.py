@@ -107,7 +107,7 @@ class OutputErrorOrder:
         allowance = self.budget.allowance() if self.budget is not None else None
         try:
             order = output_error_ranking(
-                builds, self.model, self.ctx.samples, backend, self.ctx.lanes, built, allowance
+                builds, self.model, self.ctx.ranking_samples, backend, self.ctx.lanes, built, allowance
             )
         except RankingAbandoned as e:
             log.info(

@@ -172,7 +172,9 @@ def introduced_order(
     # chunks sized by each tensor's bytes from shape inference alone: no extra fp32 run of the model
     sizes = ctx.tensor_sizes(model, measure=False) if ranking_budget is not None else None
     backend = ranking_backend(checker)
-    order = introduced_ranking(model, layers, ctx.samples, low, backend, target, ctx.lanes, ranking_budget, sizes)
+    order = introduced_ranking(
+        model, layers, ctx.ranking_samples, low, backend, target, ctx.lanes, ranking_budget, sizes
+    )
     if order is None:
         order = sensitivity_ranking(model, layers, ctx.summaries)
     else:

@@ -26,7 +26,7 @@ from runner.checkers.compare.judge import Judge
 from runner.checkers.compare.lowering import Lowering
 from runner.checkers.compare.noise import NoiseFloor
 from runner.checkers.compare.outputs import check_compared, check_names, compared
-from runner.checkers.compare.reference import reference_run
+from runner.checkers.compare.reference import reference_run, reference_samples
 from runner.checkers.compare.spread import ADVICE, DETECTION_ADVICE, measure, witnesses
 from runner.checkers.compare.switched import SwitchedRuns
 from runner.checkers.compare.tolerance import Tolerances
@@ -226,7 +226,14 @@ class CompareChecker(Checker):
         model, samples, golden = ctx.model, ctx.samples, ctx.golden_samples
         self._golden_made_here = golden is None and self.reference_name == "onnxruntime"
         if golden is None:
-            golden = [self.reference_values(model, feeds, ctx if i == 0 else None) for i, feeds in enumerate(samples)]
+            # the first sample keeps every tensor (the run's shared fp32 values); the others what checks need: all
+            # where a candidate may be fed any tensor (reduce) or save_golden= keeps them for one, else their inputs
+            # and compared outputs: a thousand samples hold a thousand outputs, not a thousand of every activation
+            kept = None if ctx.cuts_tensors or ctx.save_golden else self._compared(model)
+            golden = [self.reference_values(model, samples[0], ctx)]
+            golden += reference_samples(
+                self.reference_name, model, samples[1:], kept, self.providers, self.provider_options
+            )
         else:
             check_golden(model, golden, samples, ctx.golden, bool(ctx.inputs or ctx.data_loader))
         made = [through_casts(model, {**feeds, **values}) for feeds, values in zip(samples, golden)]

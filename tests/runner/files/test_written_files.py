@@ -187,8 +187,42 @@ def test_a_loader_that_never_ends_is_read_to_its_cap(run, tmp_path, chain):
         "data_loader_max_samples=7",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "yields more than 7 samples; the run uses the first 7" in r.stdout + r.stderr
+    assert "yields more than 7 samples (data_loader_max_samples=N reads up to N); the run uses the first 7" in (
+        r.stdout + r.stderr
+    )
     assert np.isfinite(r.summary["wall_s"])
+
+
+def test_a_loader_of_large_samples_is_read_to_its_memory_bound(run, tmp_path, chain):
+    """Issue 74: an endless image loader read 1,000 samples of 1.2 MB and the run was killed at 12 GB."""
+    loader = tmp_path / "pages.py"
+    loader.write_text(  # 1 MiB a sample: an image loader's
+        "import numpy as np\ndef load():\n    while True:\n        yield {'x': np.ones((1, 4), np.float32), "
+        "'pixels': np.zeros(2**18, np.float32)}\n"
+    )
+    r = run(
+        "mode=repeat", "until=1", f"model={chain}", "checker=compare", f"data_loader={loader}:load",
+        "data_loader_max_mb=3.5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if "yields more than" in x)
+    assert "more than 3.5 MB of samples (1.00 MB each; data_loader_max_mb=N reads up to N MB)" in line
+    assert line.endswith("the run uses the first 3")
+
+
+@pytest.mark.parametrize("key", ["data_loader_max_samples=5", "data_loader_max_mb=8"])
+def test_a_loader_bound_without_a_loader_is_one_line(run, chain, key):
+    r = run("mode=repeat", "until=1", f"model={chain}", "checker=compare", key)
+    one_line_error(r, key.split("=")[0], "no", "data_loader=", code=2)
+
+
+@pytest.mark.parametrize("yielded", ["'text'", "np.array(['a', 'b'])", "[[1.0], [1.0, 2.0]]"])
+def test_a_loader_yielding_no_numbers_is_one_line(run, tmp_path, chain, yielded):
+    """Was ``ValueError: could not convert string to float`` as a traceback."""
+    loader = tmp_path / "words.py"
+    loader.write_text(f"import numpy as np\ndef load():\n    yield {{'x': {yielded}}}\n")
+    r = run("mode=repeat", "until=1", f"model={chain}", "checker=compare", f"data_loader={loader}:load")
+    one_line_error(r, "data_loader=", "x", code=2)
 
 
 @pytest.mark.parametrize(
