@@ -466,9 +466,14 @@ def data_file_name(value: Any) -> Optional[str]:
     if value is None or value == "":
         return None
     name = str(value)
-    if "/" in name or "\\" in name or name in (".", "..") or name.endswith(".onnx"):
+    if "/" in name or "\\" in name or name in (".", ".."):
         raise ConfigError(
             f"external_data_path={name}: give a file name, e.g. weights.bin (it goes beside output= and min_good=)"
+        )
+    if name.lower().endswith(".onnx"):
+        raise ConfigError(
+            f"external_data_path={name}: a data file named like a model would be taken for one; give it another "
+            f"suffix, e.g. {name[:-5]}.bin"
         )
     return name
 

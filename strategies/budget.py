@@ -22,6 +22,8 @@ Units = FrozenSet[int]
 #: the pace at which ``Budget.over`` expects the answer's weights to be written, and read back by its check (bytes a
 #: second): a cautious figure for a local disk, so that a 2.4 GB answer is given 12 s for each
 WRITE_BYTES_PER_S = 200e6
+#: seconds ``Budget.over`` keeps for what follows the answer's check: the summary, the replay, the process's end
+FINISH_S = 1.0
 
 
 @dataclass
@@ -34,6 +36,8 @@ class Budget:
         started: when the run started (``time.monotonic``).
         answer_bytes: the bytes of weights the answer is written with (its writing is kept room for).
         spent: checks made so far (not replayed).
+        slowest: the seconds of the slowest check so far: a candidate checked as built (a gate), as the answer's
+            own check is, costs more than the search's switched checks.
         best: the smallest unit set with the verdict the search looks for, checked so far.
         stopped: why the search stopped short ("" while it has not).
     """
@@ -43,6 +47,7 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     answer_bytes: int = 0
     spent: int = 0
+    slowest: float = 0.0
     best: Optional[Units] = None
     stopped: str = ""
 
@@ -63,25 +68,29 @@ class Budget:
             raise ConfigError(f"budget.seconds={seconds}: give how many seconds this run may take, above 0")
         return cls(checks, None if seconds is None else float(seconds), started, answer_bytes)
 
-    def took(self, units: Optional[Units], hit: bool, reused: bool) -> None:
-        """Count one verdict: a check unless it was replayed; a hit of fewer units is the best so far."""
+    def took(self, units: Optional[Units], hit: bool, reused: bool, seconds: Optional[float] = None) -> None:
+        """Count one verdict: a check unless it was replayed (``seconds``: what it took where it ran); a hit of
+        fewer units is the best so far."""
         if not reused:
             self.spent += 1
+            self.slowest = max(self.slowest, seconds or 0.0)
         if hit and units is not None and (self.best is None or len(units) < len(self.best)):
             self.best = units
 
     def over(self) -> str:
         """Why the budget is spent ("" while it is not): the limit reached. ``seconds`` keeps room for the answer's
-        own check and its writing: the search stops once the time left is under two checks at the pace so far plus
-        the answer's weights written and read back at ``WRITE_BYTES_PER_S``, so that the verified answer comes
+        own check and its writing: the search stops once the time left is under two checks at the pace so far (a
+        round in flight), the slowest check so far (the answer is checked as built, as the gates were), the answer's
+        weights written and read back at ``WRITE_BYTES_PER_S`` and ``FINISH_S``, so that the verified answer comes
         within the limit (a 2.4 GB decoder's answer took 10 s to write and 12 s to check from its file on an H200
-        machine, where two checks at the run's pace were 5 s)."""
+        machine, where two checks at the run's pace were 5 s; the detector at 15 s ended at 15.8 s while its
+        switched checks' pace alone was kept)."""
         if self.checks is not None and self.spent >= self.checks:
             return f"budget.checks={self.checks} reached"
         elapsed = time.monotonic() - self.started
         pace = elapsed / self.spent if self.spent else 0.0
         answer = 2 * self.answer_bytes / WRITE_BYTES_PER_S  # written, then read back by its check
-        if self.seconds is not None and elapsed + 2 * pace + answer >= self.seconds:
+        if self.seconds is not None and elapsed + 2 * pace + self.slowest + answer + FINISH_S >= self.seconds:
             return f"budget.seconds={self.seconds:g} reached ({elapsed:.0f} s, room kept for the answer's check)"
         return ""
 

@@ -340,7 +340,7 @@ class OnnxSearchStrategy(RoundStrategy):
             assert verdict is not None, "a round with gates is never settled early"
             self.gates.popleft()
             if self.budget is not None:
-                self.budget.took(units, verdict.passed == self.hit_on_pass, verdict.reused)
+                self.budget.took(units, verdict.passed == self.hit_on_pass, verdict.reused, verdict.check_s)
             if units is not None:
                 self._keep_outputs(units, verdict)
             if verdict.passed != gate.expect_pass:
@@ -354,7 +354,9 @@ class OnnxSearchStrategy(RoundStrategy):
         for units, verdict in zip(self._round, searched):
             if verdict is not None:
                 if self.budget is not None:
-                    self.budget.took(self.closure(units), verdict.passed == self.hit_on_pass, verdict.reused)
+                    self.budget.took(
+                        self.closure(units), verdict.passed == self.hit_on_pass, verdict.reused, verdict.check_s
+                    )
                 self._keep_outputs(units, verdict)
                 self.on_search_verdict(units, verdict)
                 if verdict.reused and not verdict.sealed and verdict.passed != self.hit_on_pass:

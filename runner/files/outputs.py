@@ -191,8 +191,11 @@ def _plan_into(
         _refuse_shared(requested, option, path)
         requested[option] = path
         if run_dir is None or not run_owns(run_dir, path):
-            path = _claim(plan, option, path, bool(value), overwrite)
+            data = option in MODEL_OUTPUTS and not (data_name and option in ANSWERS)
+            path = _claim(plan, option, path, bool(value), overwrite, data)
             plan.named[path] = option
+            if data:  # the model's ``<name>.data``, written with external data: recorded as this option's
+                plan.named[_data_of(path)] = f"{option}:data"
         _refuse_protected(plan, option, given, path, data_name)
         _refuse_shared(plan.paths, option, path)
         _check_writable(option, path)
@@ -231,11 +234,19 @@ def _refuse_protected(
     """
     for target in [path, *_companions(option, path, data_name)]:
         for p, what in plan.protected.items():
-            if same_file(target, p):
+            if not same_file(target, p):
+                continue
+            if target == path:
+                raise ArtifactError(f"{option}={given} would overwrite {what} {p}; choose another {option}=")
+            if data_name and option in ANSWERS:  # the data file is the user's name: blame the key that gave it
                 raise ArtifactError(
-                    f"{option}={given} would overwrite {what} {p}"
-                    f"{f' (through {target})' if target != path else ''}; choose another {option}="
+                    f"external_data_path={data_name} would overwrite {what} {p} (the data file beside {option}=); "
+                    "choose another external_data_path="
                 )
+            raise ArtifactError(
+                f"{option}={given} would overwrite {what} {p} (its external data file {target.name}); choose another "
+                f"{option}="
+            )
 
 
 def _claim_data_file(
@@ -274,14 +285,35 @@ def _claim_data_file(
     plan.named[path] = key
 
 
-def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bool) -> Path:
+def _data_of(path: Path) -> Path:
+    """The data file a model written to ``path`` with external data gets beside it (``<name>.data``)."""
+    return path.with_name(path.name + ".data")
+
+
+def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bool, data: bool = False) -> Path:
     """The path ``option`` writes, reserved for this run: ``path`` itself when it is free, or when the user
     named it and it may be replaced (``overwrite``, or an earlier run wrote it for this option); else the
-    first free ``stem_N.suffix``, with a warning line.
+    first free ``stem_N.suffix``, with a warning line. With ``data`` (a model, whose external data goes to
+    ``<name>.data`` beside it, and whose save removes a stale one there), a name is free only where that file is
+    absent or an earlier run wrote it for this option (or ``overwrite`` for a name the user gave).
 
     Raises:
         OSError: the directory cannot be written.
     """
+
+    def data_free(candidate: Path, may_replace: bool = False) -> bool:
+        beside = _data_of(candidate)
+        return not data or not os.path.lexists(beside) or may_replace or written_for(beside) == f"{option}:data"
+
+    if not data_free(path, overwrite and named):
+        free, fd = reserve(path, data_free)
+        plan.reserved[free] = fd
+        log.warning(
+            "%s exists and no run of this tool wrote it for %s=; writing %s=%s instead, so that its external data "
+            "never replaces that file%s",
+            _data_of(path), option, option, free, " (overwrite=true replaces it)" if named else "",
+        )  # fmt: skip
+        return free
     fd = create_held(path) if not os.path.lexists(path) else None
     if fd is not None:
         plan.reserved[path] = fd
@@ -291,7 +323,7 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
         plan.reserved[path] = fd
         return path
     if not named:
-        free, fd = reserve(path)
+        free, fd = reserve(path, data_free)
         plan.reserved[free] = fd
         log.warning("%s exists; writing %s=%s instead (set %s= to choose)", path, option, free, option)
         return free
@@ -306,7 +338,7 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
         why = f"was written by an earlier run for {writer}=, not {option}=; overwrite=true replaces it"
     else:
         why = "exists and no run of this tool wrote it; overwrite=true replaces it"
-    free, fd = reserve(path)
+    free, fd = reserve(path, data_free)
     plan.reserved[free] = fd
     log.warning("%s=%s %s; writing %s=%s instead", option, path, why, option, free)
     return free

@@ -12,7 +12,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from runner.files.artifacts import split_name
 
@@ -34,9 +34,10 @@ def held(path: Path) -> Optional[int]:
         return None
 
 
-def reserve(path: Path) -> Tuple[Path, int]:
+def reserve(path: Path, free: Optional[Callable[[Path], bool]] = None) -> Tuple[Path, int]:
     """Reserve ``path``, else the first free ``stem_N.suffix``: create it empty and locked (``create_held``:
     concurrent runs never get the same name) or take back an empty one that no run holds (``abandoned``).
+    ``free`` says whether a name may be taken besides (a model's data file beside it is no user's).
 
     Returns:
         The reserved path, and an open descriptor holding its ``flock`` (the caller closes it when the
@@ -49,6 +50,9 @@ def reserve(path: Path) -> Tuple[Path, int]:
     n = 0
     while True:
         candidate = path if n == 0 else path.with_name(f"{stem}_{n}{suffix}")
+        if free is not None and not free(candidate):
+            n += 1
+            continue
         fd = create_held(candidate)
         if fd is not None:
             return candidate, fd

@@ -182,14 +182,8 @@ def save_model(
                 log.info("%s is over 2 GB: writing its tensors to external data", path)
             model = _copy(model)
             _to_raw_data(model, threshold)
-            onnx.save_model(
-                model,
-                str(staged),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=location,
-                size_threshold=threshold,
-            )
+            _to_external(model, location, threshold)
+            onnx.save_model(model, str(staged))  # writes the external tensors beside ``staged``
         elif mapped:  # one tensor's values at a time, read from the weight file as it is written
             save_streamed(model, staged, weight_file().resolved)
         elif sum(nbytes(t) for t in model.graph.initializer) >= STREAM_BYTES:
@@ -208,7 +202,7 @@ def save_model(
             data.unlink()  # a stale data file of an earlier save under this name
         os.replace(staged, path)  # last: the model appears whole, with its data in place
     except OSError as e:
-        raise ArtifactError(f"cannot write {path} ({e.strerror}); choose a writable location") from None
+        raise ArtifactError(f"cannot write {path} ({e.strerror or e}); choose a writable location") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # nothing partial is left
     return path
@@ -243,6 +237,26 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copied
 
 
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes' attributes (If, Loop, Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _graphs(sub)
+
+
+def _to_external(model: onnx.ModelProto, location: str, threshold: int) -> None:
+    """Point every initializer of ``threshold`` bytes or more (raw data) at the data file ``location``, to be
+    written beside the model by ``onnx.save_model``. onnx's own ``save_as_external_data=True, location=...``
+    refuses a location that exists relative to the working folder, not the model's (onnx 1.23): a user's
+    ``reduced.onnx.data`` where the run started, or the name this run reserved there, stopped the answer."""
+    for graph in _graphs(model.graph):
+        for tensor in graph.initializer:
+            if tensor.HasField("raw_data") and len(tensor.raw_data) >= threshold:
+                external_data_helper.set_external_data(tensor, location)
+
+
 def _to_raw_data(model: onnx.ModelProto, threshold: int) -> None:
     """Store large initializers as raw_data: onnx only moves raw_data tensors to external data."""
     for init in model.graph.initializer:
@@ -252,12 +266,38 @@ def _to_raw_data(model: onnx.ModelProto, threshold: int) -> None:
                 init.CopyFrom(numpy_helper.from_array(array, init.name))
 
 
-def check_saved(path: str | Path) -> None:
-    """Run ``onnx.checker`` on a saved model (by path, so external data and >2 GB work).
+def _check_proto(path: Path) -> None:
+    """``onnx.checker`` on the model file at ``path`` read by Python (its external data not read).
 
     Raises:
         ModelError: when the checker rejects the model.
     """
+    try:
+        onnx.checker.check_model(onnx.load(str(path), load_external_data=False))
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{path} does not pass onnx.checker: {first_line(e)}") from None
+
+
+def check_saved(path: str | Path) -> None:
+    """Run ``onnx.checker`` on a saved model (by path, so external data and >2 GB work). onnx's checker takes
+    only paths that are UTF-8: a model in a folder whose name is not (a Latin-1 name, as a file system may hold) is
+    checked through a link of an ASCII name to its folder, where its external data is too.
+
+    Raises:
+        ModelError: when the checker rejects the model.
+    """
+    path = Path(path)
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        with tempfile.TemporaryDirectory(prefix="runner-check-") as tmp:
+            folder = Path(tmp) / "folder"
+            folder.symlink_to(path.parent.absolute(), target_is_directory=True)
+            try:
+                path.name.encode("utf-8")
+            except UnicodeEncodeError:  # the file's own name too: its graph, read here, without external data
+                return _check_proto(path)
+            return check_saved(folder / path.name)
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as e:

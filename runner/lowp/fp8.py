@@ -91,6 +91,26 @@ class Fp8Quantizer(PlacedQuantizer):
                 sites[node.name] = found
         return sites
 
+    def none_quantized(self) -> str:
+        """Why no node of the model got fp8 sites: its Convs, MatMuls and Gemms, counted by what left them out."""
+        allowed = set(self.options.op_types())
+        found = [n for n in self.model.graph.node if n.op_type in FP8_OPS]
+        if not found:
+            return "it has no Conv, MatMul or Gemm, the ops TensorRT runs in fp8"
+        grouped = [
+            n for n in found if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) > 1
+        ]
+        narrow = [n for n in found if n.op_type == "Conv" and n not in grouped and not self._fp8_conv(n)]
+        small = [n for n in found if n.op_type != "Conv" and not self._fast_enough(n)]
+        parts = [f"{len(narrow)} Conv{'s' * (len(narrow) != 1)} of {MIN_CHANNELS} channels or fewer in or out"] * bool(
+            narrow
+        )
+        parts += [f"{len(grouped)} grouped Conv{'s' * (len(grouped) != 1)}"] * bool(grouped)
+        parts += [f"{len(small)} MatMul/Gemm with K or N under {MIN_CHANNELS}"] * bool(small)
+        other = len(found) - len(narrow) - len(grouped) - len(small)
+        parts += [f"{other} not in quantization.op_types ({', '.join(sorted(allowed))})"] * bool(other)
+        return f"TensorRT has no fp8 kernel for its {', '.join(parts)}"
+
     def _fp8_conv(self, node: onnx.NodeProto) -> bool:
         """Whether TensorRT has an fp8 kernel for this Conv: not grouped, more than 16 input and output channels (as
         ModelOpt 0.47 chooses on the detector: a 32-by-16 Conv stays float, an 18-by-96 one does not)."""

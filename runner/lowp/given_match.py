@@ -79,11 +79,32 @@ def load_given(path: str, option: str = "quantized_model") -> onnx.ModelProto:
 
     model = load_model(path, option)
     if not input_chains(model):
-        raise ConfigError(
-            f"{option}={path} holds no QuantizeLinear/DequantizeLinear: it is a float model; give the QDQ model a "
-            "quantizer made from model= (ModelOpt, NNCF, ONNX Runtime's quantize_static)"
-        )
+        raise ConfigError(f"{option}={path} {no_qdq(model)}")
     return model
+
+
+#: ONNX Runtime's quantized operators (QOperator format, and quantize_dynamic's): a model of them has no Q/DQ pairs
+QOPERATORS = frozenset(
+    {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "QGemm", "QAttention",
+     "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul"}
+)  # fmt: skip
+
+
+def no_qdq(model: onnx.ModelProto) -> str:
+    """What a model without Q/DQ pairs is, and what to give instead: one of ONNX Runtime's QOperator or dynamic
+    models (named by the ops that show it), else a float model."""
+    ops = sorted({n.op_type for n in model.graph.node if n.op_type in QOPERATORS})
+    if ops:
+        dynamic = "DynamicQuantizeLinear" in ops
+        return (
+            f"holds {', '.join(ops)}: ONNX Runtime's {'quantize_dynamic' if dynamic else 'QOperator'} format, whose "
+            "integer ops hide the float nodes they replaced; give a QDQ model (quantize_static(..., "
+            "quant_format=QuantFormat.QDQ), ModelOpt, NNCF)"
+        )
+    return (
+        "holds no QuantizeLinear/DequantizeLinear: it is a float model; give the QDQ model a quantizer made from "
+        "model= (ModelOpt, NNCF, ONNX Runtime's quantize_static)"
+    )
 
 
 def given_precision(model: onnx.ModelProto) -> LowPrecision:
@@ -120,10 +141,7 @@ def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str =
     """
     chains = input_chains(quantized)
     if not chains:
-        raise ConfigError(
-            f"{option}= holds no QuantizeLinear/DequantizeLinear: it is a float model; give the QDQ model a "
-            "quantizer made from model= (ModelOpt, NNCF, ONNX Runtime's quantize_static)"
-        )
+        raise ConfigError(f"{option}= {no_qdq(quantized)}")
     consts: Dict[str, TensorProto] = {i.name: i for i in quantized.graph.initializer}
     for node in quantized.graph.node:
         made = constant_tensor(node)

@@ -80,6 +80,10 @@ class CandidateMaker(abc.ABC):
     def _switchboard(self, key: str) -> Optional[LazySwitchboard]:
         return None
 
+    def none_quantized(self) -> str:
+        """Why its candidates quantize no node of the model (said when none is, in place of a search)."""
+        return "no float node of a quantizable op type"
+
     def with_rest(self, rest: LowPrecision) -> MixedMaker:
         """The maker of this maker's candidates with every node outside the low precision in ``rest``.
 
@@ -134,6 +138,11 @@ class QdqMaker(CandidateMaker):
 
     def candidate(self, kept: Sequence[str]) -> onnx.ModelProto:
         return self.quantizer.convert(kept)  # type: ignore[no-any-return]
+
+    def none_quantized(self) -> str:
+        """The quantizer's reason (``Fp8Quantizer.none_quantized``), where it has one."""
+        reason = getattr(self.quantizer, "none_quantized", None)
+        return reason() if callable(reason) else super().none_quantized()
 
     def with_rest(self, rest: LowPrecision) -> MixedMaker:
         """The maker of this maker's candidates with every node outside the low precision in ``rest`` (fp16:

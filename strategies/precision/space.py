@@ -257,8 +257,8 @@ def _int8(ctx: RunContext, options: QuantOptions, low: LowPrecision = INT8) -> t
     layers = [i for i, n in enumerate(model.graph.node) if n.name in quantized]
     if not layers:
         raise ConfigError(
-            f"{low} quantization quantizes no node of this model (no float node of a quantizable op type); "
-            "precision marking does not apply"
+            f"{low} quantization quantizes no node of this model ({maker.none_quantized()}); precision marking "
+            "does not apply"
         )
     log.info("%d of %d nodes are quantized to %s and can be kept float", len(layers), len(model.graph.node), low)
     return maker, layers

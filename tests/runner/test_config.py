@@ -166,6 +166,7 @@ def test_the_keys_that_change_candidates_are_marked_on_the_keys_themselves():
         "builder",
         "calibration",
         "compare_every_tensor",
+        "data_loader_max_mb",
         "data_loader_max_samples",
         "exclude_nodes",
         "exclude_op_types",
