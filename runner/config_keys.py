@@ -166,6 +166,13 @@ def chosen(config: Any, group: str) -> str:
         target = OmegaConf.select(config, "marker._target_")
         names = {t: n for n, t in group_targets("marker").items()}
         return names.get(str(target), str(target))
+    if group == "checker":  # a checker's YAML names its schema, whose _target_ is its class
+        from conf import checker_groups, checker_schema
+        from runner import config as schemas
+
+        target = str(OmegaConf.select(config, "checker._target_"))
+        names = {getattr(schemas, checker_schema(n))._target_: n for n in checker_groups()}
+        return names.get(target, target)
     value = OmegaConf.select(config, group)
     return "null" if value is None else str(getattr(value, "value", value))
 

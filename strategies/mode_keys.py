@@ -61,6 +61,11 @@ class DiffTacticsKeys:
 class ReduceKeys(DataKeys, SaveKeys, ScopeKeys):
     """``mode=reduce``."""
 
+    #: keys only some options of another key use (``runner.config_keys.check_key_uses``)
+    used_with: ClassVar[Dict[str, Tuple[str, Tuple[str, ...]]]] = {
+        "compare_every_tensor": ("checker", ("command",)),  # a `polygraphy run --load-outputs` check's
+    }
+
     marker: Any = MISSING
     reduce_inputs: bool = True
     reduce_outputs: bool = True

@@ -168,6 +168,11 @@ class ReduceStrategy(OnnxSearchStrategy):
         index = GraphIndex(model, meta, keep_constant_nodes=keys.keep_constant_nodes)
         compared = checker.compared_tensors() if checker is not None else None
         comparison = checker.comparison() if checker is not None else None
+        if keys.compare_every_tensor and not compared:
+            raise ConfigError(
+                "compare_every_tensor=true is for a `polygraphy run ... --load-outputs FILE` check, which compares "
+                "the golden tensors a candidate computes; this check compares none: drop it"
+            )
         if compared:
             skipped = None if keys.compare_every_tensor else SkippedNames(compared, set(index.tensor_map))
             marked = index.mark(compared, skipped.names if skipped is not None else None)

@@ -58,12 +58,18 @@ class RepeatStrategy(UntilStrategy):
                 "checker.cmd names {artifact}, but mode=repeat without model= writes no file there: the check is "
                 "told a path where nothing is until it writes one (give model=FILE for the model's copy)"
             )
-        given = (("inputs", ctx.inputs), ("data_loader", ctx.data_loader), ("golden", ctx.golden))
-        unread = [f"{key}=" for key, value in given if value]
-        if unread and (checker is None or checker.comparison() is None):
+        # the checkers that run the model read its inputs (compare, validate); only compare reads golden values
+        reads_inputs = checker is not None and checker.reads_model
+        given = (
+            ("inputs", ctx.inputs, reads_inputs),
+            ("data_loader", ctx.data_loader, reads_inputs),
+            ("golden", ctx.golden, checker is not None and checker.comparison() is not None),
+        )
+        unread = [f"{key}=" for key, value, read in given if value and not read]
+        if unread:
             log.warning(
-                "%s not read: mode=repeat hands the check the model as it is, and only checker=compare runs it on "
-                "inputs and golden values; drop %s, or use checker=compare",
+                "%s not read: mode=repeat hands the check the model as it is, and only the checkers that run it "
+                "(checker=compare, checker=validate) read inputs, and only checker=compare golden values; drop %s",
                 " and ".join(unread),
                 "them" if len(unread) > 1 else "it",
             )

@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,9 @@ class CommandChecker(Checker):
         self.show_output = show_output
         self.hide_fail_output = hide_fail_output
         self.timeout_s = timeout_s
+        #: the folder the run started in: the command runs there wherever its check runs (a Dask worker started in
+        #: another folder), so the paths it names relative to it resolve as they did when the user typed them
+        self.cwd = os.getcwd()
         program = self.argv[0]
         if shutil.which(program) is None:
             raise CheckStartError(
@@ -161,10 +165,21 @@ class CommandChecker(Checker):
         if slot is not None:
             env.update(slot.env())
         log.debug("Running check: %s", shlex.join(argv))
+        if not os.path.isdir(self.cwd):
+            raise CheckStartError(
+                f"the check runs in {self.cwd}, where the run started, and the machine running it "
+                f"({socket.gethostname()}) has no such folder; share that folder with the workers, or give the "
+                "command absolute paths they can read"
+            )
         with _output_file(self.output_dir, iteration) as (out, out_path):
             try:
                 proc = subprocess.Popen(
-                    _with_reaper(argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    _with_reaper(argv),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    cwd=self.cwd,
                 )
             except OSError as e:
                 raise CheckStartError(

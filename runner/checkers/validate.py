@@ -20,7 +20,7 @@ import onnx
 from runner.backends.base import Backend, make_backend, onnxruntime_options
 from runner.candidates import Candidate, Verdict
 from runner.checkers.base import Checker, Need, conf_of
-from runner.checkers.compare.lowering import warn_fp16_on_cpu
+from runner.checkers.compare.lowering import as_run, warn_fp16_on_cpu
 from runner.checkers.compare.outputs import check_compared, compared
 from runner.checkers.on_error import OnError
 from runner.config import ValidateCheckerConf
@@ -30,6 +30,7 @@ from runner.executors.slot import Slot
 from runner.graph.activations import marked, run_tensors
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
+from runner.lowp.precisions import emulated_by
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class ValidateChecker(Checker):
             fills it), whose keys mean:
 
     Keys:
-        backend: what runs the candidate (``runner.backends``: onnxruntime, fp16_emulation, ...).
+        backend: what runs the candidate (``runner.backends``: onnxruntime, fp16_emulation, ...); an fp32 candidate
+            on a backend that emulates a precision (fp16_emulation) runs converted to it, as ``checker=compare``'s.
         providers: ONNX Runtime's execution providers (CUDA: the candidate as the GPU computes it).
         outputs: check these tensors (any of the model's) instead of the graph outputs.
         exclude_outputs: leave these out.
@@ -65,6 +67,8 @@ class ValidateChecker(Checker):
             raise ConfigError(f"checker.backend={conf.backend} does not run on ONNX Runtime: drop checker.providers")
         self.backend_name = conf.backend
         self.backend: Backend = make_backend(conf.backend, **options)
+        #: the precision the backend emulates (fp16_emulation: float16): an fp32 candidate runs in it, as compare's do
+        self.low = emulated_by(conf.backend)
         self.outputs = [str(o) for o in conf.outputs]
         self.exclude_outputs = {str(o) for o in conf.exclude_outputs}
         self.on_error = OnError(conf.on_error)
@@ -121,6 +125,9 @@ class ValidateChecker(Checker):
             CheckError: the backend cannot run it and ``on_error`` is "stop".
         """
         model = candidate.payload() if candidate.payload is not None else load_model(artifact, "iteration artifact")
+        # an fp32 candidate on fp16_emulation runs in float16, as compare's does; a precision candidate as written
+        lowered = None if candidate.as_typed else as_run(model, self.low, emulating=True)
+        model = lowered[0] if lowered is not None else model
         if self._warn_fp16 and warn_fp16_on_cpu(model):
             self._warn_fp16 = False
         wanted = compared(model, self.outputs, self.exclude_outputs)

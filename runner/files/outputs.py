@@ -36,7 +36,7 @@ from typing import Dict, Iterable, List, Mapping, Optional
 from runner.errors import ArtifactError, ConfigError
 from runner.files.artifacts import ensure_writable_dir
 from runner.files.inputs import same_file
-from runner.files.ledger import record, written_for
+from runner.files.ledger import record, run_file, written_for
 from runner.files.reservations import abandoned, create_held, held, reserve
 from runner.files.rundir import run_owns
 from runner.write_guard import OWN_NAMES, is_device
@@ -306,8 +306,8 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
         return not data or not os.path.lexists(beside) or may_replace or written_for(beside) == f"{option}:data"
 
     if not data_free(path, overwrite and named):
-        free, fd = reserve(path, data_free)
-        plan.reserved[free] = fd
+        free, taken = reserve(path, data_free)
+        plan.reserved[free] = taken
         log.warning(
             "%s exists and no run of this tool wrote it for %s=; writing %s=%s instead, so that its external data "
             "never replaces that file%s",
@@ -336,6 +336,8 @@ def _claim(plan: OutputPlan, option: str, path: Path, named: bool, overwrite: bo
         why = "is being written by another run"
     elif writer is not None:
         why = f"was written by an earlier run for {writer}=, not {option}=; overwrite=true replaces it"
+    elif run_file(path):
+        why = f"is an earlier run's own {path.name} (its run directory's), not an {option}=; overwrite=true replaces it"
     else:
         why = "exists and no run of this tool wrote it; overwrite=true replaces it"
     free, fd = reserve(path, data_free)

@@ -154,6 +154,7 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> RunPlan:
     check_key_uses(mode, config, overrides)
     _check_iterations(config, overrides)
     _check_loader_bounds(config, overrides)
+    _check_rankings(config.get("rankings"))
     checker = checker_plan(config) if config.get("checker") is not None else None
     executor = _executor_plan(config) if mode_uses(mode, "executor") else None
     if checker is not None and checker.isolate and executor is not None and executor.name in ("processes", "dask"):
@@ -243,6 +244,25 @@ def _check_loader_bounds(config: DictConfig, overrides: Sequence[str]) -> None:
         raise ConfigError(
             f"{given[0]}= bounds what a data_loader= yields, and none is given; drop it, or give data_loader="
         )
+
+
+def _check_rankings(given: Optional[str]) -> None:
+    """``rankings=``: an earlier run's ``ranking.json``, or a run directory holding one.
+
+    Raises:
+        ConfigError: no such file, or a folder without a ``ranking.json`` (a run that read nothing would rank
+            anew without a word).
+    """
+    if not given:
+        return
+    path = Path(str(given))
+    if path.is_dir() and not (path / "ranking.json").is_file():
+        raise ConfigError(
+            f"rankings={given} is a folder without ranking.json; give an earlier precision run's ranking.json or "
+            "its run directory"
+        )
+    if not path.exists():
+        raise ConfigError(f"rankings={given}: no such file; give an earlier precision run's ranking.json")
 
 
 def checker_plan(config: DictConfig) -> CheckerPlan:

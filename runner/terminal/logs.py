@@ -90,8 +90,11 @@ def _level(word: str, entry: str) -> int:
 def _module(name: str, entry: str) -> str:
     """A logger name from a module name or a path to its file (``runner/lowp/convert.py``)."""
     dotted = name.strip().removesuffix(".py").replace("/", ".").strip(".")
-    top = dotted.split(".")[0]
-    if not top or importlib.util.find_spec(top) is None:
+    try:  # the whole name: runner.nope names no module, though runner is one
+        found = bool(dotted) and importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         raise ConfigError(
             f"verbosity entry {entry!r}: no module {name!r}; name a module or a path such as "
             "strategies.precision or runner/lowp/convert.py"

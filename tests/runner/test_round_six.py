@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import onnx
@@ -149,3 +150,84 @@ def test_a_time_budget_keeps_room_for_a_check_as_built_and_the_runs_end():
     budget.took(None, False, False, seconds=2.95)  # a check as built, the answer's own check to come
     assert "budget.seconds=10 reached" in budget.over()
     assert FINISH_S >= 0.5
+
+
+@pytest.mark.slow
+def test_a_dask_worker_started_in_another_folder_runs_the_check_where_the_run_started(run, tmp_path):
+    """``executor=dask`` on a cluster started by hand in another folder, with the README's relative
+    ``checker.cmd="python check.py {artifact} ..."``: the check ran in the worker's folder and never passed."""
+    distributed = pytest.importorskip("distributed")
+    user, elsewhere = tmp_path / "user", tmp_path / "elsewhere"
+    user.mkdir()
+    elsewhere.mkdir()
+    onnx.save(chain_model(6), user / "m.onnx")
+    (user / "has.py").write_text(
+        "import sys, onnx\nnames = {n.name for n in onnx.load(sys.argv[1]).graph.node}\n"
+        "sys.exit(1 if sys.argv[2] in names else 0)\n"
+    )
+    dask = str(Path(sys.executable).parent / "dask")
+    port = 20000 + os.getpid() % 20000
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": elsewhere}
+    scheduler = subprocess.Popen([dask, "scheduler", "--port", str(port), "--dashboard-address", ":0"], **quiet)
+    worker = subprocess.Popen([dask, "worker", address, "--nthreads", "2", "--dashboard-address", ":0"], **quiet)
+    try:
+        with distributed.Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+        r = run(
+            "mode=reduce", "model=m.onnx", 'checker.cmd="python has.py {artifact} n3"', "executor=dask",
+            f"executor.address={address}", "output=r.onnx", cwd=user,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert [n["name"] for n in r.summary["reduced_nodes"]] == ["n3"]
+    finally:
+        for proc in (worker, scheduler):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _overflow_files(tmp_path: Path) -> Tuple[Path, Path]:
+    from tests.helpers.models import overflow_model
+
+    onnx.save(overflow_model(), tmp_path / "ov.onnx")
+    np.savez(tmp_path / "x.npz", x=np.full((1, 4), 300, np.float32))
+    return tmp_path / "ov.onnx", tmp_path / "x.npz"
+
+
+def test_validate_on_fp16_emulation_runs_an_fp32_candidate_in_fp16(run, tmp_path):
+    """``checker=validate checker.backend=fp16_emulation`` outside precision checked fp32 and passed."""
+    model, x = _overflow_files(tmp_path)
+    r = run("mode=reduce", f"model={model}", "checker=validate", "checker.backend=fp16_emulation", f"inputs={x}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [n["name"] for n in r.summary["reduced_nodes"]] == ["scale"]  # 300 x 300 = 90,000: past fp16's 65,504
+
+
+def test_repeat_with_validate_reads_its_inputs_without_a_warning(run, tmp_path):
+    model, x = _overflow_files(tmp_path)
+    r = run("mode=repeat", "until=1", f"model={model}", "checker=validate", f"inputs={x}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "not read" not in r.stdout + r.stderr
+    golden = run("mode=repeat", "until=1", f"model={model}", "checker=validate", f"inputs={x}", f"golden={x}")
+    assert "golden= not read" in golden.stdout + golden.stderr
+
+
+@pytest.mark.parametrize("where", ["missing.json", "folder"])
+def test_rankings_naming_nothing_is_one_line(run, tmp_path, where):
+    """``rankings=missing.json`` (or a folder without one) ranked anew without a word."""
+    model, x = _overflow_files(tmp_path)
+    (tmp_path / "folder").mkdir()
+    r = run("mode=precision", f"model={model}", "checker=compare", f"inputs={x}", f"rankings={tmp_path / where}")
+    one_line_error(r, "rankings=", "ranking.json", code=2)
+
+
+def test_compare_every_tensor_with_a_check_that_compares_none_is_one_line(run, tmp_path, chain):
+    r = run("mode=reduce", f"model={chain}", *python_check("n2"), "compare_every_tensor=true")
+    one_line_error(r, "compare_every_tensor=", "checker=python", code=2)
+    cmd = run("mode=reduce", f"model={chain}", 'checker.cmd="python -c pass"', "compare_every_tensor=true")
+    one_line_error(cmd, "compare_every_tensor=true", "--load-outputs", code=2)
+
+
+def test_verbosity_naming_a_module_that_does_not_exist_is_one_line(run, chain):
+    """``verbosity=[runner.nope:debug]`` was taken: its package exists."""
+    r = run("mode=reduce", f"model={chain}", *python_check("n2"), "verbosity=[runner.nope:debug]")
+    one_line_error(r, "no module 'runner.nope'", code=2)
