@@ -46,20 +46,31 @@ _CPU = pytest.StashKey[tuple]()
 
 
 def _threads_s() -> dict:
-    """``{thread id: (seconds run on a CPU, seconds waited on a run queue for one)}`` of this process's threads
-    (Linux's ``/proc/self/task/*/schedstat``, first two fields, nanoseconds); empty where the kernel does not say."""
+    """``{thread id: (seconds run on a CPU, seconds waited on a run queue for one)}`` of this process's threads and
+    of its child processes' (and theirs: a test that runs ``python -m runner``, whose check runs a script), read
+    from Linux's ``/proc/<pid>/task/*/schedstat`` (first two fields, nanoseconds; children from
+    ``/proc/<pid>/task/*/children``); empty where the kernel does not say. A child's threads are keyed
+    ``pid:tid``; its figures are what was last read before it ended."""
     found: dict = {}
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return found
-    for tid in tasks:
+    pending, seen = ["self"], set()
+    while pending:
+        pid = pending.pop()
         try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                ran, waited = f.read().split()[:2]
-            found[tid] = (int(ran) / 1e9, int(waited) / 1e9)
-        except (OSError, ValueError):
-            continue  # a thread that ended meanwhile
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # a child that ended meanwhile
+        for tid in tasks:
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                with open(f"{base}/schedstat") as f:
+                    ran, waited = f.read().split()[:2]
+                found[tid if pid == "self" else f"{pid}:{tid}"] = (int(ran) / 1e9, int(waited) / 1e9)
+                with open(f"{base}/children") as f:
+                    children = f.read().split()
+            except (OSError, ValueError):
+                continue  # a thread that ended meanwhile, or a kernel without the children file
+            pending.extend(c for c in children if c not in seen)
+            seen.update(children)
     return found
 
 

@@ -4,9 +4,10 @@
 - The all-low-precision candidate (no node kept): checked once a search candidate passes before any
   fails, or when the search tested nothing, since the markers assume it fails; int8 checks it first
   (post-training int8 often passes as it is). Its pass ends the run with no node kept.
-- The all-kept candidate as the pipeline builds it: checked once a large candidate fails, or when no
-  search candidate passed; its failure means what the candidates change outside the searched nodes
-  already flips the check.
+- The all-kept candidate as the pipeline builds it: checked right after the model as given where the model's
+  outputs are decisions (a near-tied NMS flips between two builds of one fp32 graph: the run ends in 2 checks),
+  else once a large candidate fails, or when no search candidate passed; its failure means what the candidates
+  change outside the searched nodes already flips the check.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from runner.candidates import Candidate
 from runner.checkers.base import Checker
 from runner.context import RunContext
 from runner.errors import ConfigError
+from runner.graph.decisions import data_dependent_outputs
 from runner.graph.load import fingerprint, save_model
 from runner.graph.validate import Validator
 from runner.graph.weights import initializer_bytes
@@ -104,6 +105,11 @@ class PrecisionStrategy(PrecisionGates):
         #: the all-kept candidate as the pipeline builds it is checked once a large candidate fails
         #: (``PIPELINE_CHECK_FROM``); only where the all-fp32 gate checked the model as given
         self._pipeline_checked = self.original is None or setup.weak_typing or setup.scoped
+        if not self._pipeline_checked and data_dependent_outputs(self.original):
+            # a model whose outputs are decisions (NMS on near-tied scores) may flip one between two builds of the
+            # same fp32 graph: as the candidates are built, it is checked right after the model as given
+            self._pipeline_checked = True
+            self.gates.append(self._pipeline_gate())
         self._search_passed = False
         if first is not None:  # the first stage (fp16) first; the int8 gate below comes with the int8 stage
             self._none_queued = True

@@ -297,3 +297,24 @@ def test_a_run_whose_every_candidate_fails_for_the_pipeline_stops_in_a_few_check
         )
         one_line_error(r, "every node kept in float32 fails as candidates are built", "checker.outputs", code=2)
         assert r.summary["checks"] <= (10 if length > 32 else 2 * length + 4), length  # a small model: searched whole
+
+
+def test_a_detector_whose_decisions_flip_as_candidates_are_built_stops_after_two_checks(run, tmp_path):
+    """Issue 74: a near-tied SSD whose NMS output changes between two builds of the same fp32 graph ended after
+    11 checks. A model whose outputs are decisions has every node kept, as candidates are built, checked right
+    after the model as given (here the check fails any model that declares tensor types, as built ones do)."""
+    from tests.helpers.cli import one_line_error
+    from tests.helpers.models import unstable_detector
+
+    path = tmp_path / "ssd.onnx"
+    onnx.save(unstable_detector(), path)
+    r = run(
+        "mode=precision",
+        "marker=minimal",
+        f"model={path}",
+        "checker=python",
+        "checker.target=tests.helpers.checks.declares_no_tensor_types",
+        f"output={tmp_path / 'mixed.onnx'}",
+    )
+    one_line_error(r, "every node kept in float32 fails as candidates are built", code=2)
+    assert r.summary["checks"] <= 4
