@@ -105,7 +105,7 @@ class PrecisionStrategy(PrecisionGates):
         #: the all-kept candidate as the pipeline builds it is checked once a large candidate fails
         #: (``PIPELINE_CHECK_FROM``); only where the all-fp32 gate checked the model as given
         self._pipeline_checked = self.original is None or setup.weak_typing or setup.scoped
-        if not self._pipeline_checked and data_dependent_outputs(self.original):
+        if self.original is not None and not self._pipeline_checked and data_dependent_outputs(self.original):
             # a model whose outputs are decisions (NMS on near-tied scores) may flip one between two builds of the
             # same fp32 graph: as the candidates are built, it is checked right after the model as given
             self._pipeline_checked = True

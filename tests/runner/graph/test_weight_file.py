@@ -220,3 +220,23 @@ def test_a_mapped_model_never_reads_another_processes_weight_file(monkeypatch):
         other.with_values(mapped)
     assert not wf.is_mapped(shipped)
     np.testing.assert_array_equal(pickle.loads(sent).run(shipped, x, key="k")["y"], here)
+
+
+def test_a_tensor_longer_than_one_read_is_read_whole(tmp_path, monkeypatch):
+    """Issue 75: one ``os.pread`` returns at most 0x7ffff000 bytes on Linux, and a 7B decoder's 2.18 GB embedding
+    came back short ("cannot reshape array of size 536869888 into shape (152064,3584)"). Reads of more than
+    ``READ_CHUNK`` bytes go in pieces (here the chunk is 1,000 bytes)."""
+    import os
+
+    data = np.arange(10_000, dtype=np.uint8).tobytes()
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"head" + data)
+    monkeypatch.setattr(wf, "READ_CHUNK", 1000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert wf.read_exactly(fd, 4, len(data)) == data
+        assert wf.read_exactly(fd, 4, 10) == data[:10]
+        with pytest.raises(OSError, match="short"):
+            wf.read_exactly(fd, 4, len(data) + 5_000)
+    finally:
+        os.close(fd)
