@@ -72,7 +72,9 @@ class ReadFiles:
         if found is not None:
             return found
         identity = _identity(destination)
-        return self._by_identity.get(identity) if identity is not None else None
+        found = self._by_identity.get(identity) if identity is not None else None
+        # a read file removed since has given its inode back: a new file may have it, and is no hard link to it
+        return found if found is not None and _identity(found[0]) == identity else None
 
 
 @contextlib.contextmanager

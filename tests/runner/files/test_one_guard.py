@@ -140,3 +140,21 @@ def test_a_python_checks_reference_named_by_checker_args_is_never_the_output(run
     )
     one_line_error(r, "ref.onnx", "checker.args", code=2)
     assert sha256(ref) == before
+
+
+def test_a_new_file_on_the_inode_of_a_read_file_removed_since_is_no_read_file(tmp_path):
+    """A check's file named in checker.args, removed during the run, gave its inode to the replay's next temporary
+    file; the guard then refused the replay as that file (inode numbers are reused)."""
+    import os
+
+    read = tmp_path / "hold"
+    read.write_text("x")
+    with reading({read: "a file checker.args names"}) as registry:
+        identity = (read.stat().st_dev, read.stat().st_ino)
+        read.unlink()
+        other = tmp_path / "replay.json"
+        other.write_text("{}")
+        if (other.stat().st_dev, other.stat().st_ino) != identity:  # force the reuse the kernel may not repeat
+            registry._by_identity[(other.stat().st_dev, other.stat().st_ino)] = (read, "a file checker.args names")
+        check_write(other, "the replay")
+        assert os.path.exists(other)
