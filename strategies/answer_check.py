@@ -20,7 +20,8 @@ from runner.candidates import Candidate, Verdict
 from runner.errors import AnswerNotVerifiedError
 from runner.graph.load import check_saved, copy_model_file, load_model, save_model
 from runner.graph.sessions import loads_on_cpu
-from runner.graph.weight_file import maps
+from runner.graph.weight_file import maps, weight_bytes
+from runner.terminal.stretch import stretch
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,11 @@ def save_checked(model: Callable[[], onnx.ModelProto], path: Path, save_opts: Di
     Raises:
         ArtifactError: the file cannot be written. ModelError: it does not pass onnx.checker.
     """
-    save_model(model(), path, **save_opts)
-    check_saved(path)
+    built = model()
+    with stretch(f"Writing {path.name}", weight_bytes(built)):
+        save_model(built, path, **save_opts)
+        del built
+        check_saved(path)
     log.info("Wrote %s (%s)", path, size)
 
 

@@ -13,9 +13,9 @@ from the model as before. The values are the same bytes, so a candidate computes
 0.75 s so, against 1.05 s reading its weights (``benchmarks/README.md``, "Where a check of the 0.5B goes").
 
 A weight is known by where the weight file holds it (offset and length: the file writes each distinct
-content once), its element type and its shape. Weights are kept until the process ends, up to ``LIMIT_BYTES``
-per device; past it, later weights are read as before. Only the CUDA provider's sessions take them
-(``device_of``), and only weights numpy can hold (float32, float16, the integer types).
+content once), its element type and its shape. Weights are kept until the process ends, up to the card's
+memory less room for the sessions (``card_limit``); past it, later weights are read as before. Only the CUDA
+provider's sessions take them (``device_of``), and only weights numpy can hold (float32, float16, the integers).
 """
 
 from __future__ import annotations
@@ -32,10 +32,33 @@ from runner.graph.weight_file import is_pointed, weight_file
 
 log = logging.getLogger(__name__)
 
-#: the most bytes of weights one process keeps on one device; later ones are read from the weight file by each
-#: session. Each worker process of ``executor=processes`` keeps its own, and a session needs room beside them: a
-#: 0.5B decoder's weights and their fp16 forms are 3.6 GB, a 3B model's 18 GB
+#: the most bytes of weights one process keeps on one device whose memory is not known (no ``nvidia-smi``); later
+#: ones are read from the weight file by each session. A 0.5B decoder's weights and their fp16 forms are 3.6 GB
 LIMIT_BYTES = 16 * 2**30
+
+#: the share of a card's memory left to sessions (activations, workspaces) beside the kept weights, at least
+#: ``ROOM_MIN_BYTES``: an H100's 80 GB keeps 60 GB of weights, a 7B decoder's fp32 and fp16 forms (46 GB) with them
+ROOM_SHARE, ROOM_MIN_BYTES = 0.25, 8 * 2**30
+
+
+def card_limit(device_id: int) -> int:
+    """The bytes of weights kept on CUDA card ``device_id``: its memory less the room sessions need (``ROOM_SHARE``),
+    as ``nvidia-smi`` reports it; ``LIMIT_BYTES`` where it cannot be asked. Each worker of ``executor=processes``
+    on a card keeps its own weights: one worker per card (``executor.gpus=``)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={int(device_id)}", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        total = int(float(out.split()[0]) * 2**20)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return LIMIT_BYTES
+    return int(total - max(total * ROOM_SHARE, ROOM_MIN_BYTES))
 
 #: element types a weight kept on the device may have (those numpy holds as they are)
 KEPT_TYPES: Dict[int, Any] = {
@@ -143,7 +166,8 @@ def device_weights(device: str, device_id: int) -> DeviceWeights:
     with _devices_lock:
         key = (device, int(device_id))
         if key not in _devices:
-            _devices[key] = DeviceWeights(device, device_id)
+            limit = card_limit(device_id) if device == "cuda" else LIMIT_BYTES
+            _devices[key] = DeviceWeights(device, device_id, limit)
         return _devices[key]
 
 

@@ -16,10 +16,11 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 
 from runner.errors import ArtifactError, ModelError, first_line
-from runner.graph.streamed import load_streamed, save_streamed
+from runner.graph.streamed import load_streamed, save_external, save_streamed
 from runner.graph.stubs import nbytes
-from runner.graph.weight_file import is_mapped, stored_bytes, weight_file
+from runner.graph.weight_file import is_mapped, stored_bytes, weight_bytes, weight_file
 from runner.jsonio import UMASK
+from runner.terminal.stretch import stretch
 from runner.write_guard import check_write
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,10 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     try:
         if path.stat().st_size >= STREAM_BYTES:  # parsed piece by piece: one string of the file would double it
             model = load_streamed(path)
-            external_data_helper.load_external_data_for_model(model, str(path.parent))
         else:
-            model = onnx.load(str(path), load_external_data=True)
+            model = onnx.load(str(path), load_external_data=False)
+        with stretch(f"Reading {path.name}'s external data", weight_bytes(model)):  # said for a large one
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
     except (DecodeError, RuntimeWarning, ValueError) as e:
         if "external data" in str(e).lower():  # the model parsed; its data file is short or not its own
             raise ModelError(
@@ -167,7 +169,7 @@ def save_model(
     mapped = is_mapped(model)
     size = stored_bytes(model) if mapped else tensor_bytes(model)
     big = size >= PROTOBUF_LIMIT - 64 * 2**20
-    if mapped and (external_data or big or size < STREAM_BYTES):
+    if mapped and size < STREAM_BYTES and not (external_data or big):
         model, mapped = weight_file().with_values(model), False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,9 +179,11 @@ def save_model(
     try:
         staged = staging / path.name
         location = location or path.name + ".data"
-        if external_data or big:
-            if big and not external_data:
-                log.info("%s is over 2 GB: writing its tensors to external data", path)
+        if (external_data or big) and big and not external_data:
+            log.info("%s is over 2 GB: writing its tensors to external data", path)
+        if (external_data or big) and mapped:  # file to file, one tensor at a time
+            save_external(model, staged, location, threshold)
+        elif external_data or big:
             model = _copy(model)
             _to_raw_data(model, threshold)
             _to_external(model, location, threshold)

@@ -10,13 +10,16 @@ field of the graph, on its own: at most one tensor is in memory twice.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO, Callable, Iterator, Optional
 
 import onnx
 from google.protobuf.message import DecodeError
 
-from runner.graph.stubs import copy_fields
+from runner.errors import ModelError
+from runner.graph.stubs import copy_fields, nbytes, raw_bytes, stub_of
+from runner.graph.weight_file import is_pointed, weight_file
 
 #: ModelProto's ``graph`` field (number 7, length-delimited), as its key
 GRAPH_KEY = 7 << 3 | 2
@@ -46,6 +49,84 @@ def save_streamed(
             piece = onnx.ModelProto()
             piece.graph.initializer.append(resolve(init) if resolve is not None else init)
             f.write(piece.SerializeToString())
+
+
+#: tensors in a data file ``save_external`` writes start on page boundaries (ONNX Runtime maps aligned ones)
+DATA_ALIGN = 4096
+
+
+def save_external(model: onnx.ModelProto, path: Path, location: str, threshold: int) -> None:
+    """Write a model whose weights point into this process's weight file to ``path``, its initializers of
+    ``threshold`` bytes or more (and every pointed one) to the data file ``location`` beside it, one tensor at a
+    time: a pointed tensor is copied file to file (``WeightFile.copy_to``), so a 30 GB answer is written without
+    a copy of it in memory (onnx's writer needs every tensor's bytes in the model, a second whole copy).
+
+    Args:
+        model: the model (not modified); bodies' (If, Loop, Scan) initializers of ``threshold`` bytes or more
+            with raw data go to the data file too.
+        path: the model file to write. location: the data file's name, beside it.
+        threshold: bytes from which a tensor holding its values goes to the data file.
+
+    Raises:
+        OSError: when a file cannot be written, or the weight file read.
+        ModelError: a tensor points into another process's weight file.
+    """
+
+    bare = onnx.ModelProto()
+    copy_fields(model, bare, skip="graph")
+    copy_fields(model.graph, bare.graph, skip="initializer")
+    file = weight_file()
+    fd = os.open(path.parent / location, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        size = 0
+
+        def place(tensor: onnx.TensorProto, length: int) -> int:
+            nonlocal size
+            offset = -(-size // DATA_ALIGN) * DATA_ALIGN
+            entries = (("location", location), ("offset", str(offset)), ("length", str(length)))
+            del tensor.external_data[:]
+            for key, value in entries:
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            size = offset + length
+            return offset
+
+        for init in model.graph.initializer:
+            if is_pointed(init):
+                fields = {e.key: e.value for e in init.external_data}
+                if fields.get("location") != file.name:
+                    raise ModelError(f"tensor {init.name} points into another process's weight file; please report it")
+                where = (int(fields["offset"]), int(fields["length"]))
+                out = bare.graph.initializer.add()
+                out.CopyFrom(stub_of(init))
+                file.copy_to(where, fd, place(out, where[1]))
+            elif init.data_location != onnx.TensorProto.EXTERNAL and nbytes(init) >= threshold:
+                data = raw_bytes(init)
+                out = bare.graph.initializer.add()
+                out.CopyFrom(stub_of(init))
+                os.pwrite(fd, data, place(out, len(data)))
+            else:
+                bare.graph.initializer.append(init)
+        for graph in _bodies(bare.graph):
+            for tensor in graph.initializer:
+                if tensor.HasField("raw_data") and len(tensor.raw_data) >= threshold:
+                    data = tensor.raw_data
+                    tensor.ClearField("raw_data")
+                    os.pwrite(fd, data, place(tensor, len(data)))
+    finally:
+        os.close(fd)
+    with open(path, "wb") as f:
+        f.write(bare.SerializeToString())
+
+
+def _bodies(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """Every subgraph of ``graph``'s nodes' attributes (If, Loop, Scan bodies), nested ones too."""
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield sub
+                yield from _bodies(sub)
 
 
 def load_streamed(path: Path) -> onnx.ModelProto:

@@ -28,15 +28,16 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from typing import Dict, FrozenSet, Iterable, List, Set, Tuple, Union
+from typing import Callable, Dict, FrozenSet, Iterable, List, Set, Tuple, Union
 
+import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
 from runner.errors import ModelError, first_line
 from runner.graph.constants import constants_to_initializers
 from runner.graph.isolate import bodies, has_body
-from runner.graph.stubs import bfloat16_bytes, fill, float16_bytes, is_stub, raw_bytes, weightless
+from runner.graph.stubs import bfloat16_bytes, fill, float16_of, is_stub, raw_bytes, weightless
 from runner.graph.toposort import sort_topology
 from runner.graph.weight_file import maps, weight_bytes, weight_file
 from runner.lowp.conversion_repairs import (
@@ -294,22 +295,35 @@ class Converter:
             made = self._low.get(key)
         if made is not None:
             return made
+        make: Callable[[bytes], bytes]
         if data_type == source.data_type:
-            made = raw_bytes(source)
+            make, tag = bytes, ""
         elif data_type == TensorProto.FLOAT16:
-            made = float16_bytes(source, 5.96e-08, FLOAT16.max_finite)
+            make, tag = _to_float16, "float16"
         elif data_type == TensorProto.BFLOAT16:
-            made = bfloat16_bytes(numpy_helper.to_array(source))
+            make, tag = _to_bfloat16, "bfloat16"
         else:
             raise ModelError(f"the conversion retyped weight {name} to ONNX type {data_type}, which it never does")
-        kept: Union[bytes, Tuple[int, int]] = made
-        if self.large:  # a large model's converted weights wait in the weight file, not in memory
-            kept = weight_file().put(made) or made
-            if kept is made and data_type == source.data_type:
-                return made  # the file could not take it: no second copy of the model's own weight is held
+        kept: Union[bytes, Tuple[int, int], None] = None
+        if self.large:  # a large model's forms wait in the weight file (each written once), not in memory
+            kept = weight_file().form(source, None if make is bytes else make, tag)
+        if kept is None:  # a small model, or the weight file could not take it
+            kept = make(raw_bytes(source))
+            if data_type == source.data_type:
+                return kept  # no second copy of the model's own weight is held
         with self._lock:
             self._low[key] = kept
         return kept
+
+
+def _to_float16(data: bytes) -> bytes:
+    """fp32 bytes as fp16 bytes, clipped as ONNX Runtime's converter clips them (``float16_of``)."""
+    return float16_of(np.frombuffer(data, dtype=np.float32), 5.96e-08, FLOAT16.max_finite)
+
+
+def _to_bfloat16(data: bytes) -> bytes:
+    """fp32 bytes as bfloat16 bytes, rounded to nearest even (``bfloat16_bytes``)."""
+    return bfloat16_bytes(np.frombuffer(data, dtype=np.float32))
 
 
 def convert_except(model: onnx.ModelProto, keep: Iterable[str], low: LowPrecision = FLOAT16) -> onnx.ModelProto:

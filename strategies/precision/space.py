@@ -25,6 +25,7 @@ from runner.files.rankings import key_of, names_digest
 from runner.graph.load import fingerprint
 from runner.graph.qdq import quantized_nodes
 from runner.graph.scope import Scope
+from runner.graph.weight_file import weight_bytes
 from runner.layerwise.ranking import introduced_ranking, ranking_backend, sensitivity_ranking
 from runner.lowp.calibration import calibrate
 from runner.lowp.convert import float_nodes, prepare
@@ -36,6 +37,7 @@ from runner.lowp.mixed_qdq import MIXED_OPSET
 from runner.lowp.precisions import FLOAT8, FLOAT16, INT8, LowPrecision
 from runner.lowp.quant_options import QuantOptions
 from runner.lowp.quantize import INT8_OPSET, prepare_int8
+from runner.terminal.stretch import stretch
 from strategies.precision.float_rest import FloatRest
 from strategies.precision.output_order import OutputErrorOrder, backend_key
 
@@ -118,14 +120,17 @@ def search_space(
         layers = searched
 
     def rank() -> List[int]:
+        size = weight_bytes(model)
         target = None  # the whole model in the low precision
         try:
-            target = maker.candidate([])
+            with stretch(f"Converting the weights to {low}", size):
+                target = maker.candidate([])
         except ModelError:
             if low.quantized:
                 raise
             # a conversion that fails: the ranking says why and ranks by magnitude
-        return introduced_order(ctx, model, layers, low, target, checker, ranking_budget)
+        with stretch(f"Ranking {len(layers)} nodes by the error each introduces in {low}", size):
+            return introduced_order(ctx, model, layers, low, target, checker, ranking_budget)
 
     ranking: Optional[List[int] | Callable[[], List[int]]] = None
     if ranked:

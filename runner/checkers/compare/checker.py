@@ -42,9 +42,11 @@ from runner.graph.decisions import data_dependent_outputs
 from runner.graph.feeds import as_declared, graph_inputs
 from runner.graph.load import load_model
 from runner.graph.qdq import has_qdq
+from runner.graph.weight_file import weight_bytes
 from runner.lowp.convert import has_low_precision
 from runner.lowp.precisions import LowPrecision, any_low_precision, emulated_by
 from runner.lowp.switchboard import RunsOn, Switchboard
+from runner.terminal.stretch import stretch
 
 log = logging.getLogger(__name__)
 warm_also(__name__)  # worker processes import this module while they warm (runner.executors.worker)
@@ -259,7 +261,9 @@ class CompareChecker(Checker):
         model = ctx.model
         check_names(model, self._named() + sorted(self.exclude_outputs), self.rule)
         check_compared(model, self._named(), self.exclude_outputs)
-        samples = self._golden(ctx)
+        size = weight_bytes(model)
+        with stretch("Running the fp32 model for the golden outputs", size):
+            samples = self._golden(ctx)
         wanted = self._compared(model)
         declared = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
         names = [i.name for i in graph_inputs(model)]
@@ -270,7 +274,10 @@ class CompareChecker(Checker):
         level = str(self.backend_options.get("graph_optimization_level", "all"))
         on = witnesses(self.backend_name, level, self.providers, self.provider_options)
         advice = DETECTION_ADVICE if self.detections is not None else ADVICE
-        self.spread = measure(model, samples, feeds_of, wanted, self.judge.at_full_tolerance, self.backend, on, advice)
+        with stretch("Running the fp32 model on the candidates' arithmetic and the other optimization level", size):
+            self.spread = measure(
+                model, samples, feeds_of, wanted, self.judge.at_full_tolerance, self.backend, on, advice
+            )
         for name, worst in self.spread.items():
             log.info(
                 "The fp32 model on %s: within the tolerance (%s)",

@@ -101,6 +101,31 @@ def test_a_mapped_model_is_written_one_tensor_at_a_time_as_its_filled_copy(tmp_p
     assert not wf.is_mapped(onnx.load(str(mapped_file)))
 
 
+def test_a_mapped_model_with_external_data_is_written_file_to_file_with_its_filled_copys_values(tmp_path, monkeypatch):
+    """A mapped answer written with external data (a model over 2 GB, or ``external_data=true``) copies each
+    pointed tensor from the weight file into its data file without a whole copy holding the values; it loads with
+    the values its filled copy has, page-aligned, and runs to the same outputs."""
+    candidate = Converter(_mlp()).convert(["mm1"])
+    filled = wf.weight_file().with_values(candidate)
+
+    def no_whole_copy(self, model):
+        raise AssertionError("a whole copy holding the values was made")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wf.WeightFile, "with_values", no_whole_copy)
+        path = save_model(candidate, tmp_path / "answer.onnx", external_data=True, threshold=1024)
+    stored = onnx.load(str(path), load_external_data=False)
+    offsets = [int(e.value) for t in stored.graph.initializer for e in t.external_data if e.key == "offset"]
+    assert offsets and all(o % 4096 == 0 for o in offsets)
+    back = onnx.load(str(path))
+    assert {t.name: numpy_helper.to_array(t).tobytes() for t in back.graph.initializer} == {
+        t.name: numpy_helper.to_array(t).tobytes() for t in filled.graph.initializer
+    }
+    x = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)}
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_array_equal(got, _copied_session(filled).run(None, x)[0])
+
+
 def test_marked_copies_of_a_large_model_map_its_weights():
     """Layerwise and the golden run mark tensors on a copy of the model: a large model's copy points
     into the weight file (no copy of its weights) and every tensor's value is as a copied session's."""
@@ -240,3 +265,42 @@ def test_a_tensor_longer_than_one_read_is_read_whole(tmp_path, monkeypatch):
             wf.read_exactly(fd, 4, len(data) + 5_000)
     finally:
         os.close(fd)
+
+
+def test_a_tensor_pointed_again_is_not_read_again_and_equal_tensors_share_one_copy(monkeypatch):
+    """A large model's sessions point the same weights into the file each time (the reference, the spread, the
+    ranking): a tensor seen before is found by identity without reading or hashing its bytes (a 2.8 GB decoder
+    hashed 14 s of weights per run), and an equal tensor of another object still shares its copy."""
+    from runner.graph import stubs
+
+    reads = []
+    real = stubs.raw_bytes
+    monkeypatch.setattr(wf, "raw_bytes", lambda t: reads.append(t.name) or real(t))
+    model = _mlp()
+    file = wf.weight_file()
+    first, again = file.mapped(model), file.mapped(model)
+    assert sorted(reads) == ["w1", "w2"], reads  # the second mapping read nothing
+    assert [i.external_data for i in first.graph.initializer] == [i.external_data for i in again.graph.initializer]
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    twin = file.mapped(copy)
+    assert [i.external_data for i in twin.graph.initializer] == [i.external_data for i in first.graph.initializer]
+
+
+def test_fp16_weights_are_clipped_bit_for_bit_as_onnx_runtimes_converter_clips_them(monkeypatch):
+    """``float16_bytes`` rounds with ONNX Runtime's Cast and mends what rounding alone gives otherwise; its bytes
+    are those of ``convert_np_to_float16`` on zeros, infinities, NaN, values past fp16's range and under its
+    smallest subnormal, of both signs, across chunk boundaries."""
+    from onnxruntime.transformers.float16 import convert_np_to_float16
+
+    from runner.graph import stubs
+
+    monkeypatch.setattr(stubs, "FP16_CHUNK", 1000)
+    rng = np.random.default_rng(0)
+    values = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-12, 8, 20_000)).astype(np.float32)
+    edges = [0, -0.0, np.inf, -np.inf, np.nan, 65504, 65520, -7e4, 5.96e-8, -1e-9, 2**-25, -(2**-25), 65519.99, -3e-8]
+    values[: len(edges)] = edges
+    values[995:1005] = edges[:10]  # across a chunk's end
+    want = convert_np_to_float16(values, 5.96e-08, 65504.0).tobytes()
+    for tensor in (numpy_helper.from_array(values), numpy_helper.from_array(values.astype(np.float64))):
+        assert stubs.float16_bytes(tensor, 5.96e-08, 65504.0) == want
