@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from runner.errors import ModelError
 from runner.graph.weight_file import is_pointed, weight_file
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ def card_limit(device_id: int) -> int:
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return LIMIT_BYTES
     return int(total - max(total * ROOM_SHARE, ROOM_MIN_BYTES))
+
 
 #: element types a weight kept on the device may have (those numpy holds as they are)
 KEPT_TYPES: Dict[int, Any] = {
@@ -153,8 +155,11 @@ def _key(init: TensorProto) -> Optional[Key]:
     not one numpy holds."""
     if not is_pointed(init) or init.data_type not in KEPT_TYPES:
         return None
-    fields = {e.key: e.value for e in init.external_data}
-    return int(fields["offset"]), int(fields["length"]), int(init.data_type), tuple(int(d) for d in init.dims)
+    try:
+        offset, length = weight_file().where_of(init)
+    except ModelError:  # another process's file: the session reads it (and says why it cannot)
+        return None
+    return offset, length, int(init.data_type), tuple(int(d) for d in init.dims)
 
 
 _devices: Dict[Tuple[str, int], DeviceWeights] = {}

@@ -17,7 +17,6 @@ from typing import BinaryIO, Callable, Iterator, Optional
 import onnx
 from google.protobuf.message import DecodeError
 
-from runner.errors import ModelError
 from runner.graph.stubs import copy_fields, nbytes, raw_bytes, stub_of
 from runner.graph.weight_file import is_pointed, weight_file
 
@@ -94,10 +93,7 @@ def save_external(model: onnx.ModelProto, path: Path, location: str, threshold: 
 
         for init in model.graph.initializer:
             if is_pointed(init):
-                fields = {e.key: e.value for e in init.external_data}
-                if fields.get("location") != file.name:
-                    raise ModelError(f"tensor {init.name} points into another process's weight file; please report it")
-                where = (int(fields["offset"]), int(fields["length"]))
+                where = file.where_of(init)
                 out = bare.graph.initializer.add()
                 out.CopyFrom(stub_of(init))
                 file.copy_to(where, fd, place(out, where[1]))
