@@ -35,11 +35,17 @@ case "${1:-}" in
     ls -la "$WORK"; df -h "$BASE" /dev/shm | cat; free -g; nvidia-smi --query-gpu=name,memory.total --format=csv ;;
   run | resume)
     extra=(mode=precision marker=minimal "output=$WORK/mixed.onnx" overwrite=true)
-    [ "$1" = resume ] && extra+=("replay.load=$WORK/run/replay.json" reuse_run_dir=true)
+    dir=$1
+    if [ "$1" = resume ]; then  # from a copy of the last run's replay, in a new run directory
+      last=$(ls -d "$WORK"/run "$WORK"/resume* 2>/dev/null | tail -1)
+      cp "$last/replay.json" "$WORK/replay_$(basename "$last").json"
+      extra+=("replay.load=$WORK/replay_$(basename "$last").json")
+      dir=resume$(ls -d "$WORK"/resume* 2>/dev/null | wc -l)
+    fi
     # shellcheck disable=SC2086
     timeout -s INT "$LIMIT" /usr/bin/time -f "wall %e s, host peak RSS %M KB" "${run[@]}" "${extra[@]}" $EXTRA \
-      "hydra.run.dir=$WORK/run" 2>&1 | grep -v "Iteration\|precision:" | cut -c1-260 | tail -40
-    keep run; df -h "$BASE" | tail -1 ;;
+      "hydra.run.dir=$WORK/$dir" 2>&1 | grep -v "Iteration\|precision:" | cut -c1-260 | tail -40
+    keep "$dir"; df -h "$BASE" | tail -1 ;;
   layerwise)
     timeout -s INT "$LIMIT" /usr/bin/time -f "wall %e s, host peak RSS %M KB" "${run[@]}" mode=layerwise \
       "hydra.run.dir=$WORK/layerwise" 2>&1 | cut -c1-260 | tail -25
