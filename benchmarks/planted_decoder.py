@@ -12,9 +12,9 @@ pass is what plants the fault as measured, not guessed (as ``benchmarks/qwen_on_
   fp16's 65504), as the massive activations of trained decoders do: softmax, shift-invariant, gives what it gives
   without it, fp16 overflows, so each layer's score MatMul, scale Mul, mask Add and Softmax must stay in fp32
   (4 nodes a layer), and nothing else (that rotary pair has frequency 0, as a partial rotary embedding leaves
-  some dimensions unturned: fp16 queries and keys carry the offset exactly). Scaling q_proj and k_proj instead makes attention hard (one key per row), and fp16's
-  rounding anywhere then picks other keys: 28 layers of it moved the logits by rel L2 0.14 with 1,738 of 1,888
-  nodes kept;
+  some dimensions unturned: fp16 queries and keys carry the offset exactly). Scaling q_proj and k_proj instead
+  makes attention hard (one key per row), and fp16's rounding anywhere then picks other keys: 28 layers of it
+  moved the logits by rel L2 0.14 with 1,738 of 1,888 nodes kept;
 - ``norm``: the last MLP's down_proj scaled so that the final RMSNorm's input peaks at ``--peak`` (2000: within
   fp16, while its square is not), so that norm's Pow, ReduceMean, Add and Sqrt must stay in fp32 (4 nodes).
 
