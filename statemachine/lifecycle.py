@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set
 
@@ -124,6 +125,7 @@ class Lifecycle:
         self.strategy = strategy
         #: each check's seconds, for what chooses by a check's cost (``marker=auto``)
         self.check_times = check_times if check_times is not None else CheckTimes()
+        self._round_started = time.monotonic()
         self.checker = checker
         self.sorter = sorter
         self.replay = replay
@@ -199,6 +201,7 @@ class Lifecycle:
     def on_enter_generate(self) -> None:
         """Ask the strategy for the next round; none left stops the run. Known verdicts are reused."""
         malloc.trim()  # what the last round's candidates held goes back to the system
+        self._round_started = time.monotonic()  # a candidate's whole cost, from here to its sorting
         candidates = self.strategy.next_round(self.executor.workers)
         if not candidates:
             self.exhausted()
@@ -347,6 +350,8 @@ class Lifecycle:
                     with contextlib.suppress(Exception):  # the replay may not be writable either
                         self.replay.record(pending.iteration, pending.candidate, pending.verdict, False)
             raise
+        checked = sum(p.verdict is not None and not p.reused for p in self.round)
+        self.check_times.record_round(time.monotonic() - self._round_started, checked)
         self.sorted()
 
     def _sort(self, pending: Pending) -> None:
