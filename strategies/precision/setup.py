@@ -87,6 +87,7 @@ class PrecisionSetup:
     exchange_checks: int
     budget: Optional[Budget]
     run_dir: Optional[Path]
+    model_name: str = ""
 
 
 def precision_setup(
@@ -187,4 +188,5 @@ def precision_setup(
         exchange_checks=exchange_budget(keys.exchange_checks, is_quantized(low_precision)),
         budget=Budget.from_keys(keys.budget, ctx.started, weight_bytes(ctx.model)),
         run_dir=ctx.run_dir,
+        model_name=ctx.model_path.name if ctx.model_path is not None else "",
     )

@@ -97,6 +97,7 @@ class PrecisionStrategy(PrecisionGates):
         self.validator = Validator(self.model)
         self.marker_name = marker_name(setup.marker)
         self.original = setup.original
+        self.original_name = setup.model_name
         self.universe = self.stage.everything()
         self.gates.append(Gate(self._all_kept, True, self._all_kept_failed))
         # the all-low-precision candidate is checked only when no search candidate has failed yet
@@ -292,6 +293,7 @@ class PrecisionStrategy(PrecisionGates):
         super().finish()
         if self.tradeoff is not None and self.run_dir is not None:
             try:
-                self.tradeoff.plot(self.run_dir / "tradeoff.png")
+                answer = len(self.stage.kept(self.final)) if self.final is not None else None
+                self.tradeoff.plot(self.run_dir / "tradeoff.png", answer, self.original_name)
             except OSError as e:  # a figure must not cost the answer
                 log.warning("Could not write tradeoff.png: %s", e)

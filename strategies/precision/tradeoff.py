@@ -28,6 +28,17 @@ from runner.files.figures import save_figure
 log = logging.getLogger(__name__)
 
 
+def worst_limit(verdict: Verdict) -> Tuple[Optional[float], str]:
+    """The tolerance of the worst output's statistic (``OutputStats.limit``) and what the statistic measures;
+    (None, "") for a program's check or verdicts of an earlier version."""
+    output, _ = worst_output(verdict)
+    stats = (verdict.outputs or {}).get(output) if output is not None else None
+    if not isinstance(stats, dict):
+        return None, ""
+    limit = stats.get("limit")
+    return (float(limit) if limit is not None else None), str(stats.get("measure") or "")
+
+
 def worst_output(verdict: Verdict) -> Tuple[Optional[str], Optional[float]]:
     """The output whose statistic is the largest in an in-process comparison's verdict, and that statistic;
     (None, None) for a verdict without per-output statistics (a program's check)."""
@@ -56,15 +67,24 @@ class Tradeoff:
         self.verdict: Optional[Dict[str, Any]] = None
         #: the first search candidate that passed: ``{"kept", "total", "checks"}``; None before
         self.first_pass: Optional[Dict[str, Any]] = None
+        #: the tolerance of the statistic and what it measures, from the verdicts (``worst_limit``)
+        self.limit: Optional[float] = None
+        self.measure = ""
 
     def add(self, kept: int, verdict: Verdict) -> None:
         """One search candidate keeping ``kept`` nodes, and its verdict; the early verdict when it is the first
         failure keeping more than half of them, its withdrawal when a candidate keeping at most half passes
         after it."""
         output, statistic = worst_output(verdict)
+        limit, measure = worst_limit(verdict)
+        if limit is not None:
+            self.limit, self.measure = limit, measure
+        nonfinite = any(isinstance(s, dict) and s.get("new_nonfinite") for s in (verdict.outputs or {}).values())
         self.points.append(
             {"low_nodes": self.total - kept, "kept": kept, "statistic": statistic, "passed": bool(verdict.passed)}
         )
+        if nonfinite:  # a NaN/Inf decided: its statistic (over finite values) says nothing
+            self.points[-1]["nonfinite"] = True
         if self.verdict is None and not verdict.passed and kept * 2 > self.total:
             self._say(kept, output, statistic)
         elif self.verdict is not None and verdict.passed and kept * 2 <= self.total and "withdrawn" not in self.verdict:
@@ -128,29 +148,110 @@ class Tradeoff:
             found["first_pass"] = self.first_pass
         return found
 
-    def plot(self, path: Path) -> Optional[Path]:
-        """``tradeoff.png``: each point's statistic against the nodes in the low precision, passes and failures
-        apart; None (nothing written) with fewer than two points with a statistic.
+    def plot(self, path: Path, answer: Optional[int] = None, model: str = "") -> Optional[Path]:
+        """``tradeoff.png``, as a person reads it: every search candidate's statistic (the worst output's) against
+        the nodes it keeps in float32, passes and failures apart, the tolerance as a line, the first passing
+        candidate and the answer marked, a title naming the model, the precision and the statistic. A program's
+        check (no statistic) gets its verdicts over the nodes kept instead. None (nothing written) with fewer than
+        two points.
+
+        Args:
+            path: the file to write.
+            answer: the nodes the answer keeps in float32, or None when the run has none.
+            model: the model's file name, for the title.
 
         Raises:
             OSError: the file cannot be written.
         """
-        points = [p for p in self.points if p["statistic"] is not None and math.isfinite(p["statistic"])]
-        if len(points) < 2:
-            return None
+        fig = self.figure(answer, model)
+        return None if fig is None else save_figure(fig, path)
+
+    def figure(self, answer: Optional[int] = None, model: str = "") -> Any:
+        """The ``matplotlib.figure.Figure`` ``plot`` writes (arguments as ``plot``'s), or None with fewer than two
+        points."""
+        if len(self.points) < 2:
+            return None  # one point is no trade-off
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for passed, color, label in ((True, "tab:green", "passes"), (False, "tab:red", "fails")):
-            chosen = [p for p in points if p["passed"] == passed]
-            ax.scatter([p["low_nodes"] for p in chosen], [p["statistic"] for p in chosen], c=color, s=14, label=label)
-        if all(p["statistic"] > 0 for p in points):
-            ax.set_yscale("log")
-        ax.set_xlabel(f"nodes in {self.low} (of {self.total})")
-        ax.set_ylabel("the check's statistic (worst output)")
-        ax.legend(loc="upper left", fontsize=8)
+        measured = [
+            p
+            for p in self.points
+            if p["statistic"] is not None and math.isfinite(p["statistic"]) and not p.get("nonfinite")
+        ]
+        broken = [
+            p["kept"]
+            for p in self.points
+            if p.get("nonfinite") or (p["statistic"] is not None and not math.isfinite(p["statistic"]))
+        ]
+        fig, ax = plt.subplots(figsize=(9, 5))
+        if len(measured) + len(broken) >= 2 and measured:
+            self._draw_statistic(ax, measured)
+            if broken:  # above the plot's top: no statistic to place them by
+                top = ax.get_xaxis_transform()
+                label = f"fails with NaN/Inf ({len(broken)})"
+                ax.scatter(broken, [0.97] * len(broken), marker="^", c="tab:red", s=30, transform=top, label=label)
+            what = f"{self.measure or 'the statistic'} of the worst output"
+        else:  # a program's check: its verdicts
+            for passed, color, label in ((True, "tab:green", "passes"), (False, "tab:red", "fails")):
+                chosen = [p["kept"] for p in self.points if p["passed"] == passed]
+                ax.scatter(chosen, [int(passed)] * len(chosen), c=color, s=22, label=f"{label} ({len(chosen)})")
+            ax.set_yticks([0, 1], ["fails", "passes"])
+            ax.set_ylim(-0.5, 1.5)
+            ax.set_ylabel("the check's verdict")
+            what = "verdicts of the check program"
+        self._mark(ax, answer, measured if measured else None)
+        widest = max([p["kept"] for p in self.points] + ([answer] if answer is not None else []))
+        ax.set_xlim(-0.03 * widest - 0.5, 1.05 * widest + 0.5)
+        ax.set_xlabel(f"nodes kept in float32 (of {self.total} searched; the rest in {self.low})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        title = f"{model}: " if model else ""
+        ax.set_title(f"{title}{self.low} precision search, {len(self.points)} candidates: {what}", fontsize=10)
         fig.tight_layout()
-        return save_figure(fig, path)
+        return fig
+
+    def _draw_statistic(self, ax: Any, measured: List[Dict[str, Any]]) -> None:
+        """The measured points and the tolerance's line."""
+        for passed, color, label in ((True, "tab:green", "passes"), (False, "tab:red", "fails")):
+            chosen = [p for p in measured if p["passed"] == passed]
+            if not chosen:
+                continue
+            ax.scatter(
+                [p["kept"] for p in chosen],
+                [p["statistic"] for p in chosen],
+                c=color,
+                s=22,
+                label=f"{label} ({len(chosen)})",
+            )
+        values = [p["statistic"] for p in measured] + ([self.limit] if self.limit else [])
+        if all(v > 0 for v in values):
+            ax.set_yscale("log")
+            ax.set_ylim(min(values) / 3, max(values) * 3)
+        if self.limit is not None:
+            ax.axhline(self.limit, color="tab:blue", linestyle="--", linewidth=1, label=f"tolerance ({self.limit:g})")
+        ax.set_ylabel(f"{self.measure or 'statistic'} (worst output)")
+
+    def _mark(self, ax: Any, answer: Optional[int], measured: Optional[List[Dict[str, Any]]]) -> None:
+        """Ring the first passing candidate and star the answer (at its point, where the search checked it)."""
+
+        def height(kept: int) -> Optional[float]:
+            if measured is None:
+                return 1.0
+            found = [p["statistic"] for p in measured if p["kept"] == kept and p["passed"]]
+            return found[-1] if found else None
+
+        if self.first_pass is not None:
+            y = height(self.first_pass["kept"])
+            if y is not None:
+                first = f"first to pass ({self.first_pass['kept']} kept, check {self.first_pass['checks']})"
+                ax.scatter([self.first_pass["kept"]], [y], s=140, facecolors="none", edgecolors="black", label=first)
+        if answer is not None:
+            y = height(answer)
+            if y is not None:
+                star = f"the answer ({answer} kept)"
+                ax.scatter([answer], [y], marker="*", s=260, c="gold", edgecolors="black", zorder=5, label=star)
+            else:
+                ax.axvline(answer, color="goldenrod", linewidth=1.5, label=f"the answer ({answer} kept)")

@@ -47,7 +47,7 @@ def test_most_must_stay_is_said_within_20_checks_with_the_measured_tradeoff(run,
     assert "Most of the model may have to stay" in (r.run_dir / "runner.log").read_text()
     points = r.summary["tradeoff"]
     assert len(points) >= r.summary["checks"] - 5 and all(
-        set(p) == {"low_nodes", "kept", "statistic", "passed"} for p in points
+        set(p) <= {"low_nodes", "kept", "statistic", "passed", "nonfinite"} for p in points
     )
     assert all(p["low_nodes"] + p["kept"] == 32 for p in points)
     assert any(p["passed"] for p in points) and any(not p["passed"] for p in points)
@@ -173,3 +173,39 @@ def test_the_budget_and_wall_seconds_count_from_the_launch(dense, tmp_path):
     assert s["wall_s"] >= 1000 and s["budget"]["spent_seconds"] >= 1000
     assert s["minimal"] is False and "budget.seconds=500 reached" in s["minimal_why"]
     assert s["answer_verified"]["check_passed"] is True
+
+
+def test_the_tradeoff_picture_names_its_axes_tolerance_answer_and_a_programs_verdicts(tmp_path):
+    """Issue 78: ``tradeoff.png`` as a person reads it: a title naming the model, the precision and the statistic,
+    the tolerance as a line, the first passing candidate and the answer marked, NaN/Inf failures apart (their
+    statistic says nothing); a program's check (no statistic) gets its verdicts over the nodes kept."""
+    import matplotlib.pyplot as plt
+
+    from runner.candidates import Verdict
+    from strategies.precision.tradeoff import Tradeoff
+
+    def compared(kept_stat: float, passed: bool, nonfinite: int = 0) -> Verdict:
+        stats = {"statistic": kept_stat, "limit": 0.05, "measure": "relative L2 error", "new_nonfinite": nonfinite}
+        return Verdict(passed=passed, outputs={"logits": stats})
+
+    measured = Tradeoff(40, "float16")
+    for kept, stat, passed, bad in ((1, 0.0, False, 5), (2, 0.3, False, 0), (8, 0.04, True, 0), (6, 0.02, True, 0)):
+        measured.add(kept, compared(stat, passed, bad))
+    assert measured.points[0]["nonfinite"] and measured.limit == 0.05
+    fig = measured.figure(answer=6, model="decoder.onnx")
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "decoder.onnx: float16 precision search" in ax.get_title() and "relative L2 error" in ax.get_title()
+    assert "tolerance (0.05)" in labels and "the answer (6 kept)" in labels and "fails with NaN/Inf (1)" in labels
+    assert any(label.startswith("first to pass (8 kept, check 3)") for label in labels)
+    assert "nodes kept in float32 (of 40 searched" in ax.get_xlabel() and ax.get_yscale() == "log"
+    plt.close(fig)
+    program = Tradeoff(40, "int8")
+    for kept, passed in ((1, False), (4, True), (2, True)):
+        program.add(kept, Verdict(passed=passed))
+    path = program.plot(tmp_path / "tradeoff.png", answer=2, model="detector.onnx")
+    assert path is not None and path.stat().st_size > 1000
+    fig = program.figure(answer=2)
+    assert "verdicts of the check program" in fig.axes[0].get_title()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["fails", "passes"]
+    plt.close(fig)

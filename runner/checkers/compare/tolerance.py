@@ -49,6 +49,9 @@ class OutputStats:
         nan, inf: NaN and Inf elements in the output.
         new_nonfinite: elements NaN/Inf in the output but finite in the golden value.
         statistic: the value the verdict compared (for elemwise, the mismatch fraction).
+        limit: the largest ``statistic`` that passes (rtol for rel_l2, the mismatch fraction allowed for elemwise,
+            atol for the others, which also pass within rtol), None where a NaN/Inf decided.
+        measure: what ``statistic`` is, for figures ("relative L2 error", "fraction of values mismatched", ...).
         passed: whether this tensor is within tolerance.
         problem: why it failed, or "".
     """
@@ -65,6 +68,8 @@ class OutputStats:
     inf: int = 0
     new_nonfinite: int = 0
     statistic: float = 0.0
+    limit: Optional[float] = None
+    measure: str = ""
     passed: bool = True
     problem: str = ""
 
@@ -256,7 +261,11 @@ def compare_tensor(
         return stats
     if rule.stat == "elemwise":
         assert mismatch is not None  # computed for elemwise, light or not
-        stats.statistic = mismatch
+        stats.statistic, stats.limit, stats.measure = (
+            mismatch,
+            rule.max_mismatch_fraction,
+            "fraction of values mismatched",
+        )
         if mismatch > rule.max_mismatch_fraction:
             stats.passed = False
             stats.problem = (
@@ -264,13 +273,13 @@ def compare_tensor(
                 f"(max abs err {stats.max_abs:.3g}, max rel err {stats.max_rel:.3g})"
             )
     elif rule.stat == "rel_l2":
-        stats.statistic = stats.rel_l2
+        stats.statistic, stats.limit, stats.measure = stats.rel_l2, rtol, "relative L2 error"
         if not stats.rel_l2 <= rtol:
             stats.passed, stats.problem = False, f"relative L2 error {stats.rel_l2:.3g} > rtol={rtol}"
     else:
         abs_stat = _statistic(e["diff"], rule.stat, rule.quantile)
         rel_stat = _statistic(e["rel"], rule.stat, rule.quantile)
-        stats.statistic = abs_stat
+        stats.statistic, stats.limit, stats.measure = abs_stat, atol, f"{rule.stat} absolute error"
         if abs_stat > atol and rel_stat > rtol:  # Polygraphy: within either tolerance passes
             stats.passed = False
             stats.problem = (
