@@ -55,6 +55,25 @@ def write_json_atomic(path: Path, data: Any, what: str = "a JSON file", own: boo
         raise
 
 
+def write_text_atomic(path: Path, text: str, what: str) -> None:
+    """``text`` to ``path`` (UTF-8), atomically, as ``write_csv_atomic`` writes.
+
+    Raises:
+        OSError: the file cannot be written.
+        ArtifactError: ``path`` is a file a running run reads (``runner.write_guard``).
+    """
+    check_write(path, what)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.chmod(tmp, 0o666 & ~UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 def write_csv_atomic(path: Path, lines: Sequence[Sequence[Any]]) -> None:
     """CSV ``lines`` to ``path``, atomically: written beside it and moved into place; a write that
     fails (a full disk, a file-size limit) leaves neither a partial file nor the temporary one.

@@ -51,6 +51,7 @@ RUN_NAMES = (
     "artifacts",
     "ranking.json",
     "tradeoff.png",
+    "report.html",
     "layerwise.csv",
     "layerwise.png",
     "quantization.csv",
@@ -63,7 +64,7 @@ RUN_NAMES = (
 RUN_PATTERNS = ("iter_artifact*", "tactics_w*.json")
 #: the names a multirun writes in its sweep directory (Hydra's, the comparison table); its jobs' folders are
 #: numbered (Hydra's ``hydra.sweep.subdir``), so a numbered entry there is held to the rule too
-SWEEP_NAMES = ("multirun.yaml", "sweep.json")
+SWEEP_NAMES = ("multirun.yaml", "sweep.json", "report.html")
 #: what Hydra writes into a job's directory before the job runs (a sweep's job, or a re-run from a snapshot,
 #: whose config holds no callback): the run takes them for its own when it locks the directory
 HYDRA_JOB_FILES = (".hydra", "runner.log")

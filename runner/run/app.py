@@ -14,8 +14,9 @@ from typing import Any, Dict, Optional
 from omegaconf import DictConfig
 
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, InvalidCandidateError, RunnerError
+from runner.files.report_html import write_report
 from runner.jsonio import write_json_atomic
-from runner.run.assembly import RunState, assemble, counters, execute
+from runner.run.assembly import RunState, _overrides, assemble, counters, execute
 from runner.run.summary import Summary
 from runner.terminal import console, logs, signals
 from runner.terminal.report import print_table
@@ -122,6 +123,8 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None, started: 
                 except OSError as e:
                     _say(f"error: cannot write summary={state.summary_path} ({e.strerror}); choose a writable path")
                     code = code or 2
+            if state.directory is not None:
+                _write_report(state.directory, summary.as_json())
             # leaving the block releases the output plan's reservations, then the run directory's lock
     if summary_out is not None:
         summary_out.update(summary.as_json())
@@ -129,6 +132,15 @@ def run(cfg: DictConfig, summary_out: Optional[Dict[str, Any]] = None, started: 
         console.result(lambda: _print_quietly(summary.as_json()))
     console.restore()
     return code
+
+
+def _write_report(directory: Path, summary: Dict[str, Any]) -> None:
+    """``report.html`` in the run directory (``runner.files.report_html``); a page that cannot be written costs a
+    warning, never the run's answer."""
+    try:
+        write_report(directory, summary, _overrides())
+    except (OSError, RunnerError) as e:
+        log.warning("Could not write report.html in %s: %s", directory, e)
 
 
 def _print_quietly(summary: Dict[str, Any]) -> None:

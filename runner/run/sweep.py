@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from runner.files.report_html import write_sweep_report
 from runner.files.rundir import SWEEP_NAMES, record_run_dir
 from runner.jsonio import write_json_atomic
 
@@ -61,6 +62,7 @@ class SweepTable(Callback):
         table = format_rows(rows)
         print(f"\nSweep of {len(rows)} runs ({sweep_dir}):\n{table}", flush=True)
         write_json_atomic(sweep_dir / "sweep.json", rows, "the sweep's table")
+        write_sweep_report(sweep_dir, rows, COLUMNS)
         record_run_dir(sweep_dir, SWEEP_NAMES, ())
         if any(r["status"] != "ok" for r in rows):  # parallel jobs report through their summaries
             raise SystemExit(2)
