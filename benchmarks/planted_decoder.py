@@ -225,7 +225,7 @@ def write_decoder(
         if fault == "attention":  # every score of a row gets one offset: softmax is the same, fp16 overflows
             for w, b, count in ((wq, bq, heads), (wk, bk, kv_heads)):
                 cols = [h * head + half - 1 for h in range(count)]
-                w[:, cols], b[cols] = 0.0, offset
+                w[:, cols], np.asarray(b)[cols] = 0.0, offset  # b itself: asarray of an array is the array
             needed += [f"{p}.self_attn.{x}" for x in ("scores", "scale", "mask", "softmax")]
         q_ref = (n_ref @ wq + bq).reshape(1, seq, heads, head).transpose(0, 2, 1, 3)
         k_ref = (n_ref @ wk + bk).reshape(1, seq, kv_heads, head).transpose(0, 2, 1, 3)
