@@ -65,7 +65,7 @@ def write_text_atomic(path: Path, text: str, what: str) -> None:
     check_write(path, what)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # a name not UTF-8 shows escaped
         os.chmod(tmp, 0o666 & ~UMASK)
         os.replace(tmp, path)
     except BaseException:

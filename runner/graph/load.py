@@ -18,7 +18,7 @@ from onnx import external_data_helper, numpy_helper
 from runner.errors import ArtifactError, ModelError, first_line
 from runner.graph.streamed import load_streamed, save_external, save_streamed
 from runner.graph.stubs import nbytes
-from runner.graph.weight_file import is_mapped, maps, stored_bytes, weight_bytes, weight_file
+from runner.graph.weight_file import is_mapped, stored_bytes, weight_bytes, weight_file
 from runner.jsonio import UMASK
 from runner.terminal.stretch import stretch
 from runner.write_guard import check_write
@@ -60,11 +60,8 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
             model = load_streamed(path)
         else:
             model = onnx.load(str(path), load_external_data=False)
-        stored = _stored_where(model, path.parent)
         with stretch(f"Reading {path.name}'s external data", weight_bytes(model)):  # said for a large one
             external_data_helper.load_external_data_for_model(model, str(path.parent))
-        if stored and maps(weight_bytes(model)):  # sessions read the weights where the model keeps them
-            weight_file().adopt([(init, where, offset, nbytes(init)) for init, where, offset in stored])
     except (DecodeError, RuntimeWarning, ValueError) as e:
         if "external data" in str(e).lower():  # the model parsed; its data file is short or not its own
             raise ModelError(
@@ -86,18 +83,6 @@ def load_model(path: Optional[str | Path], option: str = "model") -> onnx.ModelP
     if not model.HasField("graph") or not model.opset_import:
         raise ModelError(f"{option}={path}: not an ONNX model (no graph or no opset); give a .onnx file")
     return model
-
-
-def _stored_where(model: onnx.ModelProto, folder: Path) -> list[tuple[onnx.TensorProto, Path, int]]:
-    """(initializer, its data file, offset in bytes) of each top-level initializer ``model`` keeps in a data file
-    in ``folder`` (before its external data is loaded)."""
-    found = []
-    for init in model.graph.initializer:
-        if init.data_location == onnx.TensorProto.EXTERNAL:
-            fields = {e.key: e.value for e in init.external_data}
-            if "location" in fields and not os.path.isabs(fields["location"]):
-                found.append((init, folder / fields["location"], int(fields.get("offset", 0) or 0)))
-    return found
 
 
 def fingerprint(model: onnx.ModelProto) -> str:

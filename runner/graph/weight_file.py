@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import onnx
 from onnx import TensorProto
@@ -46,10 +46,6 @@ FILE_PREFIX = "runner-weights-"
 
 #: tensors start on page boundaries, so ONNX Runtime can map each one
 ALIGN = 4096
-
-#: where (offset, length) names bytes of an adopted data file (``WeightFile.adopt``) by an offset of its number
-#: times this: the file's own offsets are below it
-SPAN = 1 << 48
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
@@ -136,12 +132,6 @@ class WeightFile:
         # (a 2.8 GB model's sessions hashed 14 s of weights per run)
         self._sources: Dict[Tuple[int, str], Tuple[TensorProto, Tuple[int, int]]] = {}
         self._digests: Dict[int, Tuple[TensorProto, bytes]] = {}
-        # adopted data files: their link names in the folder (number k's offsets start at k * SPAN), and each
-        # adopted tensor (id: the tensor, where its bytes are)
-        self._links: List[str] = []
-        self._paths: Dict[str, Optional[str]] = {}
-        self._linked: Dict[str, int] = {}
-        self._origins: Dict[int, Tuple[TensorProto, Tuple[int, int]]] = {}
         self._size = 0
         self._lock = threading.Lock()
         self._broken = False
@@ -218,11 +208,8 @@ class WeightFile:
         key = (id(source), tag)
         with self._lock:
             seen = self._sources.get(key)
-            origin = self._origins.get(id(source)) if make is None else None
         if seen is not None and seen[0] is source:
             return seen[1]
-        if origin is not None and origin[0] is source:  # the model's own data file holds it as it is
-            return origin[1]
         with self._lock:
             known = self._digests.get(id(source))
         data: Optional[bytes] = None
@@ -244,64 +231,8 @@ class WeightFile:
                 self._sources[key] = (source, where)
         return where
 
-    def adopt(self, tensors: List[Tuple[TensorProto, Path, int, int]]) -> int:
-        """Take the tensors a model file stores in its data files as they are stored there: ``form`` then gives
-        each one's place in its own file (hard-linked into the folder, as ONNX Runtime reads only data beside the
-        session's model and refuses a link leading elsewhere), so a 30 GB decoder's fp32 weights are never copied.
-
-        Args:
-            tensors: (a tensor holding the values just read from a file, that file, offset, length in bytes); the
-                tensor is held while the file is, and the file is only read.
-
-        Returns:
-            How many tensors were adopted: those of a file that cannot be hard-linked (another file system) are
-            not, and are copied into the weight file when a session needs them, as before.
-        """
-        adopted = 0
-        for tensor, path, offset, length in tensors:
-            name = self._link(path)
-            if name is None:
-                continue
-            with self._lock:
-                where = ((self._linked[name] + 1) * SPAN + offset, length)
-                self._origins[id(tensor)] = (tensor, where)
-            adopted += 1
-        return adopted
-
-    def _link(self, path: Path) -> Optional[str]:
-        """The name of the hard link to the data file ``path`` in the folder (made on first use), or None when
-        it cannot be made (another file system, no permission)."""
-        real = os.path.realpath(path)
-        with self._lock:
-            if real in self._paths:
-                return self._paths[real]
-            name: Optional[str] = f"{self.name[: -len('.bin')]}-data{len(self._links)}.bin"
-            self._paths[real] = None
-            try:
-                os.link(real, self._open() / str(name))
-            except OSError as e:
-                log.info(
-                    "%s cannot be linked into %s (%s): sessions read copies of its weights; a TMPDIR on the "
-                    "model's file system spares the copy",
-                    path,
-                    self._open(),
-                    e.strerror,
-                )
-                return None
-            assert name is not None
-            self._linked[name] = len(self._links)
-            self._links.append(name)
-            self._paths[real] = name
-            return name
-
-    def _place(self, where: Tuple[int, int]) -> Tuple[str, int]:
-        """(file name in the folder, offset in it) of ``where``."""
-        if where[0] < SPAN:
-            return self.name, where[0]
-        return self._links[where[0] // SPAN - 1], where[0] % SPAN
-
     def where_of(self, init: TensorProto) -> Tuple[int, int]:
-        """``where`` of a tensor pointed into the file or an adopted one.
+        """``where`` ((offset, length) in bytes) of a tensor pointed into the file.
 
         Raises:
             ModelError: it points into another process's weight file.
@@ -311,15 +242,12 @@ class WeightFile:
         offset, length = int(fields["offset"]), int(fields["length"])
         if location == self.name:
             return offset, length
-        if location in self._linked:
-            return (self._linked[location] + 1) * SPAN + offset, length
         raise ModelError(f"tensor {init.name} points into another process's weight file; please report it")
 
     def refer(self, init: TensorProto, where: Tuple[int, int]) -> None:
         """Point the stub ``init`` at the bytes at ``where`` ((offset, length) from ``put``), in place."""
         init.data_location = TensorProto.EXTERNAL
-        name, offset = self._place(where)
-        for key, value in (("location", name), ("offset", str(offset)), ("length", str(where[1]))):
+        for key, value in (("location", self.name), ("offset", str(where[0])), ("length", str(where[1]))):
             entry = init.external_data.add()
             entry.key, entry.value = key, value
 
@@ -331,7 +259,7 @@ class WeightFile:
     def holds(self, model: onnx.ModelProto) -> bool:
         """Whether every initializer of ``model`` that points into a weight file points into this one
         (a mapped model made in another process does not load here)."""
-        return all(_location(i) in (self.name, *self._links) for i in model.graph.initializer if is_pointed(i))
+        return all(_location(i) == self.name for i in model.graph.initializer if is_pointed(i))
 
     def read(self, where: Tuple[int, int]) -> bytes:
         """The bytes at ``where`` ((offset, length) from ``put``), whole whatever their size: one ``pread`` returns
@@ -342,10 +270,9 @@ class WeightFile:
             OSError: when the file cannot be read, or ends before ``where`` does.
         """
         assert self.directory is not None
-        name, offset = self._place(where)
-        fd = os.open(self.directory / name, os.O_RDONLY)
+        fd = os.open(self.directory / self.name, os.O_RDONLY)
         try:
-            return read_exactly(fd, offset, where[1])
+            return read_exactly(fd, where[0], where[1])
         finally:
             os.close(fd)
 
@@ -358,8 +285,8 @@ class WeightFile:
             OSError: when either file cannot be read or written, or the weight file ends first.
         """
         assert self.directory is not None
-        name, start = self._place(where)
-        src = os.open(self.directory / name, os.O_RDONLY)
+        start = where[0]
+        src = os.open(self.directory / self.name, os.O_RDONLY)
         try:
             done, length = 0, where[1]
             while done < length:

@@ -139,7 +139,7 @@ def _write_report(directory: Path, summary: Dict[str, Any]) -> None:
     warning, never the run's answer."""
     try:
         write_report(directory, summary, _overrides())
-    except (OSError, RunnerError) as e:
+    except (OSError, RunnerError, ValueError) as e:  # UnicodeError is a ValueError
         log.warning("Could not write report.html in %s: %s", directory, e)
 
 

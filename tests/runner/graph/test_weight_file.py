@@ -304,37 +304,3 @@ def test_fp16_weights_are_clipped_bit_for_bit_as_onnx_runtimes_converter_clips_t
     want = convert_np_to_float16(values, 5.96e-08, 65504.0).tobytes()
     for tensor in (numpy_helper.from_array(values), numpy_helper.from_array(values.astype(np.float64))):
         assert stubs.float16_bytes(tensor, 5.96e-08, 65504.0) == want
-
-
-def test_a_models_own_data_file_is_read_where_it_is_never_copied_and_never_written(tmp_path):
-    """A large model's fp32 weights are read by sessions from its own data file, hard-linked into the weight
-    folder (ONNX Runtime refuses a symbolic link leading out of the session's folder): the weight file grows by
-    no byte of them, sessions give the copied session's outputs, the answer written with external data holds the
-    same bytes, and the user's data file keeps its bytes after the weight folder is gone."""
-    import hashlib
-    import shutil
-
-    from runner.graph.load import load_model
-
-    source = tmp_path / "user"
-    source.mkdir()
-    model = _mlp()
-    save_model(model, source / "m.onnx", external_data=True, threshold=1024)
-    data = source / "m.onnx.data"
-    before = hashlib.sha256(data.read_bytes()).hexdigest()
-    loaded = load_model(source / "m.onnx")
-    file = wf.weight_file()
-    mapped = file.mapped(loaded)
-    locations = {e.value for i in mapped.graph.initializer for e in i.external_data if e.key == "location"}
-    assert locations and all(name != file.name and name.startswith(wf.FILE_PREFIX) for name in locations)
-    assert not (file.directory / file.name).exists() or _file_size() == 0  # no weight copied
-    x = {"x": np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)}
-    np.testing.assert_array_equal(session_for(loaded).run(None, x)[0], _copied_session(model).run(None, x)[0])
-    answer = save_model(mapped, tmp_path / "answer.onnx", external_data=True, threshold=1024)
-    back = onnx.load(str(answer))
-    assert [numpy_helper.to_array(t).tobytes() for t in back.graph.initializer] == [
-        numpy_helper.to_array(t).tobytes() for t in model.graph.initializer
-    ]
-    assert file.with_values(mapped).graph.initializer[0].raw_data == model.graph.initializer[0].raw_data
-    shutil.rmtree(file.directory)
-    assert hashlib.sha256(data.read_bytes()).hexdigest() == before
