@@ -40,12 +40,19 @@ log = logging.getLogger(__name__)
 INT8_OPSET = 13
 
 
-def prepare_int8(model: onnx.ModelProto, in_place: bool = False, opset: int = 13) -> onnx.ModelProto:
+def prepare_int8(
+    model: onnx.ModelProto, in_place: bool = False, opset: int = 13, least: int = INT8_OPSET
+) -> onnx.ModelProto:
     """``model`` made ready for ``calibrate`` and ``Quantizer``: opset ``opset`` (13 or more) or newer
     (raised with a log line; per-channel DequantizeLinear needs 13, fp16 Q/DQ 19:
     ``runner.lowp.mixed_qdq.MIXED_OPSET``), nodes named, Constant nodes as initializers (the
     quantizer quantizes weights and biases only when they are initializers). A copy, or ``model``
     itself with ``in_place`` when its opset is new enough (``prepare``).
+
+    ``least`` is the opset below which the model is always raised (per-channel Q/DQ's 13); a quantized model
+    another tool made at an older opset (ONNX Runtime's ``quantize_static`` keeps an opset-11 model's opset,
+    per-tensor) gives its own: raising model= past it makes ONNX's version converter rewrite nodes the given
+    model does not have (opset 11's Softmax became Shape, Flatten, Softmax and Reshape).
 
     Raises:
         ModelError: ONNX's version converter cannot raise the opset.
@@ -54,7 +61,7 @@ def prepare_int8(model: onnx.ModelProto, in_place: bool = False, opset: int = 13
     from runner.lowp.precisions import FLOAT16
 
     why = "int8 QDQ with per-channel weights" if opset <= INT8_OPSET else "int8 QDQ in float16"
-    raised = raise_opset(model, max(opset, INT8_OPSET), why)
+    raised = raise_opset(model, max(opset, least), why)
     return prepare(raised, FLOAT16, in_place=in_place or raised is not model)  # names and initializers
 
 
