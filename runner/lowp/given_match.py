@@ -10,6 +10,8 @@ with the first difference named.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -30,6 +32,9 @@ QUANTIZED_TYPES = {
     TensorProto.INT32: "int8",
     TensorProto.FLOAT8E4M3FN: "float8",
 }
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,6 +160,8 @@ def read_given(model: onnx.ModelProto, quantized: onnx.ModelProto, option: str =
             f"{option}= quantizes to {names}; this tool reads int8, uint8 and float8e4m3fn Q/DQ models (int32 biases)"
         )
     pairs, removed = _matched(model, quantized, option)
+    if removed:
+        said_removed(model, removed, option)
 
     def same(f_in: str, q_in: Optional[str]) -> bool:
         """Whether the quantized model's tensor (mapped to ``model=``'s) is ``f_in``, through removed activations."""
@@ -275,6 +282,22 @@ def _matched(
                 f"where model= has {f.name} ({f.op_type}); quantize model= itself (a copy of it) and give that"
             )
     return pairs, removed
+
+
+def said_removed(model: onnx.ModelProto, removed: Dict[str, str], option: str) -> None:
+    """Log which of ``model=``'s nodes the quantizer removed (``removed``: output of a removed node: its input), by
+    op type with the first names: the candidates keep them."""
+    gone = [n for n in model.graph.node if n.output and n.output[0] in removed]
+    ops = Counter(n.op_type for n in gone)
+    log.info(
+        "%s=: its quantizer removed %d of model='s nodes into the Q/DQ ranges after them (%s: %s%s); the candidates "
+        "keep them, as model= has them",
+        option,
+        len(gone),
+        ", ".join(f"{count} {op}" for op, count in ops.most_common()),
+        ", ".join(n.name for n in gone[:5]),
+        ", ..." if len(gone) > 5 else "",
+    )
 
 
 def _differs(option: str, f_node: onnx.NodeProto, q_node: onnx.NodeProto, k: int, what: str) -> ConfigError:

@@ -182,3 +182,5 @@ def test_quantize_statics_model_of_the_readmes_classifier_is_matched_rebuilt_and
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.summary["answer_verified"]["check_passed"] is True
     assert 0 < r.summary["kept"] < r.summary["total"] == 201
+    said = (r.run_dir / "runner.log").read_text()
+    assert "its quantizer removed 33 of model='s nodes into the Q/DQ ranges after them (18 Clip, 15 Relu" in said
