@@ -15,7 +15,7 @@ another's output.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set
 
 import onnx
 from onnx import helper
@@ -31,6 +31,14 @@ def bodies(node: onnx.NodeProto) -> List[onnx.GraphProto]:
     return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
         g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs
     ]
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every body its nodes hold (If, Loop, Scan), nested ones too, depth first."""
+    yield graph
+    for node in graph.node:
+        for body in bodies(node):
+            yield from all_graphs(body)
 
 
 def has_body(node: onnx.NodeProto) -> bool:

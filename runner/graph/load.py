@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 
 from runner.errors import ArtifactError, ModelError, first_line
+from runner.graph.isolate import all_graphs
 from runner.graph.streamed import load_streamed, save_external, save_streamed
 from runner.graph.stubs import nbytes
 from runner.graph.weight_file import is_mapped, stored_bytes, weight_bytes, weight_file
@@ -179,7 +180,7 @@ def save_model(
     try:
         staged = staging / path.name
         location = location or path.name + ".data"
-        if (external_data or big) and big and not external_data:
+        if big and not external_data:
             log.info("%s is over 2 GB: writing its tensors to external data", path)
         if (external_data or big) and mapped:  # file to file, one tensor at a time
             save_external(model, staged, location, threshold)
@@ -241,21 +242,12 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copied
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and every subgraph of its nodes' attributes (If, Loop, Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _graphs(sub)
-
-
 def _to_external(model: onnx.ModelProto, location: str, threshold: int) -> None:
     """Point every initializer of ``threshold`` bytes or more (raw data) at the data file ``location``, to be
     written beside the model by ``onnx.save_model``. onnx's own ``save_as_external_data=True, location=...``
     refuses a location that exists relative to the working folder, not the model's (onnx 1.23): a user's
     ``reduced.onnx.data`` where the run started, or the name this run reserved there, stopped the answer."""
-    for graph in _graphs(model.graph):
+    for graph in all_graphs(model.graph):
         for tensor in graph.initializer:
             if tensor.HasField("raw_data") and len(tensor.raw_data) >= threshold:
                 external_data_helper.set_external_data(tensor, location)

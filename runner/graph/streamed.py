@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Optional
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from runner.graph.isolate import all_graphs
 from runner.graph.stubs import copy_fields, nbytes, raw_bytes, stub_of
 from runner.graph.weight_file import is_pointed, weight_file
 
@@ -79,8 +80,12 @@ def save_external(model: onnx.ModelProto, path: Path, location: str, threshold: 
     try:
         size = 0
 
-        def place(tensor: onnx.TensorProto, length: int) -> int:
+        def place(tensor: onnx.TensorProto, like: onnx.TensorProto, length: int) -> int:
+            """Make ``tensor`` a stub of ``like`` pointing at the data file's next aligned ``length`` bytes; their
+            offset."""
             nonlocal size
+            if tensor is not like:
+                tensor.CopyFrom(stub_of(like))
             offset = -(-size // DATA_ALIGN) * DATA_ALIGN
             entries = (("location", location), ("offset", str(offset)), ("length", str(length)))
             del tensor.external_data[:]
@@ -94,35 +99,24 @@ def save_external(model: onnx.ModelProto, path: Path, location: str, threshold: 
         for init in model.graph.initializer:
             if is_pointed(init):
                 where = file.where_of(init)
-                out = bare.graph.initializer.add()
-                out.CopyFrom(stub_of(init))
-                file.copy_to(where, fd, place(out, where[1]))
+                file.copy_to(where, fd, place(bare.graph.initializer.add(), init, where[1]))
             elif init.data_location != onnx.TensorProto.EXTERNAL and nbytes(init) >= threshold:
                 data = raw_bytes(init)
-                out = bare.graph.initializer.add()
-                out.CopyFrom(stub_of(init))
-                os.pwrite(fd, data, place(out, len(data)))
+                os.pwrite(fd, data, place(bare.graph.initializer.add(), init, len(data)))
             else:
                 bare.graph.initializer.append(init)
-        for graph in _bodies(bare.graph):
+        for graph in all_graphs(bare.graph):
+            if graph is bare.graph:
+                continue  # its initializers are placed above
             for tensor in graph.initializer:
                 if tensor.HasField("raw_data") and len(tensor.raw_data) >= threshold:
                     data = tensor.raw_data
                     tensor.ClearField("raw_data")
-                    os.pwrite(fd, data, place(tensor, len(data)))
+                    os.pwrite(fd, data, place(tensor, tensor, len(data)))
     finally:
         os.close(fd)
     with open(path, "wb") as f:
         f.write(bare.SerializeToString())
-
-
-def _bodies(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """Every subgraph of ``graph``'s nodes' attributes (If, Loop, Scan bodies), nested ones too."""
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield sub
-                yield from _bodies(sub)
 
 
 def load_streamed(path: Path) -> onnx.ModelProto:
