@@ -90,12 +90,13 @@ def render(run_dir: Path, summary: Mapping[str, Any], overrides: Sequence[str]) 
         f"<h1>{_e(mode)} run in {_e(run_dir.name)}</h1>",
         f"<p class='status{'' if status == 'ok' else ' bad'}' id='status'>{_e(headline(summary))}</p>",
     ]
-    parts += _nodes(summary, _ranks(run_dir), _layerwise_rows(run_dir))
+    rows = _layerwise_rows(run_dir)
+    parts += _nodes(summary, _ranks(run_dir), rows)
     for name, title in (("tradeoff.png", "The trade-off"), ("layerwise.png", "Errors node by node")):
         if (run_dir / name).is_file():
             data = base64.b64encode((run_dir / name).read_bytes()).decode()
             parts.append(f"<h2>{title}</h2><img alt='{name}' src='data:image/png;base64,{data}'>")
-    parts += _layerwise(_layerwise_rows(run_dir))
+    parts += _layerwise(rows)
     parts += _checks(run_dir)
     parts += _commands(run_dir, overrides)
     parts.append("<h2>summary.json</h2><details><summary>every field</summary><pre>")

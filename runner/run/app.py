@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from runner.errors import AnswerNotVerifiedError, CheckNeverPassedError, InvalidCandidateError, RunnerError
 from runner.files.report_html import write_report
 from runner.jsonio import write_json_atomic
-from runner.run.assembly import RunState, _overrides, assemble, counters, execute
+from runner.run.assembly import RunState, assemble, counters, execute, user_overrides
 from runner.run.summary import Summary
 from runner.terminal import console, logs, signals
 from runner.terminal.report import print_table
@@ -138,7 +138,7 @@ def _write_report(directory: Path, summary: Dict[str, Any]) -> None:
     """``report.html`` in the run directory (``runner.files.report_html``); a page that cannot be written costs a
     warning, never the run's answer."""
     try:
-        write_report(directory, summary, _overrides())
+        write_report(directory, summary, user_overrides())
     except (OSError, RunnerError, ValueError) as e:  # UnicodeError is a ValueError
         log.warning("Could not write report.html in %s: %s", directory, e)
 

@@ -142,7 +142,7 @@ def _under_hydra() -> bool:
     return True
 
 
-def _overrides() -> List[str]:
+def user_overrides() -> List[str]:
     """The user's command-line overrides (none known outside Hydra)."""
     try:
         return list(HydraConfig.get().overrides.task)
@@ -247,7 +247,7 @@ def assemble(state: RunState, resources: contextlib.ExitStack, holds: contextlib
     state.summary_path = directory / "summary.json"
     fatal = directory / "fatal.log"  # a check that kills the runner leaves it (runner.files.replay)
     resources.enter_context(signals.fatal_log(fatal))
-    state.plan = given = plan(state.cfg, _overrides())
+    state.plan = given = plan(state.cfg, user_overrides())
     holds.enter_context(reading(given.files_read))  # from here on, no writer replaces a file the run reads
     requested, defaults = given.requested_outputs()
     state.outputs = outputs = plan_outputs(

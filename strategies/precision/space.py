@@ -227,7 +227,8 @@ def _given(ctx: RunContext, given: onnx.ModelProto) -> tuple[CandidateMaker, Lis
         ModelError: the opset cannot be raised.
     """
     # at the given model's own opset: its Q/DQ are valid there, and a raised model= gains nodes it lacks
-    model = prepare_int8(ctx.model, in_place=True, opset=opset_of(given), least=min(INT8_OPSET, opset_of(given)))
+    opset = opset_of(given)
+    model = prepare_int8(ctx.model, in_place=True, opset=opset, least=opset)
     quantizer = GivenQuantizer(model, given)
     check_rebuilt(quantizer, given, ctx.feeds)
     units = set(quantizer.given.units)

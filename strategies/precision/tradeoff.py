@@ -28,10 +28,9 @@ from runner.files.figures import save_figure
 log = logging.getLogger(__name__)
 
 
-def worst_limit(verdict: Verdict) -> Tuple[Optional[float], str]:
-    """The tolerance of the worst output's statistic (``OutputStats.limit``) and what the statistic measures;
-    (None, "") for a program's check or verdicts of an earlier version."""
-    output, _ = worst_output(verdict)
+def worst_limit(verdict: Verdict, output: Optional[str]) -> Tuple[Optional[float], str]:
+    """The tolerance of the statistic of ``output`` (the worst, ``worst_output``'s) (``OutputStats.limit``) and what
+    the statistic measures; (None, "") for a program's check or verdicts of an earlier version."""
     stats = (verdict.outputs or {}).get(output) if output is not None else None
     if not isinstance(stats, dict):
         return None, ""
@@ -76,7 +75,7 @@ class Tradeoff:
         failure keeping more than half of them, its withdrawal when a candidate keeping at most half passes
         after it."""
         output, statistic = worst_output(verdict)
-        limit, measure = worst_limit(verdict)
+        limit, measure = worst_limit(verdict, output)
         if limit is not None:
             self.limit, self.measure = limit, measure
         nonfinite = any(isinstance(s, dict) and s.get("new_nonfinite") for s in (verdict.outputs or {}).values())
